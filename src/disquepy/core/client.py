@@ -1,0 +1,56 @@
+"""The core's view of a connected client: protocol, auth, and a pending GETJOB.
+
+The I/O shell owns the socket and stores its own handle in ``conn``; the core only
+reads and writes the fields here and queues replies for the client in the node's
+outbox, so the same code runs under the asyncio server and the simulator.
+"""
+
+from __future__ import annotations
+
+
+class BlockedGet:
+    """A GETJOB waiting for jobs: its queues, options, and when it gives up (ms)."""
+
+    __slots__ = ("queues", "count", "withcounters", "deadline")
+
+    def __init__(self, queues: list, count: int, withcounters: bool, deadline: int) -> None:
+        self.queues = queues
+        self.count = count
+        self.withcounters = withcounters
+        self.deadline = deadline  # 0 = forever
+
+
+class Client:
+    __slots__ = (
+        "id",
+        "conn",
+        "addr",
+        "proto",
+        "authed",
+        "name",
+        "lib_name",
+        "lib_ver",
+        "blocked",
+        "ctime",
+        "last_cmd_time",
+        "qbuf",
+        "closed",
+    )
+
+    def __init__(self, cid: int, conn=None, addr: str = "", now: int = 0) -> None:
+        self.id = cid
+        self.conn = conn
+        self.addr = addr
+        self.proto = 2
+        self.authed = False
+        self.name = b""
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.blocked: BlockedGet | None = None
+        self.ctime = now
+        self.last_cmd_time = now
+        self.qbuf = 0  # bytes buffered by the shell, for memory accounting
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<Client id={self.id} addr={self.addr}>"

@@ -1,0 +1,233 @@
+"""Commands about single jobs: ADDJOB, SHOW, DELJOB, ENQUEUE, DEQUEUE, NACK, WORKING, JSCAN."""
+
+from __future__ import annotations
+
+from ...codec import resp
+from .. import errors
+from ..errors import ReplyError
+from ..job import ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
+from ..queue import PAUSED_IN
+from .args import job_ids, parse_cursor, parse_int, parse_timeout
+
+DEFAULT_TTL = 24 * 3600  # seconds
+DEFAULT_RETRY = 300  # seconds, unless TTL/10 is smaller
+MAX_REPLICATE = 65535
+
+
+def default_retry(ttl: int) -> int:
+    """Five minutes, or TTL/10 (at least one second) for short-lived jobs."""
+    r = ttl // 10
+    if r >= DEFAULT_RETRY:
+        return DEFAULT_RETRY
+    return r if r > 0 else 1
+
+
+def addjob(node, client, argv, now):
+    """ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
+    replicate = 0
+    delay = 0
+    retry = -1
+    ttl = DEFAULT_TTL
+    maxlen = 0
+    is_async = False
+    n = len(argv)
+    j = 4
+    while j < n:
+        opt = argv[j].lower()
+        last = j == n - 1
+        if opt == b"replicate" and not last:
+            replicate = parse_int(argv[j + 1], errors.REPLICATE_RANGE)
+            if replicate <= 0 or replicate > MAX_REPLICATE:
+                raise ReplyError(errors.REPLICATE_RANGE)
+            j += 1
+        elif opt == b"ttl" and not last:
+            ttl = parse_int(argv[j + 1], errors.TTL_RANGE)
+            if ttl <= 0:
+                raise ReplyError(errors.TTL_RANGE)
+            j += 1
+        elif opt == b"retry" and not last:
+            retry = parse_int(argv[j + 1], errors.RETRY_RANGE)
+            if retry < 0:
+                raise ReplyError(errors.RETRY_RANGE)
+            j += 1
+        elif opt == b"delay" and not last:
+            delay = parse_int(argv[j + 1], errors.DELAY_RANGE)
+            if delay < 0:
+                raise ReplyError(errors.DELAY_RANGE)
+            j += 1
+        elif opt == b"maxlen" and not last:
+            maxlen = parse_int(argv[j + 1], errors.MAXLEN_RANGE)
+            if maxlen <= 0:
+                raise ReplyError(errors.MAXLEN_RANGE)
+            j += 1
+        elif opt == b"async":
+            is_async = True
+        else:
+            raise ReplyError(errors.SYNTAX)
+        j += 1
+    timeout = parse_timeout(argv[3])
+    if replicate == 0:
+        replicate = min(3, node.cluster_size())
+    if replicate > 1 and retry == 0:
+        raise ReplyError(errors.RETRY0_REPLICATE)
+    if delay >= ttl:
+        raise ReplyError(errors.DELAY_GE_TTL)
+    if retry == -1:
+        retry = default_retry(ttl)
+    if replicate - 1 > node.reachable_nodes():
+        raise ReplyError(errors.NOREPL)
+    qname = argv[1]
+    q = node.queues.get(qname)
+    if q is not None:
+        if maxlen and len(q.jobs) >= maxlen:
+            raise ReplyError(errors.MAXLEN)
+        if q.flags & PAUSED_IN:
+            raise ReplyError(errors.PAUSED)
+        qname = q.name  # share the queue's name object instead of holding another
+    jid = node.idgen.next_id(ttl, retry)
+    job = Job(jid, qname, argv[2], node.next_ctime(now), now + ttl * 1000, replicate, delay, retry)
+    return node.add_new_job(client, job, now, timeout, is_async)
+
+
+def show(node, client, argv, now):
+    jid = job_ids(argv)[0]
+    job = node.jobs.get(jid)
+    if job is None:
+        return resp.null_bulk(client.proto)
+    return show_reply(node, job, now, client.proto)
+
+
+def show_reply(node, job: Job, now: int, proto: int) -> bytes:
+    """The SHOW array (also JSCAN REPLY all): 15 fields in Disque's order."""
+    b, i = resp.bulk, resp.integer
+    null = resp.null_bulk(proto)
+    dummy = job.flags & F_DUMMY
+    return resp.array([
+        b(b"id"), b(job.id),
+        b(b"queue"), null if dummy else b(job.queue),
+        b(b"state"), b(job.state_name),
+        b(b"repl"), i(job.repl),
+        b(b"ttl"), i(max(0, (job.etime - now) // 1000)),
+        b(b"ctime"), i(job.ctime),
+        b(b"delay"), i(job.delay),
+        b(b"retry"), i(job.retry),
+        b(b"nacks"), i(job.nacks),
+        b(b"additional-deliveries"), i(job.adeliv),
+        b(b"nodes-delivered"), resp.bulk_array(node.delivered_ids(job)),
+        b(b"nodes-confirmed"), resp.bulk_array(node.confirmed_ids(job)),
+        b(b"next-requeue-within"), i(max(0, job.qtime - now)) if job.qtime else null,
+        b(b"next-awake-within"), i(max(0, job.awake - now)) if job.awake else null,
+        b(b"body"), null if dummy else b(job.body),
+    ])
+
+
+def deljob(node, client, argv, now):
+    deleted = 0
+    for jid in job_ids(argv):
+        job = node.jobs.get(jid)
+        if job is not None:
+            node.unregister(job)
+            deleted += 1
+    return resp.integer(deleted)
+
+
+def enqueue(node, client, argv, now):
+    n = 0
+    for jid in job_ids(argv):
+        job = node.jobs.get(jid)
+        if job is not None and job.state == ACTIVE and node.enqueue(job, now):
+            n += 1
+    return resp.integer(n)
+
+
+def nack(node, client, argv, now):
+    n = 0
+    for jid in job_ids(argv):
+        job = node.jobs.get(jid)
+        if job is not None and job.state == ACTIVE and node.enqueue(job, now, nack=True):
+            n += 1
+    return resp.integer(n)
+
+
+def dequeue(node, client, argv, now):
+    n = 0
+    for jid in job_ids(argv):
+        job = node.jobs.get(jid)
+        if job is not None and node.dequeue(job):
+            n += 1
+    return resp.integer(n)
+
+
+def working(node, client, argv, now):
+    """WORKING id: postpone the next re-queue by one retry period; returns the retry."""
+    job = node.jobs.get(job_ids(argv)[0])
+    if job is None:
+        raise ReplyError(errors.NOJOB)
+    born = job.ctime // 1_000_000
+    lifetime = job.etime - born
+    if lifetime > 0 and now - born > lifetime // 2:
+        raise ReplyError(errors.TOOLATE)
+    if job.state == QUEUED:
+        node.dequeue(job)
+    job.flags |= F_BCAST_WILLQUEUE
+    if job.retry and job.qtime:
+        job.qtime = now + job.retry * 1000 + node.jitter()
+    node.schedule(job)
+    node.broadcast_working(job)
+    return resp.integer(job.retry)
+
+
+def jscan(node, client, argv, now):
+    """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY all|id]"""
+    cursor = 0
+    count = 100
+    busyloop = False
+    queue = None
+    states = 0
+    reply_all = False
+    n = len(argv)
+    j = 1
+    cursor_seen = False
+    while j < n:
+        opt = argv[j].lower()
+        last = j == n - 1
+        if opt == b"count" and not last:
+            count = parse_int(argv[j + 1])
+            if count < 1:
+                raise ReplyError(errors.OUT_OF_RANGE)
+            j += 1
+        elif opt == b"busyloop":
+            busyloop = True
+        elif opt == b"queue" and not last:
+            queue = argv[j + 1]
+            j += 1
+        elif opt == b"state" and not last:
+            st = STATE_BY_NAME.get(argv[j + 1].lower())
+            if st is None:
+                raise ReplyError(errors.BAD_STATE)
+            states |= 1 << st
+            j += 1
+        elif opt == b"reply" and not last:
+            kind = argv[j + 1].lower()
+            if kind not in (b"all", b"id"):
+                raise ReplyError(errors.BAD_REPLY_TYPE)
+            reply_all = kind == b"all"
+            j += 1
+        else:
+            cursor = parse_cursor(argv[j], cursor_seen)
+            cursor_seen = True
+        j += 1
+
+    def keep(job):
+        if job.flags & F_DUMMY:
+            return False
+        if queue is not None and job.queue != queue:
+            return False
+        return not states or states & (1 << job.state)
+
+    cursor, found = node.scan_jobs(cursor, count, busyloop, keep)
+    if reply_all:
+        items = [show_reply(node, job, now, client.proto) for job in found]
+    else:
+        items = [b"+" + job.id + b"\r\n" for job in found]
+    return resp.array([resp.bulk(b"%d" % cursor), resp.array(items)])

@@ -1,0 +1,191 @@
+"""Queue commands: GETJOB, QLEN, QSTAT, QPEEK, QSCAN, PAUSE."""
+
+from __future__ import annotations
+
+from ...codec import resp
+from .. import errors
+from ..client import BlockedGet
+from ..errors import ReplyError
+from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT
+from .args import parse_cursor, parse_int, parse_timeout
+
+_NACKS = b"$5\r\nnacks\r\n"
+_ADELIV = b"$21\r\nadditional-deliveries\r\n"
+
+
+def job_reply(job, withcounters: bool) -> bytes:
+    """One job as GETJOB / QPEEK return it: [queue, id, body(, counters)]."""
+    b = resp.bulk
+    if withcounters:
+        return b"".join((b"*7\r\n", b(job.queue), b(job.id), b(job.body), _NACKS,
+                         resp.integer(job.nacks), _ADELIV, resp.integer(job.adeliv)))
+    return b"".join((b"*3\r\n", b(job.queue), b(job.id), b(job.body)))
+
+
+def getjob(node, client, argv, now):
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN"""
+    nohang = False
+    withcounters = False
+    timeout = 0
+    count = 1
+    n = len(argv)
+    j = 1
+    while j < n:
+        opt = argv[j].lower()
+        last = j == n - 1
+        if opt == b"nohang":
+            nohang = True
+        elif opt == b"withcounters":
+            withcounters = True
+        elif opt == b"timeout" and not last:
+            timeout = parse_timeout(argv[j + 1])
+            j += 1
+        elif opt == b"count" and not last:
+            count = parse_int(argv[j + 1], errors.COUNT_RANGE)
+            if count <= 0:
+                raise ReplyError(errors.COUNT_RANGE)
+            j += 1
+        elif opt == b"from":
+            j += 1
+            break
+        else:
+            raise ReplyError(errors.SYNTAX)
+        j += 1
+    else:
+        raise ReplyError(errors.SYNTAX)  # no FROM
+    names = argv[j:]
+    if not names:
+        raise ReplyError(errors.SYNTAX)
+
+    queues = node.queues
+    for name in names:  # as in Disque, asking for a queue creates it
+        if name not in queues:
+            node.queue_for(name, now)
+    out = []
+    while True:
+        got = 0
+        for name in names:
+            q = queues[name]
+            if q.jobs and not q.flags & PAUSED_OUT:
+                out.append(job_reply(node.fetch(q, now), withcounters))
+                got += 1
+                if len(out) == count:
+                    break
+        if got == 0 or len(out) == count:
+            break
+    if out:
+        node.queues_drained(names, now)
+        return b"*%d\r\n" % len(out) + b"".join(out)
+    if nohang:
+        return resp.null_array(client.proto)
+    if node.leaving:
+        return resp.error(errors.LEAVING)
+    node.block(client, BlockedGet(names, count, withcounters, now + timeout if timeout else 0),
+               now)
+    return None
+
+
+def qlen(node, client, argv, now):
+    q = node.queues.get(argv[1])
+    return resp.integer(len(q.jobs) if q is not None else 0)
+
+
+def qstat(node, client, argv, now):
+    q = node.queues.get(argv[1])
+    if q is None:
+        return resp.null_array(client.proto)
+    b, i = resp.bulk, resp.integer
+    return resp.array([
+        b(b"name"), b(q.name),
+        b(b"len"), i(len(q.jobs)),
+        b(b"age"), i((now - q.ctime) // 1000),
+        b(b"idle"), i((now - q.atime) // 1000),
+        b(b"blocked"), i(len(q.waiters)),
+        b(b"import-from"), resp.bulk_array(node.import_sources(q, now)),
+        b(b"import-rate"), i(q.import_rate),
+        b(b"jobs-in"), i(q.jobs_in),
+        b(b"jobs-out"), i(q.jobs_out),
+        b(b"pause"), b(q.pause_name),
+    ])
+
+
+def qpeek(node, client, argv, now):
+    count = parse_int(argv[2])
+    q = node.queues.get(argv[1])
+    if q is None or count == 0:
+        return resp.EMPTY_ARRAY
+    return resp.array([job_reply(job, False) for job in q.peek(count)])
+
+
+def qscan(node, client, argv, now):
+    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
+    cursor = 0
+    count = 100
+    busyloop = False
+    minlen = -1
+    maxlen = -1
+    importrate = -1
+    cursor_seen = False
+    n = len(argv)
+    j = 1
+    while j < n:
+        opt = argv[j].lower()
+        last = j == n - 1
+        if opt == b"count" and not last:
+            count = parse_int(argv[j + 1])
+            if count < 1:
+                raise ReplyError(errors.OUT_OF_RANGE)
+            j += 1
+        elif opt == b"busyloop":
+            busyloop = True
+        elif opt == b"minlen" and not last:
+            minlen = parse_int(argv[j + 1])
+            j += 1
+        elif opt == b"maxlen" and not last:
+            maxlen = parse_int(argv[j + 1])
+            j += 1
+        elif opt == b"importrate" and not last:
+            importrate = parse_int(argv[j + 1])
+            j += 1
+        else:
+            cursor = parse_cursor(argv[j], cursor_seen)
+            cursor_seen = True
+        j += 1
+
+    def keep(q):
+        ln = len(q.jobs)
+        return ((minlen < 0 or ln >= minlen) and (maxlen < 0 or ln <= maxlen)
+                and (importrate < 0 or q.import_rate >= importrate))
+
+    cursor, found = node.scan_queues(cursor, count, busyloop, keep)
+    return resp.array([resp.bulk(b"%d" % cursor), resp.bulk_array([q.name for q in found])])
+
+
+_PAUSE_OPTS = {b"none": 0, b"in": PAUSED_IN, b"out": PAUSED_OUT, b"all": PAUSED_IN | PAUSED_OUT}
+_PAUSE_REPLIES = [resp.simple(name) for name in PAUSE_NAMES]
+
+
+def pause(node, client, argv, now):
+    """PAUSE queue option...: in, out, all, none (left to right), state, bcast."""
+    flags = 0
+    update = False
+    bcast = False
+    for opt in argv[2:]:
+        o = opt.lower()
+        f = _PAUSE_OPTS.get(o)
+        if f is not None:
+            update = True
+            flags = 0 if f == 0 else flags | f
+        elif o == b"bcast":
+            bcast = True
+        elif o != b"state":
+            raise ReplyError(errors.SYNTAX)
+    name = argv[1]
+    q = node.queues.get(name)
+    if update and (q is not None or flags):
+        if q is None:
+            q = node.queue_for(name, now)
+        node.set_pause(q, flags, now)
+    if bcast:
+        node.broadcast_pause(name, flags if update else (q.flags if q is not None else 0))
+    return _PAUSE_REPLIES[q.flags & 3 if q is not None else 0]

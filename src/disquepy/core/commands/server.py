@@ -1,0 +1,357 @@
+"""Server commands: PING, ECHO, INFO, HELLO, AUTH, CONFIG, SHUTDOWN, DEBUG, CLIENT, ..."""
+
+from __future__ import annotations
+
+from ... import __version__
+from ...codec import resp
+from .. import errors
+from ..config import ConfigError
+from ..errors import ReplyError
+from .args import to_int
+
+
+def ping(node, client, argv, now):
+    if len(argv) > 2:
+        raise ReplyError(errors.wrong_arity("ping"))
+    return resp.PONG if len(argv) == 1 else resp.bulk(argv[1])
+
+
+def echo(node, client, argv, now):
+    return resp.bulk(argv[1])
+
+
+def quit(node, client, argv, now):
+    from ..node import ShellRequest
+
+    return ShellRequest("quit")
+
+
+def time_cmd(node, client, argv, now):
+    return resp.bulk_array([b"%d" % (now // 1000), b"%d" % (now % 1000 * 1000)])
+
+
+def select(node, client, argv, now):
+    """Disque has one keyspace; SELECT 0 is accepted so Redis clients can connect."""
+    if argv[1] == b"0":
+        return resp.OK
+    v = to_int(argv[1])
+    if v is None:
+        raise ReplyError(errors.NOT_INTEGER)
+    raise ReplyError("ERR DB index is out of range")
+
+
+# ------------------------------------------------------------------ auth / hello
+def auth(node, client, argv, now):
+    """AUTH password, or Redis 6's AUTH default password."""
+    if len(argv) > 3:
+        raise ReplyError(errors.SYNTAX)
+    if not node.config.requirepass:
+        raise ReplyError(errors.AUTH_NOT_SET)
+    if len(argv) == 3 and argv[1] != b"default":
+        client.authed = False
+        raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
+    if argv[-1].decode("utf-8", "surrogateescape") == node.config.requirepass:
+        client.authed = True
+        return resp.OK
+    client.authed = False
+    raise ReplyError(errors.INVALID_PASSWORD)
+
+
+def hello(node, client, argv, now):
+    """Plain HELLO is Disque's node list; HELLO <protover> ... is Redis's handshake."""
+    if len(argv) == 1:
+        if not client.authed:
+            return resp.error(errors.NOAUTH)
+        return disque_hello(node)
+    return redis_hello(node, client, argv)
+
+
+def disque_hello(node) -> bytes:
+    nodes = [resp.bulk_array([n[0], n[1], b"%d" % n[2], b"%d" % n[3]])
+             for n in node.hello_nodes()]
+    return resp.array([resp.ONE, resp.bulk(node.myid_b), *nodes])
+
+
+def redis_hello(node, client, argv) -> bytes:
+    ver = to_int(argv[1])
+    if ver is None:
+        raise ReplyError("ERR Protocol version is not an integer or out of range")
+    if ver not in (2, 3):
+        raise ReplyError("NOPROTO unsupported protocol version")
+    j = 2
+    n = len(argv)
+    name = None
+    authed = client.authed
+    while j < n:
+        opt = argv[j].lower()
+        if opt == b"auth" and j + 2 < n:
+            user, pw = argv[j + 1], argv[j + 2]
+            if not node.config.requirepass:
+                raise ReplyError(errors.AUTH_NOT_SET)
+            if user != b"default" or pw.decode("utf-8", "surrogateescape") != (
+                node.config.requirepass
+            ):
+                raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
+            authed = True
+            j += 3
+        elif opt == b"setname" and j + 1 < n:
+            name = argv[j + 1]
+            j += 2
+        else:
+            raise ReplyError(f"ERR Syntax error in HELLO option '{argv[j].decode(errors='replace')}'")
+    if not authed:
+        raise ReplyError(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+            "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client "
+            "and select the RESP protocol version at the same time"
+        )
+    client.authed = True
+    client.proto = ver
+    if name is not None:
+        client.name = name
+    return resp.encode({
+        "server": "disque",
+        "version": __version__,
+        "proto": ver,
+        "id": client.id,
+        "mode": "cluster" if node.cluster_size() > 1 else "standalone",
+        "role": "master",
+        "modules": [],
+    }, ver)
+
+
+# ------------------------------------------------------------------------ INFO
+def _human(n: int) -> str:
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"
+
+
+def info_sections(node, now: int) -> dict:
+    """Every INFO section as an ordered list of (field, value) pairs."""
+    host = node.host_info()
+    st = node.stats
+    cfg = node.config
+    uptime = (now - node.start_time) // 1000
+    blocked = sum(1 for c in node.clients.values() if c.blocked is not None)
+    qbuf = max((c.qbuf for c in node.clients.values()), default=0)
+    rss = host.get("rss", 0)
+    peak = max(node.peak_memory, node.used_memory)
+    node.peak_memory = peak
+    return {
+        "server": [
+            ("disque_version", __version__),
+            ("disque_git_sha1", "00000000"),
+            ("disque_git_dirty", 0),
+            ("disque_build_id", "disquepy"),
+            ("os", host.get("os", "")),
+            ("arch_bits", host.get("arch_bits", 64)),
+            ("multiplexing_api", host.get("multiplexing_api", "")),
+            ("gcc_version", "0.0.0"),
+            ("process_id", host.get("pid", 0)),
+            ("run_id", node.run_id),
+            ("tcp_port", node.port),
+            ("uptime_in_seconds", uptime),
+            ("uptime_in_days", uptime // 86400),
+            ("hz", cfg.hz),
+            ("executable", host.get("executable", "")),
+            ("config_file", host.get("config_file", "")),
+        ],
+        "clients": [
+            ("connected_clients", len(node.clients)),
+            ("client_longest_output_list", 0),
+            ("client_biggest_input_buf", qbuf),
+            ("blocked_clients", blocked),
+        ],
+        "memory": [
+            ("used_memory", node.used_memory),
+            ("used_memory_human", _human(node.used_memory)),
+            ("used_memory_rss", rss),
+            ("used_memory_peak", peak),
+            ("used_memory_peak_human", _human(peak)),
+            ("maxmemory", cfg.maxmemory),
+            ("maxmemory_human", _human(cfg.maxmemory)),
+            ("mem_fragmentation_ratio", f"{rss / node.used_memory:.2f}" if node.used_memory
+             else "0.00"),
+            ("mem_allocator", "pymalloc"),
+        ],
+        "jobs": [
+            ("registered_jobs", len(node.jobs)),
+        ],
+        "queues": [
+            ("registered_queues", len(node.queues)),
+        ],
+        "persistence": node.persistence_info(),
+        "stats": [
+            ("total_connections_received", st.connections),
+            ("total_commands_processed", st.commands),
+            ("instantaneous_ops_per_sec", host.get("ops_per_sec", 0)),
+            ("total_net_input_bytes", host.get("net_in", 0)),
+            ("total_net_output_bytes", host.get("net_out", 0)),
+            ("rejected_connections", st.rejected_connections),
+            ("jobs_added", st.jobs_added),
+            ("jobs_delivered", st.jobs_delivered),
+            ("jobs_acked", st.jobs_acked),
+            ("jobs_expired", st.jobs_expired),
+            ("evicted_jobs", st.jobs_evicted),
+            ("evicted_queues", st.queues_evicted),
+            ("oom_refusals", st.oom_refusals),
+            ("latest_fork_usec", 0),
+        ],
+        "cpu": [
+            ("used_cpu_sys", f"{host.get('cpu_sys', 0.0):.2f}"),
+            ("used_cpu_user", f"{host.get('cpu_user', 0.0):.2f}"),
+            ("used_cpu_sys_children", "0.00"),
+            ("used_cpu_user_children", "0.00"),
+        ],
+    }
+
+
+_TITLES = {"cpu": "CPU"}
+
+
+def info(node, client, argv, now):
+    if len(argv) > 2:
+        raise ReplyError(errors.SYNTAX)
+    want = argv[1].decode("utf-8", "replace").lower() if len(argv) == 2 else "default"
+    sections = info_sections(node, now)
+    if want not in ("default", "all", "everything"):
+        sections = {want: sections[want]} if want in sections else {}
+    parts = []
+    for name, fields in sections.items():
+        title = _TITLES.get(name, name.capitalize())
+        lines = [f"# {title}"] + [f"{k}:{v}" for k, v in fields]
+        parts.append("\r\n".join(lines) + "\r\n")
+    return resp.bulk("\r\n".join(parts).encode())
+
+
+# ---------------------------------------------------------------------- CONFIG
+_CONFIG_ARGC = {b"get": 3, b"set": 4, b"resetstat": 2, b"rewrite": 2}
+
+
+def config(node, client, argv, now):
+    sub = argv[1].lower()
+    want = _CONFIG_ARGC.get(sub)
+    if want is None:
+        raise ReplyError("ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
+    if len(argv) != want:
+        raise ReplyError(f"ERR Wrong number of arguments for CONFIG {argv[1].decode(errors='replace')}")
+    if sub == b"get":
+        pairs = node.config.get(argv[2].decode("utf-8", "surrogateescape"))
+        return resp.bulk_array([x for pair in pairs for x in pair])
+    if sub == b"set":
+        name = argv[2].decode("utf-8", "surrogateescape")
+        value = argv[3].decode("utf-8", "surrogateescape")
+        try:
+            changed = node.config.set(name, value)
+        except ConfigError as e:
+            raise ReplyError(str(e) if str(e).startswith("ERR") else "ERR " + str(e)) from None
+        for hook in node.config_hooks:
+            hook(changed)
+        return resp.OK
+    if sub == b"resetstat":
+        node.reset_stats()
+        return resp.OK
+    from ..node import ShellRequest
+
+    return ShellRequest("config-rewrite")
+
+
+# -------------------------------------------------------------- SHUTDOWN/DEBUG
+def shutdown(node, client, argv, now):
+    from ..node import ShellRequest
+
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"rewrite-aof"):
+        raise ReplyError(errors.SYNTAX)
+    return ShellRequest("shutdown", argv[1].lower().decode() if len(argv) == 2 else "")
+
+
+def debug(node, client, argv, now):
+    sub = argv[1].lower()
+    if sub == b"flushall" and len(argv) == 2:
+        node.flushall()
+        return resp.OK
+    if sub == b"sleep" and len(argv) == 3:
+        from ..node import ShellRequest
+
+        try:
+            secs = float(argv[2])
+        except ValueError:
+            raise ReplyError("ERR value is not a valid float") from None
+        return ShellRequest("debug-sleep", max(0.0, secs))
+    if sub == b"error" and len(argv) == 3:
+        return resp.error(argv[2])
+    if sub == b"jobs" and len(argv) == 2:  # disquepy: counts by state, for tests
+        counts = [0, 0, 0, 0]
+        for job in node.jobs.values():
+            counts[job.state] += 1
+        return resp.encode(counts)
+    raise ReplyError(
+        f"ERR Unknown DEBUG subcommand or wrong number of arguments for "
+        f"'{argv[1].decode(errors='replace')}'"
+    )
+
+
+# ---------------------------------------------------------------- CLIENT / COMMAND
+def client(node, client, argv, now):
+    sub = argv[1].lower()
+    n = len(argv)
+    if sub == b"setname" and n == 3:
+        if b" " in argv[2] or b"\n" in argv[2]:
+            raise ReplyError("ERR Client names cannot contain spaces, newlines or special "
+                             "characters.")
+        client.name = argv[2]
+        return resp.OK
+    if sub == b"getname" and n == 2:
+        return resp.bulk(client.name) if client.name else resp.null_bulk(client.proto)
+    if sub == b"setinfo" and n == 4:
+        attr = argv[2].lower()
+        if attr == b"lib-name":
+            client.lib_name = argv[3]
+        elif attr == b"lib-ver":
+            client.lib_ver = argv[3]
+        else:
+            raise ReplyError(f"ERR Unrecognized option '{argv[2].decode(errors='replace')}'")
+        return resp.OK
+    if sub == b"id" and n == 2:
+        return resp.integer(client.id)
+    if sub == b"list" and n == 2:
+        lines = []
+        for c in node.clients.values():
+            lines.append(
+                f"id={c.id} addr={c.addr} name={c.name.decode(errors='replace')} "
+                f"age={(now - c.ctime) // 1000} idle={(now - c.last_cmd_time) // 1000} "
+                f"flags={'b' if c.blocked else 'N'} qbuf={c.qbuf} "
+                f"lib-name={c.lib_name.decode(errors='replace')} "
+                f"lib-ver={c.lib_ver.decode(errors='replace')}"
+            )
+        return resp.bulk(("\n".join(lines) + "\n").encode())
+    raise ReplyError(
+        "ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME connection-name)"
+    )
+
+
+def command(node, client, argv, now):
+    from . import COMMANDS
+
+    n = len(argv)
+    if n == 1:
+        return resp.array([_command_info(c) for c in COMMANDS.values()])
+    sub = argv[1].lower()
+    if sub == b"count" and n == 2:
+        return resp.integer(len(COMMANDS))
+    if sub == b"info":
+        return resp.array([
+            _command_info(COMMANDS[name.lower()]) if name.lower() in COMMANDS
+            else resp.null_array(client.proto) for name in argv[2:]
+        ])
+    if sub == b"docs":
+        return resp.encode({}, client.proto)
+    raise ReplyError("ERR Unknown subcommand or wrong number of arguments.")
+
+
+def _command_info(c) -> bytes:
+    flags = [resp.simple(f) for f, on in (("denyoom", c.denyoom), ("admin", c.admin)) if on]
+    return resp.array([resp.bulk(c.name), resp.integer(c.arity), resp.array(flags),
+                       resp.integer(0), resp.integer(0), resp.integer(0)])

@@ -1,0 +1,55 @@
+"""Error replies, in Disque's exact words (one place for each)."""
+
+from __future__ import annotations
+
+
+class ReplyError(Exception):
+    """Raised inside a command to abort it with an error reply (text without '-')."""
+
+    __slots__ = ("msg",)
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.msg = msg
+
+
+SYNTAX = "ERR syntax error"
+NOT_INTEGER = "ERR value is not an integer or out of range"
+TIMEOUT_INVALID = "ERR timeout is not an integer or out of range"
+TIMEOUT_NEGATIVE = "ERR timeout is negative"
+BADID = "BADID Invalid Job ID format."
+NOJOB = "NOJOB Job not known in the context of this node."
+PAUSED = "PAUSED Queue paused in input, try later"
+NOREPL = "NOREPL Not enough reachable nodes for the requested replication level"
+LEAVING = "LEAVING This node is leaving the cluster, please connect to a different one"
+MAXLEN = "MAXLEN Queue is already longer than the specified MAXLEN count"
+OOM = "OOM command not allowed when used memory > 'maxmemory'."
+NOAUTH = "NOAUTH Authentication required."
+INVALID_PASSWORD = "ERR invalid password"
+AUTH_NOT_SET = "ERR Client sent AUTH, but no password is set"
+RETRY0_REPLICATE = (  # sic: two spaces, as Disque sends it
+    "ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
+)
+DELAY_GE_TTL = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
+REPLICATE_RANGE = "ERR REPLICATE must be between 1 and 65535"
+TTL_RANGE = "ERR TTL must be a number > 0"
+RETRY_RANGE = "ERR RETRY time must be a non negative number"
+DELAY_RANGE = "ERR DELAY time must be a non negative number"
+MAXLEN_RANGE = "ERR MAXLEN must be a positive number"
+COUNT_RANGE = "ERR COUNT must be a number greater than zero"
+OUT_OF_RANGE = "ERR value is out of range"
+BAD_CURSOR = "ERR invalid cursor or option name"
+BAD_STATE = "ERR Invalid job state name"
+BAD_REPLY_TYPE = "ERR Invalid REPLY type, try ID or ALL"
+TOOLATE = (
+    "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the "
+    "next delivery."
+)
+
+
+def unknown_command(name: bytes) -> str:
+    return f"ERR unknown command '{name.decode('utf-8', 'replace')}'"
+
+
+def wrong_arity(name: str) -> str:
+    return f"ERR wrong number of arguments for '{name}' command"

@@ -1,0 +1,81 @@
+"""The job model: one slotted object per job, and the job states of the spec.
+
+A Job is the node's copy of a message. Times are integers: ``ctime`` in nanoseconds
+(creation wall clock of the originating node, unique per node, and the queue order
+key), ``etime``/``qtime``/``awake`` in milliseconds. ``delivered``/``confirmed`` are
+tuples of node IDs (small and immutable: most jobs live on one to three nodes).
+"""
+
+from __future__ import annotations
+
+WAIT_REPL = 0
+ACTIVE = 1
+QUEUED = 2
+ACKED = 3
+
+STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked")
+STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
+
+# flags
+F_DELIVERED = 1  # handed to a client at least once (GETJOB / QPEEK do not count)
+F_ENQUEUED_ONCE = 2  # was queued at least once (RETRY 0 jobs are never queued again)
+F_DUMMY = 4  # a dummy ack: an acked job this node never had a copy of
+F_BCAST_WILLQUEUE = 8  # WILLQUEUE already sent for the current retry period
+
+_EMPTY: tuple = ()
+
+
+class Job:
+    __slots__ = (
+        "id",
+        "queue",
+        "body",
+        "state",
+        "repl",
+        "ctime",
+        "delay",
+        "retry",
+        "etime",
+        "qtime",
+        "awake",
+        "nacks",
+        "adeliv",
+        "flags",
+        "delivered",
+        "confirmed",
+    )
+
+    def __init__(
+        self,
+        jid: bytes,
+        queue: bytes,
+        body: bytes,
+        ctime: int,
+        etime: int,
+        repl: int = 1,
+        delay: int = 0,
+        retry: int = 0,
+    ) -> None:
+        self.id = jid
+        self.queue = queue
+        self.body = body
+        self.state = WAIT_REPL
+        self.repl = repl
+        self.ctime = ctime
+        self.delay = delay
+        self.retry = retry
+        self.etime = etime
+        self.qtime = 0
+        self.awake = 0
+        self.nacks = 0
+        self.adeliv = 0
+        self.flags = 0
+        self.delivered = _EMPTY
+        self.confirmed = _EMPTY
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id.decode()} {STATE_NAMES[self.state].decode()} q={self.queue!r}>"
+
+    @property
+    def state_name(self) -> bytes:
+        return STATE_NAMES[self.state]

@@ -1,0 +1,75 @@
+"""The job registry: job ID -> Job, split in fixed partitions for stateless scans.
+
+JSCAN needs a cursor that survives inserts and deletes between calls and still
+visits every job that exists throughout the scan. IDs carry 144 random bits, so two
+characters of the random part pick one of ``PARTS`` dicts; a cursor is simply the next
+partition to visit. The split costs no memory per job and one index per lookup.
+"""
+
+from __future__ import annotations
+
+PARTS = 1 << 14
+
+
+def _part(jid: bytes) -> int:
+    return ((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)
+
+
+class JobTable:
+    __slots__ = ("_parts", "_len")
+
+    def __init__(self) -> None:
+        self._parts: list[dict] = [{} for _ in range(PARTS)]
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __contains__(self, jid: bytes) -> bool:
+        return jid in self._parts[_part(jid)]
+
+    def get(self, jid: bytes):
+        return self._parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)
+
+    def add(self, job) -> bool:
+        """Insert; False (and nothing changed) if the ID is already registered."""
+        part = self._parts[_part(job.id)]
+        if job.id in part:
+            return False
+        part[job.id] = job
+        self._len += 1
+        return True
+
+    def remove(self, job) -> bool:
+        part = self._parts[_part(job.id)]
+        if part.get(job.id) is job:
+            del part[job.id]
+            self._len -= 1
+            return True
+        return False
+
+    def values(self):
+        for part in self._parts:
+            if part:
+                yield from list(part.values())
+
+    def clear(self) -> None:
+        for part in self._parts:
+            part.clear()
+        self._len = 0
+
+    def scan(self, cursor: int, count: int, busyloop: bool, keep) -> tuple[int, list]:
+        """Visit partitions from ``cursor``; returns (next cursor or 0 when done, jobs)."""
+        parts = self._parts
+        out: list = []
+        steps = count * 10
+        i = cursor if 0 <= cursor < PARTS else 0
+        while i < PARTS:
+            part = parts[i]
+            i += 1
+            if part:  # only non-empty partitions count as work
+                out.extend(j for j in part.values() if keep(j))
+                steps -= 1
+            if not busyloop and (len(out) >= count or steps <= 0):
+                break
+        return (i if i < PARTS else 0), out

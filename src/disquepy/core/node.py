@@ -1,0 +1,551 @@
+"""The node state machine: jobs, queues, timers and clients of one Disque node.
+
+Pure: every entry point takes ``now`` (wall clock, ms) and nothing here reads a clock,
+draws randomness (the RNG is injected) or touches a socket or file. Inputs are client
+commands (:meth:`Node.execute`), timer ticks (:meth:`Node.tick`) and, with the
+cluster, bus messages. Outputs are the reply returned by ``execute``, replies for
+other clients in :attr:`Node.outbox` (e.g. a blocked GETJOB served by a new job), and
+:meth:`Node.next_wake`, the time the shell must call ``tick`` again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+
+from ..codec import resp
+from . import errors
+from .awake import AwakeIndex
+from .client import Client
+from .errors import ReplyError
+from .ids import JobIdGenerator, id_is_at_most_once, id_ttl_minutes
+from .job import (
+    ACKED,
+    ACTIVE,
+    F_BCAST_WILLQUEUE,
+    F_DELIVERED,
+    F_DUMMY,
+    F_ENQUEUED_ONCE,
+    QUEUED,
+    WAIT_REPL,
+    Job,
+)
+from .jobtable import JobTable
+from .queue import PAUSED_IN, PAUSED_OUT, Queue
+
+# Memory accounting: what one job, queue or ack costs this process, measured for
+# CPython 3.11 (see docs/PERFORMANCE.md); the body, id and queue name are added as is.
+JOB_OVERHEAD = 330
+QUEUE_OVERHEAD = 1200
+CLIENT_OVERHEAD = 2000
+
+# empty, unblocked, unpaused queues are dropped after this idle time; sooner when
+# memory is short (over 75% / over 95% of maxmemory)
+QUEUE_MAX_IDLE_MS = (300_000, 10_000, 2_000)
+RETRY_JITTER_MS = 250  # re-queue times are spread by +-250 ms, as in Disque
+EVICT_CRON_MS = 100  # how often the housekeeping cron runs
+EVICT_BATCH = 1000  # jobs examined per eviction pass
+
+
+class Stats:
+    __slots__ = (
+        "commands",
+        "connections",
+        "rejected_connections",
+        "jobs_added",
+        "jobs_acked",
+        "jobs_expired",
+        "jobs_evicted",
+        "queues_evicted",
+        "oom_refusals",
+        "jobs_delivered",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
+class ShellRequest:
+    """A command the shell must finish (file I/O, exit); it sends the reply itself."""
+
+    __slots__ = ("kind", "args")
+
+    def __init__(self, kind: str, *args) -> None:
+        self.kind = kind
+        self.args = args
+
+
+class Node:
+    def __init__(self, config, node_id: str, rng, now: int, ip: str = "",
+                 port: int | None = None) -> None:
+        self.config = config
+        self.myid = node_id
+        self.myid_b = node_id.encode()
+        self.rng = rng
+        self.ip = ip
+        self.port = port if port is not None else config.port
+        self.idgen = JobIdGenerator(node_id, rng.getrandbits(160).to_bytes(20, "little"))
+        self.jobs = JobTable()
+        self.queues: dict[bytes, Queue] = {}
+        self.awake = AwakeIndex()
+        self.clients: dict[int, Client] = {}
+        self.outbox: list = []  # (client, reply bytes) for clients other than the caller
+        self.ready: list = []  # queues that got jobs while consumers wait
+        self._blocked_heap: list = []  # (deadline, client id, client)
+        self._next_client_id = 0
+        self.last_ctime = 0
+        self.start_time = now
+        self.now = now
+        self.used_memory = 0
+        self.leaving = False
+        self.loading = False
+        self.stats = Stats()
+        self.config_hooks: list = []  # callables told of CONFIG SET changes (shell reacts)
+        self.host_info = dict  # shell-injected: () -> {"pid", "rss", "cpu_user", ...}
+        self.run_id = f"{rng.getrandbits(160):040x}"
+        self.peak_memory = 0
+        self._next_cron = now
+        self._queue_cursor: list[bytes] = []  # snapshot for incremental queue eviction
+        # jobs that may be evicted under memory pressure without breaking safety:
+        # acked jobs and delivered at-most-once jobs, oldest first
+        self.evictable: dict[bytes, Job] = {}
+
+    # ------------------------------------------------------------------ clients
+    def new_client(self, conn=None, addr: str = "", now: int = 0) -> Client:
+        self._next_client_id += 1
+        c = Client(self._next_client_id, conn, addr, now)
+        c.authed = not self.config.requirepass
+        self.clients[c.id] = c
+        self.stats.connections += 1
+        return c
+
+    def client_closed(self, client: Client) -> None:
+        client.closed = True
+        if client.blocked is not None:
+            self.unblock(client)
+        self.clients.pop(client.id, None)
+
+    # ---------------------------------------------------------------- dispatch
+    def execute(self, client: Client, argv: list, now: int):
+        """Run one command. Returns reply bytes, None (client blocked), or a ShellRequest."""
+        from .commands import COMMANDS  # late import: commands import this module
+
+        self.now = now
+        client.last_cmd_time = now
+        self.stats.commands += 1
+        cmd = COMMANDS.get(argv[0].lower())
+        if cmd is None:
+            return resp.error(errors.unknown_command(argv[0]))
+        n = len(argv)
+        if (n != cmd.arity) if cmd.arity > 0 else (n < -cmd.arity):
+            return resp.error(errors.wrong_arity(cmd.name))
+        if not client.authed and not cmd.noauth:
+            return resp.error(errors.NOAUTH)
+        if cmd.denyoom and self.config.maxmemory and self.used_memory >= self.config.maxmemory:
+            self._evict(self.config.maxmemory * 95 // 100)
+            if self.used_memory >= self.config.maxmemory:
+                self.stats.oom_refusals += 1
+                return resp.error(errors.OOM)
+        try:
+            reply = cmd.handler(self, client, argv, now)
+        except ReplyError as e:
+            reply = resp.error(e.msg)
+        if self.ready:
+            self._serve_ready(now)
+        return reply
+
+    # -------------------------------------------------------------- job store
+    def register(self, job: Job) -> bool:
+        if not self.jobs.add(job):
+            return False
+        self.used_memory += JOB_OVERHEAD + len(job.body)
+        return True
+
+    def unregister(self, job: Job) -> None:
+        if job.state == QUEUED:
+            q = self.queues.get(job.queue)
+            if q is not None:
+                q.remove(job)
+        self.awake.cancel(job)
+        if job.flags & F_DELIVERED or job.state == ACKED:
+            self.evictable.pop(job.id, None)
+        if self.jobs.remove(job):
+            self.used_memory -= JOB_OVERHEAD + len(job.body)
+
+    def jitter(self) -> int:
+        return self.rng.randrange(2 * RETRY_JITTER_MS) - RETRY_JITTER_MS
+
+    def memory_level(self) -> int:
+        """0 normal, 1 above 75% of maxmemory, 2 above 95%, 3 at or above 100%."""
+        maxmem = self.config.maxmemory
+        used = self.used_memory
+        if not maxmem or used * 100 <= maxmem * 75:
+            return 0
+        if used * 100 <= maxmem * 95:
+            return 1
+        return 2 if used < maxmem else 3
+
+    def next_ctime(self, now: int) -> int:
+        """Creation time in ns: wall clock ms * 1e6, bumped to stay unique and rising."""
+        t = now * 1_000_000
+        if t <= self.last_ctime:
+            t = self.last_ctime + 1
+        self.last_ctime = t
+        return t
+
+    def queue_for(self, name: bytes, now: int) -> Queue:
+        q = self.queues.get(name)
+        if q is None:
+            q = Queue(name, now)
+            self.queues[name] = q
+            self.used_memory += QUEUE_OVERHEAD + len(name)
+        return q
+
+    # ------------------------------------------------------ the state machine
+    def enqueue(self, job: Job, now: int, nack: bool = False) -> bool:
+        """ENQUEUE(job): put an active job in its queue. False if it can't be queued:
+        already queued, or an at-most-once job that was queued (or delivered) before."""
+        if job.state == QUEUED or job.qtime == 0 or (job.retry == 0 and job.flags & F_DELIVERED):
+            return False
+        if nack:
+            job.nacks += 1
+        elif job.flags & F_ENQUEUED_ONCE:
+            job.adeliv += 1
+        job.flags |= F_ENQUEUED_ONCE
+        job.state = QUEUED
+        if job.retry:
+            job.flags |= F_BCAST_WILLQUEUE
+            job.qtime = now + job.retry * 1000 + self.jitter()
+        else:
+            job.qtime = 0  # at-most-once: never queued again
+        q = self.queues.get(job.queue)
+        if q is None:
+            q = self.queue_for(job.queue, now)
+        q.push(job)
+        q.atime = now
+        self.schedule(job)
+        if q.waiters and not q.flags & PAUSED_OUT:
+            self.ready.append(q)
+        return True
+
+    def dequeue(self, job: Job) -> bool:
+        """DEQUEUE(job): take a queued job out of its queue, leaving it active."""
+        if job.state != QUEUED:
+            return False
+        q = self.queues.get(job.queue)
+        if q is not None:
+            q.remove(job)
+        job.state = ACTIVE
+        self.schedule(job)
+        return True
+
+    def fetch(self, q: Queue, now: int) -> Job:
+        """Pop the oldest job of a non-empty queue for delivery to a client. The
+        re-queue time stays as set at enqueue time: retry counts from queueing."""
+        job = q.pop()
+        job.state = ACTIVE
+        job.flags |= F_DELIVERED
+        if job.retry == 0:
+            self.evictable[job.id] = job
+        q.atime = now
+        self.stats.jobs_delivered += 1
+        return job
+
+    def ack(self, job: Job, now: int) -> None:
+        """ACK-JOB(job): the job is done; it will never be queued again."""
+        if job.state == ACKED:
+            return
+        if job.state == QUEUED:
+            self.dequeue(job)
+        self.stats.jobs_acked += 1
+        job.state = ACKED
+        job.confirmed = ()
+        self.evictable[job.id] = job
+        self.schedule(job)
+
+    def start_gc(self, job: Job, now: int) -> None:
+        """Try to garbage collect an acked job. On a single node no other copy can
+        exist, so the job is freed at once."""
+        if job.state == ACKED:
+            self.unregister(job)
+
+    def dummy_ack(self, jid: bytes, now: int):
+        """Hold an ACK for a job this node never saw; only useful with other nodes."""
+        if self.cluster_size() <= 1 or self.leaving or id_is_at_most_once(jid):
+            return None
+        job = Job(jid, b"", b"", 0, now + id_ttl_minutes(jid) * 60_000)
+        job.state = ACKED
+        job.flags |= F_DUMMY
+        self.register(job)
+        self.evictable[jid] = job
+        self.schedule(job)
+        return job
+
+    def fast_ack(self, job: Job) -> None:
+        self.unregister(job)
+
+    def fast_ack_unknown(self, jid: bytes) -> None:
+        """FASTACK of an ID we do not hold: with a cluster, DELJOB goes to everyone."""
+
+    def schedule(self, job: Job) -> None:
+        """Recompute when the job next needs attention: expiry, delay, retry, GC."""
+        at = job.etime
+        q = job.qtime
+        if q and job.state != ACKED:
+            if job.flags & F_BCAST_WILLQUEUE and self.has_peers(job):
+                q -= 500
+            if q < at:
+                at = q
+        self.awake.schedule(job, at)
+
+    def process_job(self, job: Job, now: int) -> None:
+        """A job's timer fired: expire it, queue it (delay / retry) or push qtime."""
+        if job.etime <= now:
+            self.stats.jobs_expired += 1
+            self.unregister(job)
+            return
+        state = job.state
+        if job.flags & F_BCAST_WILLQUEUE and job.qtime - 500 <= now and state != ACKED:
+            job.flags &= ~F_BCAST_WILLQUEUE
+            if state == ACTIVE:
+                self.send_willqueue(job)
+        if state == ACTIVE and job.qtime and job.qtime <= now:
+            q = self.queues.get(job.queue)
+            if job.retry and q is not None and q.flags & PAUSED_IN:
+                job.qtime = now + job.retry * 1000 + self.jitter()  # try again later
+            else:
+                self.enqueue(job, now)
+        elif state == QUEUED and job.qtime and job.qtime <= now and job.retry:
+            # still queued, never consumed: push the re-queue time one period on
+            job.flags |= F_BCAST_WILLQUEUE
+            job.qtime = now + job.retry * 1000 + self.jitter()
+        elif state == ACKED:
+            self.start_gc(job, now)
+            if self.jobs.get(job.id) is not job:
+                return
+        self.schedule(job)
+
+    # --------------------------------------------------- cluster placeholders
+    # A node alone has no peers; the cluster layer overrides these.
+    def cluster_size(self) -> int:
+        return 1
+
+    def reachable_nodes(self) -> int:
+        return 0
+
+    def has_peers(self, job: Job) -> bool:
+        return False
+
+    def send_willqueue(self, job: Job) -> None:
+        pass
+
+    def broadcast_working(self, job: Job) -> None:
+        pass
+
+    def broadcast_pause(self, qname: bytes, flags: int) -> None:
+        pass
+
+    def queues_drained(self, names, now: int) -> None:
+        """GETJOB found these queues empty (or emptied them): federation hook."""
+
+    def import_sources(self, q: Queue, now: int) -> list:
+        return []
+
+    def delivered_ids(self, job: Job) -> list:
+        if job.flags & F_DUMMY:
+            return []
+        return [self.myid_b] if not job.delivered else list(job.delivered)
+
+    def confirmed_ids(self, job: Job) -> list:
+        return list(job.confirmed)
+
+    def add_new_job(self, client, job: Job, now: int, timeout: int, is_async: bool):
+        """Register a job created by ADDJOB and queue it (or schedule its delay)."""
+        if not self.register(job):
+            raise ReplyError("ERR Internal error creating the job, check server logs")
+        self.stats.jobs_added += 1
+        job.state = ACTIVE
+        if job.delay:
+            job.qtime = now + job.delay * 1000
+            self.schedule(job)
+        else:
+            job.qtime = now + job.retry * 1000  # non-zero: the first enqueue may happen
+            self.enqueue(job, now)
+        return b"+" + job.id + b"\r\n"
+
+    def hello_nodes(self) -> list:
+        """(id, ip, port, priority) for HELLO; priority 1 is best, 100 is leaving."""
+        return [(self.myid_b, self.ip.encode(), self.port, 100 if self.leaving else 1)]
+
+    def persistence_info(self) -> list:
+        return [
+            ("loading", int(self.loading)),
+            ("aof_enabled", int(bool(self.config.appendonly))),
+            ("aof_state", "on" if self.config.appendonly else "off"),
+            ("aof_rewrite_in_progress", 0),
+            ("aof_rewrite_scheduled", 0),
+            ("aof_last_rewrite_time_sec", -1),
+            ("aof_current_rewrite_time_sec", -1),
+            ("aof_last_bgrewrite_status", "ok"),
+            ("aof_last_write_status", "ok"),
+        ]
+
+    def reset_stats(self) -> None:
+        self.stats = Stats()
+
+    # ------------------------------------------------------------------- scans
+    def scan_jobs(self, cursor: int, count: int, busyloop: bool, keep):
+        return self.jobs.scan(cursor, count, busyloop, keep)
+
+    def scan_queues(self, cursor: int, count: int, busyloop: bool, keep):
+        """Queues in order of a stable hash of their name; the cursor is the next hash."""
+        from zlib import crc32
+
+        order = sorted((crc32(name), name) for name in self.queues)
+        out = []
+        i = 0
+        n = len(order)
+        while i < n and order[i][0] < cursor:
+            i += 1
+        steps = count * 10
+        while i < n:
+            h = order[i][0]
+            while i < n and order[i][0] == h:  # same hash: all in one call
+                q = self.queues[order[i][1]]
+                if keep(q):
+                    out.append(q)
+                i += 1
+            steps -= 1
+            if not busyloop and (len(out) >= count or steps <= 0):
+                break
+        return (order[i][0] if i < n else 0), out
+
+    def flushall(self) -> None:
+        """DEBUG FLUSHALL: forget every job and queue; blocked consumers get null."""
+        for c in list(self.clients.values()):
+            if c.blocked is not None:
+                self.unblock(c)
+                self.outbox.append((c, resp.null_array(c.proto)))
+        for job in self.jobs.values():
+            self.awake.cancel(job)
+        self.jobs.clear()
+        self.queues.clear()
+        self.evictable.clear()
+        self.awake = AwakeIndex()
+        self.used_memory = 0
+
+    def set_pause(self, q: Queue, flags: int, now: int) -> None:
+        """Replace a queue's pause flags; clearing OUT serves waiting consumers."""
+        was_out = q.flags & PAUSED_OUT
+        q.flags = flags
+        if was_out and not flags & PAUSED_OUT and q.jobs and q.waiters:
+            self.ready.append(q)
+
+    # ------------------------------------------------------ blocked consumers
+    def block(self, client: Client, blocked, now: int) -> None:
+        client.blocked = blocked
+        for name in blocked.queues:
+            self.queue_for(name, now).waiters.append(client)
+        if blocked.deadline:
+            heapq.heappush(self._blocked_heap, (blocked.deadline, client.id, client))
+
+    def unblock(self, client: Client) -> None:
+        b = client.blocked
+        client.blocked = None
+        if b is None:
+            return
+        for name in b.queues:
+            q = self.queues.get(name)
+            if q is not None:
+                with contextlib.suppress(ValueError):
+                    q.waiters.remove(client)
+
+    def _serve_ready(self, now: int) -> None:
+        """Serve clients blocked on queues that received jobs, one job each, FIFO."""
+        from .commands.queues import job_reply
+
+        ready, self.ready = self.ready, []
+        for q in ready:
+            while q.waiters and q.jobs and not q.flags & PAUSED_OUT:
+                c = q.waiters[0]
+                b = c.blocked
+                self.unblock(c)
+                job = self.fetch(q, now)
+                self.outbox.append((c, b"*1\r\n" + job_reply(job, b.withcounters)))
+
+    def reply_blocked_clients(self, reply: bytes) -> None:
+        """Unblock every blocked client with ``reply`` (e.g. -LEAVING)."""
+        for c in list(self.clients.values()):
+            if c.blocked is not None:
+                self.unblock(c)
+                self.outbox.append((c, reply))
+
+    # ------------------------------------------------------------------ timers
+    def next_wake(self) -> int | None:
+        t = self.awake.next_due()
+        h = self._blocked_heap
+        while h and (h[0][2].blocked is None or h[0][2].blocked.deadline != h[0][0]):
+            heapq.heappop(h)
+        if h and (t is None or h[0][0] < t):
+            t = h[0][0]
+        if t is None or self._next_cron < t:
+            t = self._next_cron
+        return t
+
+    def tick(self, now: int) -> None:
+        """Fire every timer that is due at ``now``."""
+        self.now = now
+        for job in self.awake.pop_due(now):
+            if self.jobs.get(job.id) is job:
+                self.process_job(job, now)
+        h = self._blocked_heap
+        while h and h[0][0] <= now:
+            deadline, _, c = heapq.heappop(h)
+            if c.blocked is not None and c.blocked.deadline == deadline:
+                self.unblock(c)
+                self.outbox.append((c, resp.null_array(c.proto)))
+        if now >= self._next_cron:
+            self._next_cron = now + EVICT_CRON_MS
+            self._cron(now)
+        if self.ready:
+            self._serve_ready(now)
+
+    def _cron(self, now: int) -> None:
+        level = self.memory_level()
+        if level >= 2:
+            self._evict(self.config.maxmemory * 95 // 100)
+        self._evict_idle_queues(now, QUEUE_MAX_IDLE_MS[min(level, 2)])
+
+    def _evict_idle_queues(self, now: int, max_idle: int, budget: int = 100) -> None:
+        if not self._queue_cursor:
+            self._queue_cursor = list(self.queues)
+        cursor = self._queue_cursor
+        while cursor and budget:
+            budget -= 1
+            q = self.queues.get(cursor.pop())
+            if q is not None and q.removable() and now - q.atime >= max_idle:
+                self.drop_queue(q)
+
+    def drop_queue(self, q: Queue) -> None:
+        del self.queues[q.name]
+        self.used_memory -= QUEUE_OVERHEAD + len(q.name)
+        self.stats.queues_evicted += 1
+
+    def _evict(self, target: int) -> None:
+        """Free what does not break safety, oldest first: acked jobs, delivered
+        at-most-once jobs, then empty idle queues, until memory is under ``target``."""
+        ev = self.evictable
+        while ev and self.used_memory > target:
+            job = next(iter(ev.values()))
+            del ev[job.id]
+            if job.state == QUEUED or job.state == WAIT_REPL:
+                continue
+            self.stats.jobs_evicted += 1
+            self.unregister(job)
+        if self.used_memory > target:
+            for q in [q for q in self.queues.values() if q.removable()]:
+                self.drop_queue(q)
+
+
+__all__ = ["Node", "ShellRequest", "Stats"]

@@ -1,0 +1,159 @@
+"""The driver: owns the Node, feeds it the clock, delivers its outputs, runs its timer.
+
+Everything the pure core cannot do itself happens here: reading the clock, writing
+replies the node queued for other clients, keeping one loop timer armed at
+``node.next_wake()``, and finishing shell requests (CONFIG REWRITE, SHUTDOWN, QUIT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+from ..codec import resp
+from ..core.config import ConfigError
+from .log import log, set_level
+
+
+class Driver:
+    def __init__(self, node, config, config_path: str | None, loop, pure_resp: bool = False):
+        self.node = node
+        self.config = config
+        self.config_path = config_path
+        self.loop = loop
+        self.pure_resp = pure_resp
+        self.servers: list = []
+        self._timer = None
+        self._timer_at: int | None = None
+        self.stopping = asyncio.Event()
+        self.exit_code = 0
+        node.config_hooks.append(self._config_changed)
+        node.host_info = self.host_info
+
+    @staticmethod
+    def now() -> int:
+        return int(time.time() * 1000)
+
+    def host_info(self) -> dict:
+        """Process facts for INFO that only the shell can read."""
+        rss = 0
+        try:
+            with open("/proc/self/statm", "rb") as f:
+                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+        t = os.times()
+        u = os.uname()
+        return {
+            "pid": os.getpid(),
+            "rss": rss,
+            "cpu_user": t.user,
+            "cpu_sys": t.system,
+            "os": f"{u.sysname} {u.release} {u.machine}",
+            "arch_bits": 64 if sys.maxsize > 2**32 else 32,
+            "multiplexing_api": "uvloop" if "uvloop" in type(self.loop).__module__ else "asyncio",
+            "executable": os.path.abspath(sys.argv[0]),
+            "config_file": self.config_path or "",
+        }
+
+    # ----------------------------------------------------------- node outputs
+    def after_event(self) -> None:
+        """Deliver replies the node queued for other clients and re-arm the timer."""
+        node = self.node
+        if node.outbox:
+            ob, node.outbox = node.outbox, []
+            for client, data in ob:
+                conn = client.conn
+                if conn is None or client.closed:
+                    continue
+                conn.write(data)
+                if client.blocked is None:
+                    conn.resume()
+            if node.outbox:  # resumed pipelines produced more
+                self.after_event()
+                return
+        t = node.next_wake()
+        if t is not None and (self._timer_at is None or t < self._timer_at):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = t
+            delay = max(0.0, (t - self.now()) / 1000.0)
+            self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.node.tick(self.now())
+        self.after_event()
+
+    # --------------------------------------------------------- shell requests
+    def shell_request(self, conn, req) -> bytes | None:
+        """Finish what the core asked the shell to do. Returns the reply, or None
+        when the connection was answered and closed here."""
+        kind = req.kind
+        if kind == "config-rewrite":
+            return self._config_rewrite()
+        if kind == "quit":
+            conn.write(resp.OK)
+            conn.close()
+            return None
+        if kind == "shutdown":
+            conn.close()
+            self.shutdown(req.args[0] if req.args else "")
+            return None
+        if kind == "debug-sleep":
+            time.sleep(req.args[0])
+            return resp.OK
+        return resp.error(f"ERR unsupported request {kind}")
+
+    def _config_rewrite(self) -> bytes:
+        path = self.config_path
+        if not path:
+            return resp.error("ERR The server is running without a config file")
+        try:
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                original = f.read()
+        except FileNotFoundError:
+            original = None
+        except OSError as e:
+            return resp.error(f"ERR Rewriting config file: {e.strerror}")
+        text = self.config.rewrite(original)
+        try:
+            write_atomically(path, text.encode())
+        except OSError as e:
+            log.warning("CONFIG REWRITE failed: %s", e)
+            return resp.error(f"ERR Rewriting config file: {e.strerror}")
+        log.info("CONFIG REWRITE executed with success.")
+        return resp.OK
+
+    def _config_changed(self, names: list) -> None:
+        if "loglevel" in names:
+            set_level(self.config.loglevel)
+
+    def shutdown(self, how: str = "") -> None:
+        log.warning("User requested shutdown...")
+        for srv in self.servers:
+            srv.close()
+        self.stopping.set()
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write to a temp file, fsync it, rename over ``path``, fsync the directory."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+__all__ = ["Driver", "write_atomically", "ConfigError"]

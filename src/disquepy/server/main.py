@@ -1,0 +1,124 @@
+"""``disque-server [/path/to/disque.conf] [--directive value ...]``"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sys
+
+from .. import __version__
+from ..core.config import Config, ConfigError
+from ..core.ids import new_node_id
+from ..core.node import Node
+from . import log as logmod
+from .driver import Driver
+from .log import log
+from .protocol import ClientProtocol
+
+USAGE = """Usage: disque-server [/path/to/disque.conf] [options]
+       disque-server - (read config from stdin)
+       disque-server -v or --version
+       disque-server -h or --help
+
+Examples:
+       disque-server (run the server with default conf)
+       disque-server /etc/disque/7711.conf
+       disque-server --port 7777
+       disque-server /etc/mydisque.conf --loglevel verbose
+"""
+
+
+def load_config(argv: list[str]) -> tuple[Config, str | None]:
+    path = None
+    text = ""
+    if argv and not argv[0].startswith("--"):
+        path = argv[0]
+        argv = argv[1:]
+        if path == "-":
+            text, path = sys.stdin.read(), None
+        else:
+            path = os.path.abspath(path)
+            with open(path, encoding="utf-8", errors="surrogateescape") as f:
+                text = f.read()
+    cfg = Config.from_text(text, origin=path or "<stdin>")
+    if argv:
+        cfg.apply_args(argv)
+    return cfg, path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-v", "--version"):
+        print(f"Disque server v={__version__} (disquepy)")
+        return 0
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    try:
+        cfg, path = load_config(argv)
+    except ConfigError as e:
+        sys.stderr.write(f"\n{e}\n")
+        return 1
+    except OSError as e:
+        sys.stderr.write(f"Fatal error, can't open config file '{argv[0]}': {e.strerror}\n")
+        return 1
+    try:
+        logmod.setup(cfg.loglevel, cfg.logfile)
+    except OSError as e:
+        sys.stderr.write(f"Can't open the log file: {e.strerror}\n")
+        return 1
+    try:
+        os.chdir(cfg.dir)
+    except OSError as e:
+        log.warning("Can't chdir to '%s': %s", cfg.dir, e.strerror)
+        return 1
+    cfg.dir = os.getcwd()
+    if cfg.protected_mode and not cfg.requirepass:
+        exposed = cfg.protected_mode_violations()
+        if exposed:
+            log.warning(
+                "Refusing to listen on %s without requirepass while protected-mode is "
+                "yes: set a password, bind to loopback, or set protected-mode no.",
+                " ".join(exposed),
+            )
+            return 1
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        log.warning("uvloop not available, using the default asyncio loop")
+    return asyncio.run(_serve(cfg, path))
+
+
+async def _serve(cfg: Config, path: str | None) -> int:
+    loop = asyncio.get_running_loop()
+    sysrand = random.SystemRandom()
+    node_id = new_node_id(sysrand)
+    node = Node(cfg, node_id, random.Random(sysrand.getrandbits(64)), Driver.now())
+    driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
+    log.info("Disque (disquepy %s) starting, pid=%d, node id %s", __version__, os.getpid(),
+             node_id)
+    try:
+        for addr in cfg.bind:
+            srv = await loop.create_server(
+                lambda: ClientProtocol(driver), addr, cfg.port, backlog=cfg.tcp_backlog,
+                reuse_address=True,
+            )
+            driver.servers.append(srv)
+    except OSError as e:
+        log.warning("Creating Server TCP listening socket %s:%d: %s", addr, cfg.port, e.strerror)
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, driver.shutdown, "signal")
+    log.info("The server is now ready to accept connections on port %d", cfg.port)
+    driver.after_event()
+    await driver.stopping.wait()
+    log.warning("Disque is now ready to exit, bye bye...")
+    return driver.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

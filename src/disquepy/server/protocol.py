@@ -1,0 +1,134 @@
+"""One client connection: bytes in, commands to the node, replies out in one write.
+
+Each ``data_received`` parses every complete command in the buffer (pipelining),
+runs them in order and sends all their replies with a single ``transport.write``.
+A GETJOB that blocks stops the loop: later commands from the same client wait, still
+buffered, until the node answers the blocked one, so replies never reorder, while
+other clients go on being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..codec import resp
+from ..codec.resp import ProtocolError, QueryBufferLimitError
+from .log import log
+
+# a client with this many unparsed bytes buffered while blocked stops being read
+_PAUSE_READING_AT = 1 << 20
+
+
+class ClientProtocol(asyncio.Protocol):
+    __slots__ = ("driver", "node", "transport", "reader", "client", "paused", "closing")
+
+    def __init__(self, driver) -> None:
+        self.driver = driver
+        self.node = driver.node
+        self.transport = None
+        self.client = None
+        self.paused = False
+        self.closing = False
+        cfg = driver.config
+        self.reader = resp.make_reader(
+            pure=driver.pure_resp,
+            max_bulk_len=cfg.proto_max_bulk_len,
+            query_buffer_limit=cfg.client_query_buffer_limit,
+        )
+
+    # ----------------------------------------------------------- asyncio API
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        now = self.driver.now()
+        if len(self.node.clients) >= self.driver.config.maxclients:
+            self.node.stats.rejected_connections += 1
+            transport.write(resp.error("ERR max number of clients reached"))
+            transport.close()
+            self.closing = True
+            return
+        self.client = self.node.new_client(self, addr, now)
+        log.debug("Accepted %s", addr)
+
+    def connection_lost(self, exc) -> None:
+        self.closing = True
+        if self.client is not None:
+            self.node.client_closed(self.client)
+            self.driver.after_event()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            self.reader.feed(data)
+        except QueryBufferLimitError:
+            log.warning("Closing client that reached max query buffer length: %s",
+                        self.client.addr)
+            self.close()
+            return
+        if self.client.blocked is None:
+            self.process()
+            self.driver.after_event()
+        elif not self.paused and len(self.reader) > _PAUSE_READING_AT:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def pause_writing(self) -> None:  # the peer reads slower than we write
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self.paused:
+            self.transport.resume_reading()
+
+    # --------------------------------------------------------------- work
+    def process(self) -> None:
+        """Run every complete buffered command until done or the client blocks."""
+        node, client, reader = self.node, self.client, self.reader
+        now = self.driver.now()
+        out = []
+        while True:
+            try:
+                argv = reader.gets()
+            except QueryBufferLimitError:
+                self.close()
+                return
+            except ProtocolError as e:
+                out.append(resp.error("ERR " + str(e)))
+                self.transport.write(b"".join(out))
+                self.close()
+                return
+            if argv is False:
+                break
+            reply = node.execute(client, argv, now)
+            if reply.__class__ is bytes:
+                out.append(reply)
+            elif reply is None:  # blocked: later commands wait for its reply
+                break
+            else:
+                data = self.driver.shell_request(self, reply)
+                if data is None:  # the driver answered (or closed) the connection
+                    out_data = b"".join(out)
+                    if out_data and not self.closing:
+                        self.transport.write(out_data)
+                    return
+                out.append(data)
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def resume(self) -> None:
+        """The node answered this client's blocked command: go on with its pipeline."""
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+        if len(self.reader):
+            self.process()
+
+    def write(self, data: bytes) -> None:
+        if not self.closing:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.transport.close()

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support import Server  # noqa: E402
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    """Start real disque-server processes; all are stopped at the end of the test."""
+    servers: list[Server] = []
+
+    def make(*args: str, conf: str | None = None, start: bool = True, **kw) -> Server:
+        s = Server(tmp_path / f"node{len(servers)}", *args, conf=conf, **kw)
+        servers.append(s)
+        return s.start() if start else s
+
+    yield make
+    for s in servers:
+        s.kill()
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory):
+    """One server for the many tests that only need an empty node."""
+    s = Server(tmp_path_factory.mktemp("shared")).start()
+    yield s
+    s.kill()
+
+
+@pytest.fixture
+def server(shared_server) -> Server:
+    """The shared server, emptied (DEBUG FLUSHALL) for this test."""
+    if not shared_server.alive():
+        shared_server.start()
+    c = shared_server.client()
+    c.execute_command("DEBUG", "FLUSHALL")
+    c.close()
+    return shared_server
+
+
+@pytest.fixture
+def r(server):
+    """A raw redis-py client (RESP2) on an empty server."""
+    c = server.client()
+    yield c
+    c.close()

@@ -1,0 +1,128 @@
+"""Real server processes for the tests: start on free loopback ports, wait, stop."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVER = [sys.executable, "-m", "disquepy.server.main"]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port free on loopback, with port+10000 (the cluster bus) free too."""
+    for _ in range(200):
+        p = random.randint(20000, 30000)
+        if port_is_free(p) and port_is_free(p + 10000):
+            return p
+    raise RuntimeError("no free port pair found")
+
+
+def raw(port: int, data: bytes, timeout: float = 5.0, until: bytes | None = None) -> bytes:
+    """Send raw bytes, read until the peer closes, ``until`` is seen, or time runs out."""
+    out = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            out += chunk
+            if until is not None and until in out:
+                break
+    return out
+
+
+class Server:
+    """One disque-server process on 127.0.0.1."""
+
+    def __init__(self, workdir: Path, *args: str, port: int | None = None,
+                 conf: str | None = None, env: dict | None = None) -> None:
+        self.port = port or free_port()
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.args = list(args)
+        self.conf_path = None
+        if conf is not None:
+            self.conf_path = self.workdir / "disque.conf"
+            self.conf_path.write_text(conf)
+        self.env = dict(os.environ, **(env or {}))
+        self.env.setdefault("PYTHONPATH", str(ROOT / "src"))
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.workdir / f"server-{self.port}.log"
+
+    def command(self) -> list[str]:
+        cmd = list(SERVER)
+        if self.conf_path is not None:
+            cmd.append(str(self.conf_path))
+        return cmd + ["--port", str(self.port), *self.args]
+
+    def start(self, wait: bool = True) -> Server:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=log,
+                                     stderr=subprocess.STDOUT, env=self.env)
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if raw(self.port, b"PING\r\n", timeout=1, until=b"\r\n").startswith(b"+PONG"):
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server not ready on {self.port}:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def client(self, **kw):
+        import redis
+
+        kw.setdefault("protocol", 2)
+        kw.setdefault("socket_timeout", 10)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
