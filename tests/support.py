@@ -92,7 +92,8 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if raw(self.port, b"PING\r\n", timeout=1, until=b"\r\n").startswith(b"+PONG"):
+                reply = raw(self.port, b"PING\r\n", timeout=1, until=b"\r\n")
+                if reply.startswith((b"+PONG", b"-NOAUTH")):
                     return
             except OSError:
                 pass

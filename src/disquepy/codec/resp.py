@@ -508,27 +508,30 @@ class HiredisRequestReader(PyRequestReader):
         try:
             while True:
                 pos = self._pos
-                if not self._left and pos >= self._mark and pos < len(buf) and buf[pos] == 42:
-                    hr = self._hr
-                    if hr is None:
-                        hr = self._hr = _hiredis.Reader()
-                        hr.feed(buf, pos)
-                    try:
-                        req = hr.gets()
-                    except _hiredis.ProtocolError:
-                        req = None
-                    if req:
-                        end = self._check(req, pos)
-                        if end:
-                            self._pos = end
-                            return req
-                    elif req == []:  # "*0\r\n": no command
-                        self._pos = pos + 4
-                        continue
-                    # Incomplete (False), "*-1" (None), rejected by hiredis,
-                    # or not made of bulk strings: the pure parser takes over,
-                    # for everything buffered so far (so that a stream of such
-                    # requests does not re-feed hiredis again and again).
+                if pos >= self._mark and pos < len(buf) and not self._left:
+                    if buf[pos] == 42:  # '*'
+                        hr = self._hr
+                        if hr is None:
+                            hr = self._hr = _hiredis.Reader()
+                            hr.feed(buf, pos)
+                        try:
+                            req = hr.gets()
+                        except _hiredis.ProtocolError:
+                            req = None
+                        if type(req) is list:
+                            if not req:  # "*0\r\n": no command
+                                self._pos = pos + 4
+                                continue
+                            end = self._check(req, pos)
+                            if end:
+                                self._pos = end
+                                return req
+                    # An inline request, or a multibulk one that is incomplete
+                    # (False), "*-1" (None), rejected by hiredis, or not made
+                    # of bulk strings: hiredis cannot skip over what the pure
+                    # parser consumes, so drop it.  The pure parser handles
+                    # everything buffered so far: re-feeding a new hiredis
+                    # reader after each such request could be quadratic.
                     self._hr = None
                     self._mark = len(buf)
                 argv = self._parse()
