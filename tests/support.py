@@ -78,10 +78,9 @@ class Server:
         return cmd + ["--port", str(self.port), *self.args]
 
     def start(self, wait: bool = True) -> Server:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=log,
-                                     stderr=subprocess.STDOUT, env=self.env)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=log,
+                                         stderr=subprocess.STDOUT, env=self.env)
         if wait:
             self.wait_ready()
         return self

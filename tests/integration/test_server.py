@@ -214,10 +214,10 @@ CONF = """# disquepy test config
 # a comment that must survive
 
 port 7711
-maxmemory 100mb   
+maxmemory 100mb{TRAILING}
 loglevel notice
 # trailing comment
-"""
+""".replace("{TRAILING}", "   ")  # trailing blanks after a value are tolerated
 
 
 def test_config_get_set_rewrite_keeps_comments(server_factory):

@@ -463,7 +463,7 @@ def test_jscan_cursor_filters_and_reply_types(h):
 def test_oom_refuses_growth_commands_at_the_limit(h):
     h.node.config.maxmemory = 200_000
     added = 0
-    for i in range(10_000):
+    for _ in range(10_000):
         r = h("ADDJOB", "q", "x" * 100, 0)
         if isinstance(r, Error):
             assert r == "OOM command not allowed when used memory > 'maxmemory'."
