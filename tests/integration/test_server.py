@@ -288,7 +288,7 @@ def test_bad_config_file_is_fatal(tmp_path):
 
 def test_info_reports_rss_and_accounted_memory(server):
     r = server.client()
-    for i in range(100):
+    for _ in range(100):
         r.execute_command("ADDJOB", "m", "x" * 1000, 0)
     info = r.info("memory")
     assert info["used_memory"] > 100 * 1000
