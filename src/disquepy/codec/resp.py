@@ -34,8 +34,9 @@ differences, all making results independent of how the stream is split into
   accepts such a line when it happens to arrive in a single read.
 * An inline line ending in a bare ``\\n`` consumes exactly that ``\\n`` (old
   Redis versions also swallowed the byte after it).
-* NUL bytes do not end a header line early (Redis's ``strchr`` would stop
-  there); in an inline request a NUL ends the line's arguments, as in Redis.
+* NUL bytes are ordinary bytes when looking for the end of a line (Redis's
+  ``strchr`` stops at them and then waits for more data); within an inline
+  line a NUL still ends the arguments, as in Redis's ``sdssplitargs``.
 
 ``HiredisRequestReader`` hands every complete request that starts with
 ``*`` to ``hiredis.Reader`` and checks its result against the buffer (every
@@ -494,6 +495,7 @@ class HiredisRequestReader(PyRequestReader):
         self._mark = 0 if max_inline >= 32 else _NEVER
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append bytes read from the client (see ``PyRequestReader.feed``)."""
         pos = self._pos
         super().feed(data)
         if pos:

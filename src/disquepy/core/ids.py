@@ -20,6 +20,8 @@ import hashlib
 
 JOB_ID_LEN = 40
 _PREFIX = b"D-"
+_sha1 = hashlib.sha1
+_b64 = binascii.b2a_base64
 _MAX_TTL_MINUTES = 0xFFFF
 
 
@@ -31,18 +33,24 @@ def new_node_id(rng) -> str:
 class JobIdGenerator:
     """Generates job IDs for one node. Pure: the seed comes from the caller's RNG."""
 
-    __slots__ = ("_head", "_seed", "_counter")
+    __slots__ = ("_head", "_seed", "_counter", "_ttl_cache")
 
     def __init__(self, node_id: str, seed: bytes) -> None:
         self._head = _PREFIX + node_id[:8].encode() + b"-"
         self._seed = seed
         self._counter = 0
+        self._ttl_cache: dict = {}
 
     def next_id(self, ttl_seconds: int, retry: int) -> bytes:
-        self._counter += 1
-        digest = hashlib.sha1(self._seed + self._counter.to_bytes(8, "little")).digest()
-        rand = binascii.b2a_base64(digest[:18], newline=False)
-        return self._head + rand + b"-" + ttl_field(ttl_seconds, retry)
+        self._counter = c = self._counter + 1
+        digest = _sha1(self._seed + c.to_bytes(8, "little")).digest()
+        key = (ttl_seconds, retry != 0)
+        tail = self._ttl_cache.get(key)
+        if tail is None:
+            if len(self._ttl_cache) > 1024:
+                self._ttl_cache.clear()
+            tail = self._ttl_cache[key] = b"-" + ttl_field(ttl_seconds, retry)
+        return b"".join((self._head, _b64(digest[:18], newline=False), tail))
 
 
 def ttl_field(ttl_seconds: int, retry: int) -> bytes:

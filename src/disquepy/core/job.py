@@ -20,7 +20,8 @@ STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
 F_DELIVERED = 1  # handed to a client at least once (GETJOB / QPEEK do not count)
 F_ENQUEUED_ONCE = 2  # was queued at least once (RETRY 0 jobs are never queued again)
 F_DUMMY = 4  # a dummy ack: an acked job this node never had a copy of
-F_BCAST_WILLQUEUE = 8  # WILLQUEUE already sent for the current retry period
+F_BCAST_WILLQUEUE = 8  # send WILLQUEUE before the coming re-queue
+F_OVERFLOW = 16  # queued out of creation order (in the queue's sorted overflow)
 
 _EMPTY: tuple = ()
 

@@ -47,6 +47,18 @@ EVICT_CRON_MS = 100  # how often the housekeeping cron runs
 EVICT_BATCH = 1000  # jobs examined per eviction pass
 
 
+_COMMANDS: dict = {}
+
+
+def _commands() -> dict:
+    """The command table, imported on first use (the commands import this module)."""
+    if not _COMMANDS:
+        from .commands import COMMANDS
+
+        _COMMANDS.update(COMMANDS)
+    return _COMMANDS
+
+
 class Stats:
     __slots__ = (
         "commands",
@@ -129,12 +141,10 @@ class Node:
     # ---------------------------------------------------------------- dispatch
     def execute(self, client: Client, argv: list, now: int):
         """Run one command. Returns reply bytes, None (client blocked), or a ShellRequest."""
-        from .commands import COMMANDS  # late import: commands import this module
-
         self.now = now
         client.last_cmd_time = now
         self.stats.commands += 1
-        cmd = COMMANDS.get(argv[0].lower())
+        cmd = _commands().get(argv[0].lower())
         if cmd is None:
             return resp.error(errors.unknown_command(argv[0]))
         n = len(argv)
@@ -174,7 +184,7 @@ class Node:
             self.used_memory -= JOB_OVERHEAD + len(job.body)
 
     def jitter(self) -> int:
-        return self.rng.randrange(2 * RETRY_JITTER_MS) - RETRY_JITTER_MS
+        return int(self.rng.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
 
     def memory_level(self) -> int:
         """0 normal, 1 above 75% of maxmemory, 2 above 95%, 3 at or above 100%."""

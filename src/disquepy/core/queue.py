@@ -1,22 +1,93 @@
 """Queues: jobs ordered by creation time, blocked consumers, pause state, counters.
 
-A queue holds only jobs in state ``queued``, sorted by ``ctime`` (ns, unique per
+A queue holds only jobs in state ``queued``, ordered by ``ctime`` (ns, unique per
 node), so a job re-queued after a failed delivery goes back to its place by age, not to
 the tail. Consumers blocked in GETJOB wait in ``waiters`` and are served FIFO.
+
+Storage is two parts. New jobs arrive in creation order, so almost every insert is
+an append: those live in a deque (O(1) append and pop, 8 bytes a job). A job older
+than the newest one in the deque (a re-queue, a NACK, a job from another node) goes
+to a sorted overflow list instead. The head of the queue is the older of the two
+heads, so the order seen by GETJOB and QPEEK is the single ctime order.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from itertools import islice
 from operator import attrgetter
 
 from sortedcontainers import SortedKeyList
+
+from .job import F_OVERFLOW
 
 PAUSED_IN = 1
 PAUSED_OUT = 2
 PAUSE_NAMES = (b"none", b"in", b"out", b"all")
 
 _by_ctime = attrgetter("ctime")
+
+
+class JobQueue:
+    """Jobs in ctime order: an in-order deque plus a sorted overflow."""
+
+    __slots__ = ("tail", "overflow")
+
+    def __init__(self) -> None:
+        self.tail: deque = deque()
+        self.overflow: SortedKeyList | None = None
+
+    def __len__(self) -> int:
+        return len(self.tail) + (len(self.overflow) if self.overflow else 0)
+
+    def __bool__(self) -> bool:
+        return bool(self.tail) or bool(self.overflow)
+
+    def add(self, job) -> None:
+        tail = self.tail
+        if not tail or job.ctime > tail[-1].ctime:
+            tail.append(job)
+            return
+        if self.overflow is None:
+            self.overflow = SortedKeyList(key=_by_ctime)
+        job.flags |= F_OVERFLOW
+        self.overflow.add(job)
+
+    def remove(self, job) -> None:
+        if job.flags & F_OVERFLOW:
+            job.flags &= ~F_OVERFLOW
+            self.overflow.remove(job)
+        else:
+            self.tail.remove(job)  # by identity; queued jobs leave mostly near the head
+
+    def pop(self):
+        ov = self.overflow
+        tail = self.tail
+        if ov and (not tail or ov[0].ctime < tail[0].ctime):
+            job = ov.pop(0)
+            job.flags &= ~F_OVERFLOW
+            return job
+        return tail.popleft()
+
+    def first(self, count: int) -> list:
+        """The ``count`` oldest jobs, oldest first."""
+        if not self.overflow:
+            return list(islice(self.tail, count))
+        return list(islice(heapq.merge(self.tail, self.overflow, key=_by_ctime), count))
+
+    def last(self, count: int) -> list:
+        """The ``count`` newest jobs, newest first."""
+        if not self.overflow:
+            return list(islice(reversed(self.tail), count))
+        merged = heapq.merge(reversed(self.tail), reversed(self.overflow), key=_by_ctime,
+                             reverse=True)
+        return list(islice(merged, count))
+
+    def __iter__(self):
+        if not self.overflow:
+            return iter(self.tail)
+        return heapq.merge(self.tail, self.overflow, key=_by_ctime)
 
 
 class Queue:
@@ -42,7 +113,7 @@ class Queue:
 
     def __init__(self, name: bytes, now: int) -> None:
         self.name = name
-        self.jobs = SortedKeyList(key=_by_ctime)
+        self.jobs = JobQueue()
         self.ctime = now
         self.atime = now
         self.jobs_in = 0
@@ -79,14 +150,11 @@ class Queue:
     def pop(self):
         """Remove and return the oldest job for delivery; the queue must not be empty."""
         self.jobs_out += 1
-        return self.jobs.pop(0)
+        return self.jobs.pop()
 
     def peek(self, count: int) -> list:
         """Oldest ``count`` jobs first, or for a negative count the newest first."""
-        jobs = self.jobs
-        if count >= 0:
-            return list(jobs.islice(0, count))
-        return list(jobs.islice(max(0, len(jobs) + count), len(jobs), reverse=True))
+        return self.jobs.first(count) if count >= 0 else self.jobs.last(-count)
 
     def removable(self) -> bool:
         """Empty, nobody blocked on it and not paused: may be evicted when idle."""
