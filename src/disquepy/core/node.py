@@ -33,9 +33,9 @@ from .job import (
 from .jobtable import JobTable
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 
-# Memory accounting: what one job, queue or ack costs this process, measured for
-# CPython 3.11 (see docs/PERFORMANCE.md); the body, id and queue name are added as is.
-JOB_OVERHEAD = 330
+# Memory accounting: what one job, queue or client costs this process, measured for
+# CPython 3.11 with tracemalloc (see docs/PERFORMANCE.md); a job's body is added as is.
+JOB_OVERHEAD = 400
 QUEUE_OVERHEAD = 1200
 CLIENT_OVERHEAD = 2000
 
@@ -47,21 +47,8 @@ EVICT_CRON_MS = 100  # how often the housekeeping cron runs
 EVICT_BATCH = 1000  # jobs examined per eviction pass
 
 
-_COMMANDS: dict = {}
-
-
-def _commands() -> dict:
-    """The command table, imported on first use (the commands import this module)."""
-    if not _COMMANDS:
-        from .commands import COMMANDS
-
-        _COMMANDS.update(COMMANDS)
-    return _COMMANDS
-
-
 class Stats:
     __slots__ = (
-        "commands",
         "connections",
         "rejected_connections",
         "jobs_added",
@@ -95,6 +82,8 @@ class Node:
         self.myid = node_id
         self.myid_b = node_id.encode()
         self.rng = rng
+        self._random = rng.random
+        self._peers = False  # True once the node has other cluster members
         self.ip = ip
         self.port = port if port is not None else config.port
         self.idgen = JobIdGenerator(node_id, rng.getrandbits(160).to_bytes(20, "little"))
@@ -113,6 +102,10 @@ class Node:
         self.leaving = False
         self.loading = False
         self.stats = Stats()
+        self.ncommands = 0
+        from .commands import COMMANDS  # here, not at import: the commands import this module
+
+        self._cmds = COMMANDS
         self.config_hooks: list = []  # callables told of CONFIG SET changes (shell reacts)
         self.host_info = dict  # shell-injected: () -> {"pid", "rss", "cpu_user", ...}
         self.run_id = f"{rng.getrandbits(160):040x}"
@@ -142,21 +135,23 @@ class Node:
     def execute(self, client: Client, argv: list, now: int):
         """Run one command. Returns reply bytes, None (client blocked), or a ShellRequest."""
         self.now = now
-        client.last_cmd_time = now
-        self.stats.commands += 1
-        cmd = _commands().get(argv[0].lower())
+        self.ncommands += 1
+        name = argv[0]
+        cmd = self._cmds.get(name)
         if cmd is None:
-            return resp.error(errors.unknown_command(argv[0]))
+            cmd = self._cmds.get(name.lower())
+            if cmd is None:
+                return resp.error(errors.unknown_command(name))
         n = len(argv)
-        if (n != cmd.arity) if cmd.arity > 0 else (n < -cmd.arity):
+        arity = cmd.arity
+        if (n != arity) if arity > 0 else (n < -arity):
             return resp.error(errors.wrong_arity(cmd.name))
         if not client.authed and not cmd.noauth:
             return resp.error(errors.NOAUTH)
-        if cmd.denyoom and self.config.maxmemory and self.used_memory >= self.config.maxmemory:
-            self._evict(self.config.maxmemory * 95 // 100)
-            if self.used_memory >= self.config.maxmemory:
-                self.stats.oom_refusals += 1
-                return resp.error(errors.OOM)
+        if cmd.denyoom and self.used_memory >= self.oom_limit:
+            oom = self._refuse_oom()
+            if oom is not None:
+                return oom
         try:
             reply = cmd.handler(self, client, argv, now)
         except ReplyError as e:
@@ -164,6 +159,20 @@ class Node:
         if self.ready:
             self._serve_ready(now)
         return reply
+
+    @property
+    def oom_limit(self) -> float:
+        """Used memory at which growth commands are refused (inf without a limit)."""
+        return self.config.maxmemory or float("inf")
+
+    def _refuse_oom(self):
+        """At the limit: evict what is safe to evict; the OOM reply if still full."""
+        maxmem = self.config.maxmemory
+        self._evict(maxmem * 95 // 100)
+        if self.used_memory >= maxmem:
+            self.stats.oom_refusals += 1
+            return resp.error(errors.OOM)
+        return None
 
     # -------------------------------------------------------------- job store
     def register(self, job: Job) -> bool:
@@ -184,7 +193,7 @@ class Node:
             self.used_memory -= JOB_OVERHEAD + len(job.body)
 
     def jitter(self) -> int:
-        return int(self.rng.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
+        return int(self._random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
 
     def memory_level(self) -> int:
         """0 normal, 1 above 75% of maxmemory, 2 above 95%, 3 at or above 100%."""
@@ -284,7 +293,7 @@ class Node:
         """Hold an ACK for a job this node never saw; only useful with other nodes."""
         if self.cluster_size() <= 1 or self.leaving or id_is_at_most_once(jid):
             return None
-        job = Job(jid, b"", b"", 0, now + id_ttl_minutes(jid) * 60_000)
+        job = Job(jid, b"", b"", self.next_ctime(now), id_ttl_minutes(jid) * 60)
         job.state = ACKED
         job.flags |= F_DUMMY
         self.register(job)
@@ -370,19 +379,63 @@ class Node:
     def confirmed_ids(self, job: Job) -> list:
         return list(job.confirmed)
 
-    def add_new_job(self, client, job: Job, now: int, timeout: int, is_async: bool):
-        """Register a job created by ADDJOB and queue it (or schedule its delay)."""
-        if not self.register(job):
+    @property
+    def default_replicate(self) -> int:
+        """REPLICATE when ADDJOB gives none: as in Disque, min(3, cluster size)."""
+        return min(3, self.cluster_size())
+
+    def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
+                   repl: int, timeout: int, is_async: bool, maxlen: int, client, now: int):
+        """ADDJOB after its arguments were parsed: the checks that need node state,
+        then a new job, queued at once unless delayed. Returns the reply."""
+        if repl - 1 > self.reachable_nodes():
+            raise ReplyError(errors.NOREPL)
+        q = self.queues.get(qname)
+        if q is not None:
+            if maxlen and len(q.jobs) >= maxlen:
+                raise ReplyError(errors.MAXLEN)
+            if q.flags & PAUSED_IN:
+                raise ReplyError(errors.PAUSED)
+            qname = q.name  # share the queue's name object instead of holding another
+        jid = self.idgen.next_id(ttl, retry)
+        ctime = now * 1_000_000
+        if ctime <= self.last_ctime:
+            ctime = self.last_ctime + 1
+        self.last_ctime = ctime
+        job = Job(jid, qname, body, ctime, ttl, repl, delay, retry)
+        if not self.jobs.add(job):
             raise ReplyError("ERR Internal error creating the job, check server logs")
+        self.used_memory += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
-        job.state = ACTIVE
-        if job.delay:
-            job.qtime = now + job.delay * 1000
+        if delay:
+            job.state = ACTIVE
+            job.qtime = now + delay * 1000
             self.schedule(job)
-        else:
-            job.qtime = now + job.retry * 1000  # non-zero: the first enqueue may happen
+        elif q is None or self._peers:
+            job.state = ACTIVE
+            job.qtime = now + retry * 1000  # non-zero: the first enqueue may happen
             self.enqueue(job, now)
-        return b"+" + job.id + b"\r\n"
+        else:
+            # the hot path, inlined: the first enqueue of a new job in an existing queue
+            job.state = QUEUED
+            if retry:
+                job.flags = F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
+                job.qtime = qt = now + retry * 1000 + int(self._random() * 500) - 250
+                et = now + ttl * 1000
+                self.awake.schedule(job, qt if qt < et else et)
+            else:
+                job.flags = F_ENQUEUED_ONCE
+                self.awake.schedule(job, now + ttl * 1000)
+            tail = q.jobs.tail
+            if not tail or ctime > tail[-1].ctime:
+                tail.append(job)
+            else:
+                q.jobs.add(job)
+            q.jobs_in += 1
+            q.atime = now
+            if q.waiters and not q.flags & PAUSED_OUT:
+                self.ready.append(q)
+        return b"+" + jid + b"\r\n"
 
     def hello_nodes(self) -> list:
         """(id, ip, port, priority) for HELLO; priority 1 is best, 100 is leaving."""

@@ -53,9 +53,12 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closing = True
-        if self.client is not None:
-            self.node.client_closed(self.client)
+        client = self.client
+        if client is not None:
+            self.node.client_closed(client)
+            client.conn = None  # break the protocol <-> client cycle (see gc.freeze)
             self.driver.after_event()
+        self.transport = None
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -86,6 +89,7 @@ class ClientProtocol(asyncio.Protocol):
         """Run every complete buffered command until done or the client blocks."""
         node, client, reader = self.node, self.client, self.reader
         now = self.driver.now()
+        client.last_cmd_time = now
         out = []
         while True:
             try:

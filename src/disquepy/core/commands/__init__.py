@@ -58,4 +58,6 @@ _TABLE = [
     Command("quit", -1, server.quit, "n"),
 ]
 
+# keyed by the lower- and upper-case names, so the usual spellings skip a .lower()
 COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in _TABLE}
+COMMANDS.update({c.name.upper().encode(): c for c in _TABLE})

@@ -6,7 +6,6 @@ from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
 from ..job import ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
-from ..queue import PAUSED_IN
 from .args import job_ids, parse_cursor, parse_int, parse_timeout
 
 DEFAULT_TTL = 24 * 3600  # seconds
@@ -31,6 +30,11 @@ def addjob(node, client, argv, now):
     maxlen = 0
     is_async = False
     n = len(argv)
+    if n == 4:  # the common case: no options, all defaults
+        t = argv[3]
+        timeout = 0 if t == b"0" else parse_timeout(t)
+        return node.create_job(argv[1], argv[2], DEFAULT_TTL, DEFAULT_RETRY, 0,
+                               node.default_replicate, timeout, False, 0, client, now)
     j = 4
     while j < n:
         opt = argv[j].lower()
@@ -67,26 +71,15 @@ def addjob(node, client, argv, now):
         j += 1
     timeout = parse_timeout(argv[3])
     if replicate == 0:
-        replicate = min(3, node.cluster_size())
+        replicate = node.default_replicate
     if replicate > 1 and retry == 0:
         raise ReplyError(errors.RETRY0_REPLICATE)
     if delay >= ttl:
         raise ReplyError(errors.DELAY_GE_TTL)
     if retry == -1:
         retry = default_retry(ttl)
-    if replicate - 1 > node.reachable_nodes():
-        raise ReplyError(errors.NOREPL)
-    qname = argv[1]
-    q = node.queues.get(qname)
-    if q is not None:
-        if maxlen and len(q.jobs) >= maxlen:
-            raise ReplyError(errors.MAXLEN)
-        if q.flags & PAUSED_IN:
-            raise ReplyError(errors.PAUSED)
-        qname = q.name  # share the queue's name object instead of holding another
-    jid = node.idgen.next_id(ttl, retry)
-    job = Job(jid, qname, argv[2], node.next_ctime(now), now + ttl * 1000, replicate, delay, retry)
-    return node.add_new_job(client, job, now, timeout, is_async)
+    return node.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout, is_async,
+                           maxlen, client, now)
 
 
 def show(node, client, argv, now):

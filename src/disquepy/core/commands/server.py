@@ -185,7 +185,7 @@ def info_sections(node, now: int) -> dict:
         "persistence": node.persistence_info(),
         "stats": [
             ("total_connections_received", st.connections),
-            ("total_commands_processed", st.commands),
+            ("total_commands_processed", node.ncommands),
             ("instantaneous_ops_per_sec", host.get("ops_per_sec", 0)),
             ("total_net_input_bytes", host.get("net_in", 0)),
             ("total_net_output_bytes", host.get("net_out", 0)),
@@ -337,10 +337,10 @@ def command(node, client, argv, now):
 
     n = len(argv)
     if n == 1:
-        return resp.array([_command_info(c) for c in COMMANDS.values()])
+        return resp.array([_command_info(c) for c in _unique(COMMANDS)])
     sub = argv[1].lower()
     if sub == b"count" and n == 2:
-        return resp.integer(len(COMMANDS))
+        return resp.integer(len(_unique(COMMANDS)))
     if sub == b"info":
         return resp.array([
             _command_info(COMMANDS[name.lower()]) if name.lower() in COMMANDS
@@ -349,6 +349,10 @@ def command(node, client, argv, now):
     if sub == b"docs":
         return resp.encode({}, client.proto)
     raise ReplyError("ERR Unknown subcommand or wrong number of arguments.")
+
+
+def _unique(table: dict) -> list:
+    return list({id(c): c for c in table.values()}.values())
 
 
 def _command_info(c) -> bytes:
