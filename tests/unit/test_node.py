@@ -461,7 +461,7 @@ def test_jscan_cursor_filters_and_reply_types(h):
 
 # ---------------------------------------------------------------- memory
 def test_oom_refuses_growth_commands_at_the_limit(h):
-    h.node.config.maxmemory = 200_000
+    assert h("CONFIG", "SET", "maxmemory", "200000") == b"OK"
     added = 0
     for _ in range(10_000):
         r = h("ADDJOB", "q", "x" * 100, 0)
@@ -475,7 +475,7 @@ def test_oom_refuses_growth_commands_at_the_limit(h):
 
 
 def test_eviction_frees_delivered_at_most_once_jobs_not_queued_ones(h):
-    h.node.config.maxmemory = 400_000
+    assert h("CONFIG", "SET", "maxmemory", "400000") == b"OK"
     for _ in range(300):
         add(h, "amo", "x" * 100, "RETRY", 0)
     delivered = h("GETJOB", "COUNT", 300, "FROM", "amo")

@@ -476,6 +476,8 @@ class HiredisRequestReader(PyRequestReader):
     __slots__ = (
         "_hr",  # hiredis.Reader in step with _pos, or None
         "_mark",  # no hiredis for requests starting before this offset
+        "_direct",  # fast path: the chunk being parsed in place (nothing else buffered)
+        "_dpos",  # offset in _direct of the next request
     )
 
     def __init__(
@@ -493,9 +495,38 @@ class HiredisRequestReader(PyRequestReader):
         # pure parser gets that right, so never use hiredis then.  (A header
         # hiredis accepts is at most 21 bytes long.)
         self._mark = 0 if max_inline >= 32 else _NEVER
+        self._direct: bytes | None = None
+        self._dpos = 0
+
+    def __len__(self) -> int:
+        d = self._direct
+        return len(self._buf) - self._pos + (len(d) - self._dpos if d is not None else 0)
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes read from the client (see ``PyRequestReader.feed``)."""
+        # Fast path: nothing buffered and a multibulk request starts the chunk
+        # (one read, one or more whole commands: the usual case). hiredis parses
+        # the chunk in place; it is copied into the buffer only if something is
+        # left over or needs the general parser.
+        if (
+            self._direct is None
+            and not self._buf
+            and not self._mark
+            and not self._left
+            and self._error is None
+            and data[:1] == b"*"
+            and type(data) is bytes
+            and len(data) <= self._qb_limit
+        ):
+            hr = self._hr
+            if hr is None:
+                hr = self._hr = _hiredis.Reader()
+            hr.feed(data)
+            self._direct = data
+            self._dpos = 0
+            return
+        if self._direct is not None:
+            self._spill()
         pos = self._pos
         super().feed(data)
         if pos:
@@ -503,9 +534,37 @@ class HiredisRequestReader(PyRequestReader):
         if self._hr is not None:
             self._hr.feed(data)
 
+    def _spill(self) -> None:
+        """Leave the fast path: move the unparsed rest of the chunk to the buffer."""
+        d, dpos = self._direct, self._dpos
+        self._direct = None
+        self._hr = None  # rebuilt from the buffer by the general path
+        if dpos < len(d):
+            self._buf += d[dpos:] if dpos else d
+
     def gets(self) -> list[bytes] | Literal[False]:
+        d = self._direct
+        if d is None and not self._buf and self._error is None:
+            return False  # nothing buffered: nothing to parse
         if self._error is not None:
             raise self._error
+        if d is not None:
+            dpos = self._dpos
+            if dpos == len(d):
+                self._direct = None
+                return False
+            try:
+                req = self._hr.gets()
+            except _hiredis.ProtocolError:
+                req = None
+            if type(req) is list and req:
+                end = _check_at(d, req, dpos, self._max_mbulk, self._max_bulk)
+                if end:
+                    self._dpos = end
+                    if end == len(d):
+                        self._direct = None
+                    return req
+            self._spill()
         buf = self._buf
         try:
             while True:
@@ -557,40 +616,43 @@ class HiredisRequestReader(PyRequestReader):
                 self._mark = 0
 
     def _check(self, req: list[Any], pos: int) -> int:
-        """Validate a request parsed by hiredis from ``_buf[pos:]``.
+        return _check_at(self._buf, req, pos, self._max_mbulk, self._max_bulk)
 
-        hiredis parses replies, so ``+OK`` or ``(123`` elements come back as
-        bytes just like ``$`` bulk strings.  Walk the offsets the request
-        would have if every element were a bulk string and check each one
-        holds a '$': by induction each is then really where hiredis read a
-        bulk header (hiredis parses lengths strictly, so the encoding is
-        canonical).  Returns the request's end offset, or 0 to reject.
-        """
-        buf = self._buf
-        n = len(req)
-        if n > self._max_mbulk:
-            return 0
-        off = pos + (4 if n < 10 else 3 + len(str(n)))  # "*<n>\r\n"
+
+def _check_at(buf: Any, req: list[Any], pos: int, max_mbulk: int, max_bulk: int) -> int:
+    """Validate a request parsed by hiredis from ``buf[pos:]``.
+
+    hiredis parses replies, so ``+OK`` or ``(123`` elements come back as
+    bytes just like ``$`` bulk strings.  Walk the offsets the request
+    would have if every element were a bulk string and check each one
+    holds a '$': by induction each is then really where hiredis read a
+    bulk header (hiredis parses lengths strictly, so the encoding is
+    canonical).  Returns the request's end offset, or 0 to reject.
+    """
+    n = len(req)
+    if n > max_mbulk:
+        return 0
+    off = pos + (4 if n < 10 else 3 + len(str(n)))  # "*<n>\r\n"
+    try:
+        for arg in req:
+            if buf[off] != 36:
+                return 0
+            off += _BULK_SIZE[len(arg)]  # TypeError: int, None, ReplyError...
+    except TypeError:
+        return 0
+    except IndexError:  # an element too long for the table
+        off = pos + 3 + len(str(n))
         try:
             for arg in req:
                 if buf[off] != 36:
                     return 0
-                off += _BULK_SIZE[len(arg)]  # TypeError: int, None, ReplyError...
-        except TypeError:
+                size = len(arg)
+                off += size + 5 + len(str(size))
+        except (TypeError, IndexError):
             return 0
-        except IndexError:  # an element too long for the table
-            off = pos + 3 + len(str(n))
-            try:
-                for arg in req:
-                    if buf[off] != 36:
-                        return 0
-                    size = len(arg)
-                    off += size + 5 + len(str(size))
-            except (TypeError, IndexError):
-                return 0
-        if off - pos > self._max_bulk and max(map(len, req)) > self._max_bulk:
-            return 0
-        return off
+    if off - pos > max_bulk and max(map(len, req)) > max_bulk:
+        return 0
+    return off
 
 
 # _BULK_SIZE[n]: encoded size of a bulk string of n bytes ("$n\r\n...\r\n").

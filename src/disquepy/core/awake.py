@@ -25,13 +25,19 @@ def _order(job):
     return (job.awake, job.ctime, job.id)
 
 
+NEVER = float("inf")
+
+
 class AwakeIndex:
-    __slots__ = ("_buckets", "_stale", "_heap")
+    __slots__ = ("_buckets", "_stale", "_heap", "hint")
 
     def __init__(self) -> None:
         self._buckets: dict[int, list] = {}
         self._stale: dict[int, int] = {}
         self._heap: list[int] = []
+        # the earliest firing time of buckets created since the owner last looked:
+        # lets a driver keep its timer without recomputing next_due() every event
+        self.hint: float = NEVER
 
     def __len__(self) -> int:
         """Live entries (jobs scheduled); O(entries), for tests and INFO."""
@@ -59,6 +65,9 @@ class AwakeIndex:
             if lst is None:
                 self._buckets[b] = [job]
                 heapq.heappush(self._heap, b)
+                t = b * GRANULARITY + GRANULARITY - 1
+                if t < self.hint:
+                    self.hint = t
             else:
                 lst.append(job)
 

@@ -44,12 +44,13 @@ class JobIdGenerator:
     def next_id(self, ttl_seconds: int, retry: int) -> bytes:
         self._counter = c = self._counter + 1
         digest = _sha1(self._seed + c.to_bytes(8, "little")).digest()
-        key = (ttl_seconds, retry != 0)
-        tail = self._ttl_cache.get(key)
+        cache = self._ttl_cache
+        key = ttl_seconds if retry else -ttl_seconds  # TTLs are > 0
+        tail = cache.get(key)
         if tail is None:
-            if len(self._ttl_cache) > 1024:
-                self._ttl_cache.clear()
-            tail = self._ttl_cache[key] = b"-" + ttl_field(ttl_seconds, retry)
+            if len(cache) > 1024:
+                cache.clear()
+            tail = cache[key] = b"-" + ttl_field(ttl_seconds, retry)
         return b"".join((self._head, _b64(digest[:18], newline=False), tail))
 
 

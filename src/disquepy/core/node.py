@@ -15,7 +15,7 @@ import heapq
 
 from ..codec import resp
 from . import errors
-from .awake import AwakeIndex
+from .awake import NEVER, AwakeIndex
 from .client import Client
 from .errors import ReplyError
 from .ids import JobIdGenerator, id_is_at_most_once, id_ttl_minutes
@@ -83,6 +83,9 @@ class Node:
         self.myid_b = node_id.encode()
         self.rng = rng
         self._random = rng.random
+        self.size = 1  # known nodes, this one included (Disque's cluster->size)
+        self.reachable = 0  # other nodes reachable now
+        self.default_replicate = 1  # REPLICATE when ADDJOB gives none: min(3, size)
         self._peers = False  # True once the node has other cluster members
         self.ip = ip
         self.port = port if port is not None else config.port
@@ -94,6 +97,7 @@ class Node:
         self.outbox: list = []  # (client, reply bytes) for clients other than the caller
         self.ready: list = []  # queues that got jobs while consumers wait
         self._blocked_heap: list = []  # (deadline, client id, client)
+        self.block_hint: float = NEVER  # earliest deadline added since take_wake_hint()
         self._next_client_id = 0
         self.last_ctime = 0
         self.start_time = now
@@ -106,6 +110,8 @@ class Node:
         from .commands import COMMANDS  # here, not at import: the commands import this module
 
         self._cmds = COMMANDS
+        self.oom_limit: float = 0
+        self.config_changed([])
         self.config_hooks: list = []  # callables told of CONFIG SET changes (shell reacts)
         self.host_info = dict  # shell-injected: () -> {"pid", "rss", "cpu_user", ...}
         self.run_id = f"{rng.getrandbits(160):040x}"
@@ -160,10 +166,12 @@ class Node:
             self._serve_ready(now)
         return reply
 
-    @property
-    def oom_limit(self) -> float:
-        """Used memory at which growth commands are refused (inf without a limit)."""
-        return self.config.maxmemory or float("inf")
+    def config_changed(self, names: list) -> None:
+        """Refresh values derived from the configuration (after CONFIG SET)."""
+        self.oom_limit = self.config.maxmemory or float("inf")
+        if "requirepass" in names and not self.config.requirepass:
+            for c in self.clients.values():
+                c.authed = True
 
     def _refuse_oom(self):
         """At the limit: evict what is safe to evict; the OOM reply if still full."""
@@ -272,26 +280,30 @@ class Node:
         return job
 
     def ack(self, job: Job, now: int) -> None:
-        """ACK-JOB(job): the job is done; it will never be queued again."""
+        """ACK-JOB(job): the job is done; it will never be queued again. A node with
+        no peers holds the only copy, so garbage collection is immediate."""
         if job.state == ACKED:
+            return
+        self.stats.jobs_acked += 1
+        if not self._peers:
+            self.unregister(job)
             return
         if job.state == QUEUED:
             self.dequeue(job)
-        self.stats.jobs_acked += 1
         job.state = ACKED
         job.confirmed = ()
         self.evictable[job.id] = job
         self.schedule(job)
 
     def start_gc(self, job: Job, now: int) -> None:
-        """Try to garbage collect an acked job. On a single node no other copy can
-        exist, so the job is freed at once."""
-        if job.state == ACKED:
+        """Try to garbage collect an acked job (START-GC). Without peers nobody else
+        can hold a copy, so the job is freed at once."""
+        if job.state == ACKED and not self._peers:
             self.unregister(job)
 
     def dummy_ack(self, jid: bytes, now: int):
         """Hold an ACK for a job this node never saw; only useful with other nodes."""
-        if self.cluster_size() <= 1 or self.leaving or id_is_at_most_once(jid):
+        if self.size <= 1 or self.leaving or id_is_at_most_once(jid):
             return None
         job = Job(jid, b"", b"", self.next_ctime(now), id_ttl_minutes(jid) * 60)
         job.state = ACKED
@@ -347,12 +359,6 @@ class Node:
 
     # --------------------------------------------------- cluster placeholders
     # A node alone has no peers; the cluster layer overrides these.
-    def cluster_size(self) -> int:
-        return 1
-
-    def reachable_nodes(self) -> int:
-        return 0
-
     def has_peers(self, job: Job) -> bool:
         return False
 
@@ -379,16 +385,16 @@ class Node:
     def confirmed_ids(self, job: Job) -> list:
         return list(job.confirmed)
 
-    @property
-    def default_replicate(self) -> int:
-        """REPLICATE when ADDJOB gives none: as in Disque, min(3, cluster size)."""
-        return min(3, self.cluster_size())
+    def membership_changed(self) -> None:
+        """Refresh what depends on the cluster's shape (size, reachable peers)."""
+        self.default_replicate = min(3, self.size)
+        self._peers = self.size > 1
 
     def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
                    repl: int, timeout: int, is_async: bool, maxlen: int, client, now: int):
         """ADDJOB after its arguments were parsed: the checks that need node state,
         then a new job, queued at once unless delayed. Returns the reply."""
-        if repl - 1 > self.reachable_nodes():
+        if repl - 1 > self.reachable:
             raise ReplyError(errors.NOREPL)
         q = self.queues.get(qname)
         if q is not None:
@@ -497,6 +503,7 @@ class Node:
         self.evictable.clear()
         self.awake = AwakeIndex()
         self.used_memory = 0
+        self.block_hint = NEVER
 
     def set_pause(self, q: Queue, flags: int, now: int) -> None:
         """Replace a queue's pause flags; clearing OUT serves waiting consumers."""
@@ -512,6 +519,8 @@ class Node:
             self.queue_for(name, now).waiters.append(client)
         if blocked.deadline:
             heapq.heappush(self._blocked_heap, (blocked.deadline, client.id, client))
+            if blocked.deadline < self.block_hint:
+                self.block_hint = blocked.deadline
 
     def unblock(self, client: Client) -> None:
         b = client.blocked
@@ -545,6 +554,16 @@ class Node:
                 self.outbox.append((c, reply))
 
     # ------------------------------------------------------------------ timers
+    def wake_hint(self) -> float:
+        """A lower bound for timers added since the last call (NEVER if none): the
+        shell re-arms its timer from next_wake() only when this is earlier."""
+        h = self.awake.hint
+        if self.block_hint < h:
+            h = self.block_hint
+        if h != NEVER:
+            self.awake.hint = self.block_hint = NEVER
+        return h
+
     def next_wake(self) -> int | None:
         t = self.awake.next_due()
         h = self._blocked_heap

@@ -14,6 +14,7 @@ import sys
 import time
 
 from ..codec import resp
+from ..core.awake import NEVER
 from ..core.config import ConfigError
 from .log import log, set_level
 
@@ -27,7 +28,7 @@ class Driver:
         self.pure_resp = pure_resp
         self.servers: list = []
         self._timer = None
-        self._timer_at: int | None = None
+        self._timer_at: float = NEVER
         self.stopping = asyncio.Event()
         self.exit_code = 0
         node.config_hooks.append(self._config_changed)
@@ -75,8 +76,12 @@ class Driver:
             if node.outbox:  # resumed pipelines produced more
                 self.after_event()
                 return
-        t = node.next_wake()
-        if t is not None and (self._timer_at is None or t < self._timer_at):
+        if node.wake_hint() < self._timer_at:
+            self.arm()
+
+    def arm(self) -> None:
+        t = self.node.next_wake()
+        if t is not None and t < self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer_at = t
@@ -103,9 +108,10 @@ class Driver:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._timer_at = None
+        self._timer_at = NEVER
         self.node.tick(self.now())
         self.after_event()
+        self.arm()
 
     # --------------------------------------------------------- shell requests
     def shell_request(self, conn, req) -> bytes | None:

@@ -115,7 +115,7 @@ async def _serve(cfg: Config, path: str | None) -> int:
         loop.add_signal_handler(sig, driver.shutdown, "signal")
     log.info("The server is now ready to accept connections on port %d", cfg.port)
     driver.start_gc_policy()
-    driver.after_event()
+    driver.arm()
     await driver.stopping.wait()
     log.warning("Disque is now ready to exit, bye bye...")
     return driver.exit_code

@@ -16,7 +16,7 @@ def ackjob(node, client, argv, now):
         elif job.state != ACKED:
             known += 1
             node.ack(job, now)
-        if job is not None:
+        if job is not None and job.state == ACKED:
             node.start_gc(job, now)
     return resp.integer(known)
 

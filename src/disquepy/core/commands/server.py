@@ -114,7 +114,7 @@ def redis_hello(node, client, argv) -> bytes:
         "version": __version__,
         "proto": ver,
         "id": client.id,
-        "mode": "cluster" if node.cluster_size() > 1 else "standalone",
+        "mode": "cluster" if node.size > 1 else "standalone",
         "role": "master",
         "modules": [],
     }, ver)
@@ -247,6 +247,7 @@ def config(node, client, argv, now):
             changed = node.config.set(name, value)
         except ConfigError as e:
             raise ReplyError(str(e) if str(e).startswith("ERR") else "ERR " + str(e)) from None
+        node.config_changed(changed)
         for hook in node.config_hooks:
             hook(changed)
         return resp.OK
