@@ -71,6 +71,20 @@ class AwakeIndex:
             else:
                 lst.append(job)
 
+    def add_new(self, job, when: int) -> None:
+        """schedule() for a job that is not scheduled yet (job.awake == 0)."""
+        job.awake = when
+        b = when // GRANULARITY
+        lst = self._buckets.get(b)
+        if lst is not None:
+            lst.append(job)
+            return
+        self._buckets[b] = [job]
+        heapq.heappush(self._heap, b)
+        t = b * GRANULARITY + GRANULARITY - 1
+        if t < self.hint:
+            self.hint = t
+
     def cancel(self, job) -> None:
         if job.awake:
             b = job.awake // GRANULARITY

@@ -16,52 +16,54 @@ def _part(jid: bytes) -> int:
 
 
 class JobTable:
-    __slots__ = ("_parts", "_len")
+    """``parts`` and ``count`` are public so the node's ADDJOB path can insert inline."""
+
+    __slots__ = ("parts", "count")
 
     def __init__(self) -> None:
-        self._parts: list[dict] = [{} for _ in range(PARTS)]
-        self._len = 0
+        self.parts: list[dict] = [{} for _ in range(PARTS)]
+        self.count = 0
 
     def __len__(self) -> int:
-        return self._len
+        return self.count
 
     def __contains__(self, jid: bytes) -> bool:
-        return jid in self._parts[_part(jid)]
+        return jid in self.parts[_part(jid)]
 
     def get(self, jid: bytes):
-        return self._parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)
+        return self.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)
 
     def add(self, job) -> bool:
         """Insert; False (and nothing changed) if the ID is already registered."""
         jid = job.id
-        part = self._parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]
+        part = self.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]
         if jid in part:
             return False
         part[jid] = job
-        self._len += 1
+        self.count += 1
         return True
 
     def remove(self, job) -> bool:
-        part = self._parts[_part(job.id)]
+        part = self.parts[_part(job.id)]
         if part.get(job.id) is job:
             del part[job.id]
-            self._len -= 1
+            self.count -= 1
             return True
         return False
 
     def values(self):
-        for part in self._parts:
+        for part in self.parts:
             if part:
                 yield from list(part.values())
 
     def clear(self) -> None:
-        for part in self._parts:
+        for part in self.parts:
             part.clear()
-        self._len = 0
+        self.count = 0
 
     def scan(self, cursor: int, count: int, busyloop: bool, keep) -> tuple[int, list]:
         """Visit partitions from ``cursor``; returns (next cursor or 0 when done, jobs)."""
-        parts = self._parts
+        parts = self.parts
         out: list = []
         steps = count * 10
         i = cursor if 0 <= cursor < PARTS else 0

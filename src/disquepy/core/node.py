@@ -270,7 +270,8 @@ class Node:
     def fetch(self, q: Queue, now: int) -> Job:
         """Pop the oldest job of a non-empty queue for delivery to a client. The
         re-queue time stays as set at enqueue time: retry counts from queueing."""
-        job = q.pop()
+        job = q.jobs.pop()
+        q.jobs_out += 1
         job.state = ACTIVE
         job.flags |= F_DELIVERED
         if job.retry == 0:
@@ -409,8 +410,11 @@ class Node:
             ctime = self.last_ctime + 1
         self.last_ctime = ctime
         job = Job(jid, qname, body, ctime, ttl, repl, delay, retry)
-        if not self.jobs.add(job):
+        part = self.jobs.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]  # JobTable.add
+        if jid in part:
             raise ReplyError("ERR Internal error creating the job, check server logs")
+        part[jid] = job
+        self.jobs.count += 1
         self.used_memory += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
         if delay:
@@ -428,10 +432,10 @@ class Node:
                 job.flags = F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
                 job.qtime = qt = now + retry * 1000 + int(self._random() * 500) - 250
                 et = now + ttl * 1000
-                self.awake.schedule(job, qt if qt < et else et)
+                self.awake.add_new(job, qt if qt < et else et)
             else:
                 job.flags = F_ENQUEUED_ONCE
-                self.awake.schedule(job, now + ttl * 1000)
+                self.awake.add_new(job, now + ttl * 1000)
             tail = q.jobs.tail
             if not tail or ctime > tail[-1].ctime:
                 tail.append(job)

@@ -15,11 +15,12 @@ _ADELIV = b"$21\r\nadditional-deliveries\r\n"
 
 def job_reply(job, withcounters: bool) -> bytes:
     """One job as GETJOB / QPEEK return it: [queue, id, body(, counters)]."""
-    b = resp.bulk
+    q, body = job.queue, job.body
     if withcounters:
-        return b"".join((b"*7\r\n", b(job.queue), b(job.id), b(job.body), _NACKS,
-                         resp.integer(job.nacks), _ADELIV, resp.integer(job.adeliv)))
-    return b"".join((b"*3\r\n", b(job.queue), b(job.id), b(job.body)))
+        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n%b:%d\r\n%b:%d\r\n" % (
+            len(q), q, job.id, len(body), body, _NACKS, job.nacks, _ADELIV, job.adeliv)
+    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (
+        len(q), q, job.id, len(body), body)
 
 
 def getjob(node, client, argv, now):
