@@ -517,6 +517,20 @@ def test_hello_shapes(h):
     assert h("HELLO", 4) == "NOPROTO unsupported protocol version"
 
 
+def test_used_memory_counts_jobs_queues_and_client_buffers(h):
+    base = h.node.used_memory
+    assert base > 0  # the harness's client
+    c = h.new_client()
+    h.node.set_client_buffer(c, 5000)
+    assert h.node.used_memory - base > 5000
+    add(h, "q", "x" * 10_000)
+    with_job = h.node.used_memory
+    h.node.client_closed(c)
+    assert with_job - h.node.used_memory > 5000
+    h("DEBUG", "FLUSHALL")
+    assert h.node.used_memory == base
+
+
 def test_debug_flushall_unblocks_consumers(h):
     add(h)
     c = h.new_client()

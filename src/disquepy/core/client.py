@@ -31,6 +31,7 @@ class Client:
         "lib_name",
         "lib_ver",
         "blocked",
+        "blocked_add",
         "ctime",
         "last_cmd_time",
         "qbuf",
@@ -47,6 +48,7 @@ class Client:
         self.lib_name = b""
         self.lib_ver = b""
         self.blocked: BlockedGet | None = None
+        self.blocked_add: bytes | None = None  # an ADDJOB waiting for replication
         self.ctime = now
         self.last_cmd_time = now
         self.qbuf = 0  # bytes buffered by the shell, for memory accounting

@@ -15,8 +15,10 @@ import heapq
 
 from ..codec import resp
 from . import errors
+from . import messages as M
 from .awake import NEVER, AwakeIndex
 from .client import Client
+from .cluster import ClusterMixin
 from .errors import ReplyError
 from .ids import JobIdGenerator, id_is_at_most_once, id_ttl_minutes
 from .job import (
@@ -75,7 +77,7 @@ class ShellRequest:
         self.args = args
 
 
-class Node:
+class Node(ClusterMixin):
     def __init__(self, config, node_id: str, rng, now: int, ip: str = "",
                  port: int | None = None) -> None:
         self.config = config
@@ -112,6 +114,7 @@ class Node:
         self._cmds = COMMANDS
         self.oom_limit: float = 0
         self.config_changed([])
+        self.cluster_init(now)
         self.config_hooks: list = []  # callables told of CONFIG SET changes (shell reacts)
         self.host_info = dict  # shell-injected: () -> {"pid", "rss", "cpu_user", ...}
         self.run_id = f"{rng.getrandbits(160):040x}"
@@ -129,13 +132,22 @@ class Node:
         c.authed = not self.config.requirepass
         self.clients[c.id] = c
         self.stats.connections += 1
+        self.used_memory += CLIENT_OVERHEAD
         return c
 
     def client_closed(self, client: Client) -> None:
         client.closed = True
         if client.blocked is not None:
             self.unblock(client)
-        self.clients.pop(client.id, None)
+        if self.clients.pop(client.id, None) is not None:
+            self.used_memory -= CLIENT_OVERHEAD + client.qbuf
+            client.qbuf = 0
+
+    def set_client_buffer(self, client: Client, nbytes: int) -> None:
+        """The shell reports how many request bytes it holds for a client (counted
+        in used_memory, as client buffers are in Disque)."""
+        self.used_memory += nbytes - client.qbuf
+        client.qbuf = nbytes
 
     # ---------------------------------------------------------------- dispatch
     def execute(self, client: Client, argv: list, now: int):
@@ -190,6 +202,13 @@ class Node:
         return True
 
     def unregister(self, job: Job) -> None:
+        if job.state == WAIT_REPL and job.id in self.repl_waiting:
+            client = self.repl_waiting.pop(job.id)[0]
+            if not client.closed:
+                client.blocked_add = None
+                self.outbox.append((client, resp.error(
+                    "NOREPL job removed (expired?) before the requested replication level "
+                    "was achieved")))
         if job.state == QUEUED:
             q = self.queues.get(job.queue)
             if q is not None:
@@ -235,9 +254,10 @@ class Node:
         already queued, or an at-most-once job that was queued (or delivered) before."""
         if job.state == QUEUED or job.qtime == 0 or (job.retry == 0 and job.flags & F_DELIVERED):
             return False
+        requeue = job.flags & F_ENQUEUED_ONCE
         if nack:
             job.nacks += 1
-        elif job.flags & F_ENQUEUED_ONCE:
+        elif requeue:
             job.adeliv += 1
         job.flags |= F_ENQUEUED_ONCE
         job.state = QUEUED
@@ -252,6 +272,11 @@ class Node:
         q.push(job)
         q.atime = now
         self.schedule(job)
+        if self._peers:
+            if (requeue or nack) and self.has_peers(job):
+                self.broadcast_queued(job, M.QUEUED_INCR_NACKS if nack else M.QUEUED_INCR_DELIV)
+            if not q.waiters and job.queue in self.askers:
+                self.pushed_to_askers(q, now)
         if q.waiters and not q.flags & PAUSED_OUT:
             self.ready.append(q)
         return True
@@ -289,17 +314,16 @@ class Node:
         if not self._peers:
             self.unregister(job)
             return
-        if job.state == QUEUED:
-            self.dequeue(job)
-        job.state = ACKED
-        job.confirmed = ()
-        self.evictable[job.id] = job
-        self.schedule(job)
+        self.cluster_ack(job, now)
 
     def start_gc(self, job: Job, now: int) -> None:
         """Try to garbage collect an acked job (START-GC). Without peers nobody else
         can hold a copy, so the job is freed at once."""
-        if job.state == ACKED and not self._peers:
+        if job.state != ACKED:
+            return
+        if self._peers:
+            self.cluster_start_gc(job, now)
+        else:
             self.unregister(job)
 
     def dummy_ack(self, jid: bytes, now: int):
@@ -309,22 +333,17 @@ class Node:
         job = Job(jid, b"", b"", self.next_ctime(now), id_ttl_minutes(jid) * 60)
         job.state = ACKED
         job.flags |= F_DUMMY
+        job.confirmed = (self.myid,)
         self.register(job)
         self.evictable[jid] = job
-        self.schedule(job)
+        self._schedule_gc(job, now)
         return job
-
-    def fast_ack(self, job: Job) -> None:
-        self.unregister(job)
-
-    def fast_ack_unknown(self, jid: bytes) -> None:
-        """FASTACK of an ID we do not hold: with a cluster, DELJOB goes to everyone."""
 
     def schedule(self, job: Job) -> None:
         """Recompute when the job next needs attention: expiry, delay, retry, GC."""
         at = job.etime
         q = job.qtime
-        if q and job.state != ACKED:
+        if q and job.state != ACKED and job.state != WAIT_REPL:
             if job.flags & F_BCAST_WILLQUEUE and self.has_peers(job):
                 q -= 500
             if q < at:
@@ -338,6 +357,14 @@ class Node:
             self.unregister(job)
             return
         state = job.state
+        if state == WAIT_REPL:
+            self._repl_tick(job, now)
+            return
+        if state == ACKED:
+            self.start_gc(job, now)
+            if self.jobs.get(job.id) is job:
+                self._schedule_gc(job, now)
+            return
         if job.flags & F_BCAST_WILLQUEUE and job.qtime - 500 <= now and state != ACKED:
             job.flags &= ~F_BCAST_WILLQUEUE
             if state == ACTIVE:
@@ -352,50 +379,18 @@ class Node:
             # still queued, never consumed: push the re-queue time one period on
             job.flags |= F_BCAST_WILLQUEUE
             job.qtime = now + job.retry * 1000 + self.jitter()
-        elif state == ACKED:
-            self.start_gc(job, now)
-            if self.jobs.get(job.id) is not job:
-                return
         self.schedule(job)
-
-    # --------------------------------------------------- cluster placeholders
-    # A node alone has no peers; the cluster layer overrides these.
-    def has_peers(self, job: Job) -> bool:
-        return False
-
-    def send_willqueue(self, job: Job) -> None:
-        pass
-
-    def broadcast_working(self, job: Job) -> None:
-        pass
-
-    def broadcast_pause(self, qname: bytes, flags: int) -> None:
-        pass
-
-    def queues_drained(self, names, now: int) -> None:
-        """GETJOB found these queues empty (or emptied them): federation hook."""
-
-    def import_sources(self, q: Queue, now: int) -> list:
-        return []
-
-    def delivered_ids(self, job: Job) -> list:
-        if job.flags & F_DUMMY:
-            return []
-        return [self.myid_b] if not job.delivered else list(job.delivered)
-
-    def confirmed_ids(self, job: Job) -> list:
-        return list(job.confirmed)
-
-    def membership_changed(self) -> None:
-        """Refresh what depends on the cluster's shape (size, reachable peers)."""
-        self.default_replicate = min(3, self.size)
-        self._peers = self.size > 1
 
     def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
                    repl: int, timeout: int, is_async: bool, maxlen: int, client, now: int):
         """ADDJOB after its arguments were parsed: the checks that need node state,
         then a new job, queued at once unless delayed. Returns the reply."""
-        if repl - 1 > self.reachable:
+        extrepl = self._peers and (self.leaving or self.memory_level() >= 1)
+        if (repl if extrepl else repl - 1) > self.reachable:
+            if extrepl and repl - 1 == self.reachable:
+                why = "I'm leaving the cluster" if self.leaving else "I'm out of memory"
+                raise ReplyError(f"{errors.NOREPL}, since I'm unable to hold a copy of the "
+                                 f"message for the following reason: {why}")
             raise ReplyError(errors.NOREPL)
         q = self.queues.get(qname)
         if q is not None:
@@ -417,6 +412,8 @@ class Node:
         self.jobs.count += 1
         self.used_memory += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
+        if self._peers and (repl > 1 or extrepl):
+            return self.replicate_new_job(job, client, now, timeout, is_async, extrepl)
         if delay:
             job.state = ACTIVE
             job.qtime = now + delay * 1000
@@ -446,10 +443,6 @@ class Node:
             if q.waiters and not q.flags & PAUSED_OUT:
                 self.ready.append(q)
         return b"+" + jid + b"\r\n"
-
-    def hello_nodes(self) -> list:
-        """(id, ip, port, priority) for HELLO; priority 1 is best, 100 is leaving."""
-        return [(self.myid_b, self.ip.encode(), self.port, 100 if self.leaving else 1)]
 
     def persistence_info(self) -> list:
         return [
@@ -501,12 +494,15 @@ class Node:
                 self.unblock(c)
                 self.outbox.append((c, resp.null_array(c.proto)))
         for job in self.jobs.values():
+            if job.state == WAIT_REPL:
+                self.unregister(job)
             self.awake.cancel(job)
         self.jobs.clear()
         self.queues.clear()
         self.evictable.clear()
         self.awake = AwakeIndex()
-        self.used_memory = 0
+        self.used_memory = CLIENT_OVERHEAD * len(self.clients) + sum(
+            c.qbuf for c in self.clients.values())
         self.block_hint = NEVER
 
     def set_pause(self, q: Queue, flags: int, now: int) -> None:
@@ -598,6 +594,7 @@ class Node:
             self._serve_ready(now)
 
     def _cron(self, now: int) -> None:
+        self.cluster_cron(now)
         level = self.memory_level()
         if level >= 2:
             self._evict(self.config.maxmemory * 95 // 100)

@@ -70,12 +70,16 @@ class ClientProtocol(asyncio.Protocol):
                         self.client.addr)
             self.close()
             return
-        if self.client.blocked is None:
+        client = self.client
+        if client.blocked is None:
             self.process()
             self.driver.after_event()
         elif not self.paused and len(self.reader) > _PAUSE_READING_AT:
             self.paused = True
             self.transport.pause_reading()
+        held = len(self.reader)
+        if held != client.qbuf:
+            self.node.set_client_buffer(client, held)
 
     def pause_writing(self) -> None:  # the peer reads slower than we write
         self.transport.pause_reading()

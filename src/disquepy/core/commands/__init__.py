@@ -7,7 +7,7 @@ refused at the memory limit; ``noauth`` commands run before AUTH.
 
 from __future__ import annotations
 
-from . import acks, jobs, queues, server
+from . import acks, cluster, jobs, queues, server
 
 
 class Command:
@@ -56,6 +56,7 @@ _TABLE = [
     Command("command", -1, server.command),
     Command("time", 1, server.time_cmd),
     Command("quit", -1, server.quit, "n"),
+    Command("cluster", -2, cluster.cluster, "a"),
 ]
 
 # keyed by the lower- and upper-case names, so the usual spellings skip a .lower()

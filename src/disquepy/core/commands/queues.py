@@ -75,14 +75,17 @@ def getjob(node, client, argv, now):
         if got == 0 or len(out) == count:
             break
     if out:
-        node.queues_drained(names, now)
+        if node._peers:
+            node.queues_drained(names, now, took=True)
         return b"*%d\r\n" % len(out) + b"".join(out)
     if nohang:
+        node.queues_drained(names, now)
         return resp.null_array(client.proto)
     if node.leaving:
         return resp.error(errors.LEAVING)
     node.block(client, BlockedGet(names, count, withcounters, now + timeout if timeout else 0),
                now)
+    node.queues_drained(names, now)
     return None
 
 

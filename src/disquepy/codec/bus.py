@@ -1,0 +1,65 @@
+"""Cluster bus framing: length-prefixed msgpack frames, one codec for bus and simulator.
+
+A frame is a 4-byte big-endian payload length followed by the payload, a msgpack
+array ``[type, sender_id, sender_port, sender_flags, *fields]`` (see
+``core.messages``). Pure: no I/O. Never pickle: a peer can only ever make us build
+lists, ints, bytes and strings.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+
+MAX_FRAME = 1 << 30  # a YOURJOBS batch of big jobs can be large, but not unbounded
+_LEN = struct.Struct(">I")
+
+
+class BusProtocolError(Exception):
+    """The peer sent something that is not a valid frame: drop the link."""
+
+
+def encode_frame(msg: list) -> bytes:
+    payload = msgpack.packb(msg, use_bin_type=True)
+    return _LEN.pack(len(payload)) + payload
+
+
+def decode_payload(payload: bytes) -> list:
+    try:
+        msg = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
+    except Exception as e:  # msgpack raises several types for bad input
+        raise BusProtocolError(f"undecodable frame: {e}") from None
+    if type(msg) is not list or len(msg) < 4 or type(msg[0]) is not int:
+        raise BusProtocolError("frame is not a bus message")
+    return msg
+
+
+class FrameReader:
+    """Incremental frame parser with the feed/gets shape of the RESP readers."""
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def gets(self):
+        """The next message (a list), or False if more bytes are needed."""
+        buf = self._buf
+        if len(buf) < 4:
+            return False
+        (n,) = _LEN.unpack_from(buf, 0)
+        if n > self._max:
+            raise BusProtocolError(f"frame of {n} bytes exceeds the limit")
+        if len(buf) < 4 + n:
+            return False
+        payload = bytes(buf[4:4 + n])
+        del buf[:4 + n]
+        return decode_payload(payload)

@@ -1,0 +1,887 @@
+"""The cluster half of the node state machine (pure, like the rest of the core).
+
+Membership: CLUSTER MEET starts a handshake; PING/PONG carry gossip about a few other
+nodes so a node met by one learns of all; a peer that does not answer within
+``cluster-node-timeout`` is PFAIL, and FAIL once a majority reports it (FAIL is
+broadcast, and cleared when the node answers again).
+
+Jobs: REPLJOB/GOTJOB synchronous replication with one more node every 50 ms while
+short, WILLQUEUE/QUEUED to avoid double re-queues, SETACK/GOTACK/DELJOB garbage
+collection of acknowledged jobs, NEEDJOBS/YOURJOBS federation, PAUSE and WORKING
+propagation — the state machine of Disque's README.
+
+Outputs: ``bus_out`` holds ``(destination ids, message)`` pairs for the shell to
+send; ``links_dirty`` asks it to re-read ``peer_links()``; ``cluster_dirty`` asks it
+to save ``nodes_conf_text()``.
+"""
+
+from __future__ import annotations
+
+from ..codec import resp
+from . import messages as M
+from .ids import new_node_id
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_DUMMY, QUEUED, WAIT_REPL, Job
+
+# peer flags
+P_HANDSHAKE = 1
+P_PFAIL = 2
+P_FAIL = 4
+P_LEAVING = 8
+
+REPL_RETRY_MS = 50  # add one more node this often while replication is short
+WILLQUEUE_ADVANCE_MS = 500
+GC_MIN_MS = 1000  # first ack GC retry, doubling up to GC_MAX_MS
+GC_MAX_MS = 180_000
+NEEDJOBS_BCAST_MIN_MS = 2000  # discovery broadcast back-off (Disque: 2 s .. 30 s)
+NEEDJOBS_BCAST_MAX_MS = 30_000
+NEEDJOBS_ADHOC_MIN_MS = 25  # requests to recent sources (Disque: 25 ms .. 2 s)
+NEEDJOBS_ADHOC_MAX_MS = 2000
+SOURCE_MEMORY_MS = 5000  # a node that sent us jobs is a "recent source" this long
+ASKER_MEMORY_MS = 60_000  # we push new jobs to a node that asked, this long after
+GOSSIP_ENTRIES = 3
+PRIORITY_OK, PRIORITY_NOLINK, PRIORITY_PFAIL, PRIORITY_BAD = 1, 5, 10, 100
+
+
+class Peer:
+    __slots__ = ("id", "ip", "port", "flags", "link", "ping_sent", "pong_received",
+                 "fail_reports", "ctime", "link_down_since")
+
+    def __init__(self, nid: str, ip: str, port: int, flags: int, now: int) -> None:
+        self.id = nid
+        self.ip = ip
+        self.port = port
+        self.flags = flags
+        self.link = False
+        self.ping_sent = 0
+        self.pong_received = 0
+        self.fail_reports: dict[str, int] = {}
+        self.ctime = now
+        self.link_down_since = now
+
+    def __repr__(self) -> str:
+        return f"<Peer {self.id[:8]} {self.ip}:{self.port} flags={self.flags}>"
+
+
+def _xor_rank(node_id: str, jid: bytes) -> bytes:
+    """Disque's QUEUED tie-break: node IDs XORed with the job's random bytes, so
+    which copy wins differs from job to job."""
+    rnd = jid[11:35]
+    nb = node_id.encode()[:24]
+    return bytes(a ^ b for a, b in zip(nb, rnd, strict=False))
+
+
+class ClusterMixin:
+    """Mixed into Node; see node.py for the single-node state it extends."""
+
+    # ----------------------------------------------------------- bookkeeping
+    def cluster_init(self, now: int) -> None:
+        self.peers: dict[str, Peer] = {}
+        self.bus_out: list = []
+        self.links_dirty = False
+        self.cluster_dirty = False
+        self.repl_waiting: dict[bytes, tuple] = {}  # job id -> (client, deadline ms)
+        self.askers: dict[bytes, dict] = {}  # queue -> {node id: until ms}
+        self.msgs_sent = 0
+        self.msgs_received = 0
+        self._next_ping = now
+
+    def membership_changed(self) -> None:
+        peers = self.peers.values()
+        self.size = 1 + sum(1 for p in peers if not p.flags & P_HANDSHAKE)
+        self.reachable = sum(1 for p in peers if self._reachable(p))
+        self.default_replicate = min(3, self.size)
+        self._peers = self.size > 1
+
+    @staticmethod
+    def _reachable(p: Peer) -> bool:
+        return not p.flags & (P_HANDSHAKE | P_PFAIL | P_FAIL | P_LEAVING)
+
+    def reachable_peers(self) -> list:
+        return [p.id for p in self.peers.values() if self._reachable(p)]
+
+    def known_peers(self) -> list:
+        return [p.id for p in self.peers.values() if not p.flags & P_HANDSHAKE]
+
+    def peer_links(self) -> dict:
+        """node id -> (ip, bus port) of every peer we keep a link to."""
+        off = self.config.cluster_port_offset
+        return {p.id: (p.ip, p.port + off) for p in self.peers.values() if p.ip}
+
+    def send(self, dsts, mtype: int, *fields) -> None:
+        if not dsts:
+            return
+        msg = [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0, *fields]
+        self.bus_out.append((list(dsts), msg))
+        self.msgs_sent += len(dsts)
+
+    def _peers_changed(self) -> None:
+        self.links_dirty = True
+        self.cluster_dirty = True
+        self.membership_changed()
+
+    # -------------------------------------------------------------- commands
+    def cluster_meet(self, ip: str, port: int, now: int) -> None:
+        for p in self.peers.values():
+            if p.ip == ip and p.port == port:
+                if p.flags & P_HANDSHAKE:
+                    self.send([p.id], M.MEET, self._gossip(), ip)
+                return
+        p = Peer(new_node_id(self.rng), ip, port, P_HANDSHAKE, now)
+        self.peers[p.id] = p
+        self._peers_changed()
+        self.send([p.id], M.MEET, self._gossip(), ip)
+
+    def cluster_forget(self, nid: str) -> None:
+        self.peers.pop(nid, None)
+        self._peers_changed()
+
+    def cluster_reset(self, hard: bool, now: int) -> None:
+        self.peers.clear()
+        self.flushall()
+        if hard:
+            self.myid = new_node_id(self.rng)
+            self.myid_b = self.myid.encode()
+            from .ids import JobIdGenerator
+
+            self.idgen = JobIdGenerator(self.myid, self.rng.getrandbits(160).to_bytes(20, "little"))
+        self.leaving = False
+        self._peers_changed()
+
+    def set_leaving(self, on: bool, now: int) -> None:
+        if on == self.leaving:
+            return
+        self.leaving = on
+        self.cluster_dirty = True
+        if on:  # GETJOB clients waiting here must go elsewhere
+            from . import errors
+
+            self.reply_blocked_clients(resp.error(errors.LEAVING))
+        for p in self.peers.values():  # tell everybody now, not at the next ping
+            if not p.flags & P_HANDSHAKE:
+                self.send([p.id], M.PING, self._gossip())
+
+    # ---------------------------------------------------------------- gossip
+    def _gossip(self) -> list:
+        cand = [p for p in self.peers.values() if not p.flags & P_HANDSHAKE]
+        chosen = cand if len(cand) <= GOSSIP_ENTRIES else self.rng.sample(cand, GOSSIP_ENTRIES)
+        for p in cand:  # failing nodes always travel, so reports reach a majority
+            if p.flags & (P_PFAIL | P_FAIL) and p not in chosen:
+                chosen.append(p)
+        return [[p.id, p.ip, p.port, self._gossip_flags(p)] for p in chosen]
+
+    @staticmethod
+    def _gossip_flags(p: Peer) -> int:
+        f = 0
+        if p.flags & P_PFAIL:
+            f |= M.NF_PFAIL
+        if p.flags & P_FAIL:
+            f |= M.NF_FAIL
+        if p.flags & P_LEAVING:
+            f |= M.NF_LEAVING
+        return f
+
+    def _process_gossip(self, sender: Peer, gossip, now: int) -> None:
+        if type(gossip) is not list:
+            return
+        timeout = self.config.cluster_node_timeout
+        for entry in gossip:
+            if type(entry) is not list or len(entry) != 4:
+                continue
+            nid, ip, port, flags = entry
+            if type(nid) is not str or len(nid) != 40 or nid == self.myid:
+                continue
+            p = self.peers.get(nid)
+            if p is None:
+                if type(ip) is str and ip and type(port) is int and not flags & M.NF_FAIL:
+                    # a node we did not know: meet it (it will learn of us too)
+                    p = Peer(nid, ip, port, P_HANDSHAKE, now)
+                    self.peers[nid] = p
+                    self._peers_changed()
+                    self.send([nid], M.MEET, self._gossip(), ip)
+                continue
+            if type(flags) is not int:
+                continue
+            if flags & (M.NF_PFAIL | M.NF_FAIL):
+                p.fail_reports[sender.id] = now
+                self._maybe_fail(p, now)
+            else:
+                p.fail_reports.pop(sender.id, None)
+            leaving = bool(flags & M.NF_LEAVING)
+            if leaving != bool(p.flags & P_LEAVING) and not p.flags & P_HANDSHAKE:
+                # leaving state spreads by gossip; its owner is authoritative when heard
+                if p.pong_received and now - p.pong_received < timeout:
+                    continue
+                p.flags ^= P_LEAVING
+                self.membership_changed()
+
+    def _maybe_fail(self, p: Peer, now: int) -> None:
+        if not p.flags & P_PFAIL or p.flags & P_FAIL:
+            return
+        window = self.config.cluster_node_timeout * 2
+        for rid, t in list(p.fail_reports.items()):
+            if now - t > window or rid not in self.peers:
+                del p.fail_reports[rid]
+        if len(p.fail_reports) + 1 >= self.size // 2 + 1:
+            p.flags = (p.flags & ~P_PFAIL) | P_FAIL
+            self.membership_changed()
+            self.cluster_dirty = True
+            self.send(self.known_peers(), M.FAIL, p.id)
+
+    # ------------------------------------------------------------------ cron
+    def cluster_cron(self, now: int) -> None:
+        if not self.peers:
+            return
+        timeout = self.config.cluster_node_timeout
+        changed = False
+        for p in list(self.peers.values()):
+            if p.flags & P_HANDSHAKE:
+                if now - p.ctime > max(timeout, 1000) * 2:
+                    del self.peers[p.id]  # nobody answered the MEET
+                    changed = True
+                elif now >= self._next_ping:
+                    self.send([p.id], M.MEET, self._gossip(), p.ip)
+                continue
+            if p.link and not p.ping_sent and now - p.pong_received > timeout // 2:
+                p.ping_sent = now
+                self.send([p.id], M.PING, self._gossip())
+            elif p.link and p.ping_sent and now >= self._next_ping:
+                # unanswered: ask again each second (ping_sent keeps the first try,
+                # which is what failure detection measures)
+                self.send([p.id], M.PING, self._gossip())
+            late = (p.ping_sent and now - p.ping_sent > timeout) or (
+                not p.link and now - p.link_down_since > timeout)
+            if late and not p.flags & (P_PFAIL | P_FAIL):
+                p.flags |= P_PFAIL
+                changed = True
+            if p.flags & P_PFAIL:
+                self._maybe_fail(p, now)
+        if now >= self._next_ping:
+            # once a second, one random peer more: keeps gossip flowing
+            self._next_ping = now + 1000
+            live = [p for p in self.peers.values() if p.link and not p.flags & P_HANDSHAKE]
+            if live:
+                p = self.rng.choice(live)
+                if not p.ping_sent:
+                    p.ping_sent = now
+                self.send([p.id], M.PING, self._gossip())
+        if changed:
+            self._peers_changed()
+        self._federation_cron(now)
+
+    def link_state(self, nid: str, up: bool, now: int) -> None:
+        """The shell's outbound link to ``nid`` connected or broke."""
+        p = self.peers.get(nid)
+        if p is None:
+            return
+        p.link = up
+        if up:
+            if p.flags & P_HANDSHAKE:
+                self.send([nid], M.MEET, self._gossip(), p.ip)
+            else:
+                if not p.ping_sent:
+                    p.ping_sent = now
+                self.send([nid], M.PING, self._gossip())
+        else:
+            p.link_down_since = now
+
+    # ------------------------------------------------------------- messages
+    def handle_message(self, msg: list, peer_ip: str, now: int) -> None:
+        """One message from the bus. Malformed input is dropped, never raised."""
+        self.now = now
+        self.msgs_received += 1
+        try:
+            mtype, sid, sport, sflags = msg[0], msg[1], msg[2], msg[3]
+            if type(sid) is not str or len(sid) != 40 or type(sport) is not int:
+                return
+            fields = msg[4:]
+            if mtype == M.MEET:
+                self._on_meet(sid, peer_ip, sport, sflags, fields, now)
+                return
+            p = self.peers.get(sid)
+            if p is None:
+                if mtype == M.PONG:
+                    self._on_handshake_pong(sid, peer_ip, sport, sflags, fields, now)
+                return  # unknown nodes must MEET us first
+            self._heard_from(p, sflags, now)
+            handler = _HANDLERS.get(mtype)
+            if handler is not None:
+                handler(self, p, fields, now)
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+            return  # a malformed message: ignore it
+        finally:
+            if self.ready:
+                self._serve_ready(now)
+
+    def _heard_from(self, p: Peer, sflags, now: int) -> None:
+        leaving = bool(sflags & M.SF_LEAVING) if type(sflags) is int else False
+        if leaving != bool(p.flags & P_LEAVING):
+            p.flags ^= P_LEAVING
+            self.membership_changed()
+            self.cluster_dirty = True
+
+    def _on_meet(self, sid, peer_ip, sport, sflags, fields, now) -> None:
+        if sid == self.myid:
+            return
+        gossip, your_ip = fields[0], fields[1]
+        if not self.ip and type(your_ip) is str:
+            self.ip = your_ip  # we learn our own address from whoever reached us
+            self.cluster_dirty = True
+        p = self.peers.get(sid)
+        if p is None:
+            # a node that met us by address: forget any handshake entry for it
+            for hp in list(self.peers.values()):
+                if hp.flags & P_HANDSHAKE and hp.ip == peer_ip and hp.port == sport:
+                    del self.peers[hp.id]
+            p = Peer(sid, peer_ip, sport, 0, now)
+            self.peers[sid] = p
+            self._peers_changed()
+        elif p.flags & P_HANDSHAKE:
+            p.flags &= ~P_HANDSHAKE
+            self._peers_changed()
+        self._heard_from(p, sflags, now)
+        self._process_gossip(p, gossip, now)
+        self.send([sid], M.PONG, self._gossip())
+
+    def _on_handshake_pong(self, sid, peer_ip, sport, sflags, fields, now) -> None:
+        for hp in list(self.peers.values()):
+            if hp.flags & P_HANDSHAKE and hp.port == sport and hp.ip in (peer_ip, "localhost"):
+                del self.peers[hp.id]
+                p = Peer(sid, hp.ip, sport, 0, now)
+                p.pong_received = now
+                self.peers[sid] = p
+                self._peers_changed()
+                self._process_gossip(p, fields[0], now)
+                return
+
+    def _on_ping(self, p: Peer, fields, now) -> None:
+        self._process_gossip(p, fields[0], now)
+        self.send([p.id], M.PONG, self._gossip())
+
+    def _on_pong(self, p: Peer, fields, now) -> None:
+        p.ping_sent = 0
+        p.pong_received = now
+        if p.flags & (P_HANDSHAKE | P_PFAIL | P_FAIL):
+            p.flags &= ~(P_HANDSHAKE | P_PFAIL | P_FAIL)
+            p.fail_reports.clear()
+            self._peers_changed()
+        self._process_gossip(p, fields[0], now)
+
+    def _on_fail(self, p: Peer, fields, now) -> None:
+        f = self.peers.get(fields[0])
+        if f is not None and not f.flags & P_FAIL:
+            f.flags = (f.flags & ~P_PFAIL) | P_FAIL
+            self.membership_changed()
+            self.cluster_dirty = True
+
+    # ----------------------------------------------------------- replication
+    def replicate_new_job(self, job: Job, client, now: int, timeout: int, is_async: bool,
+                          extrepl: bool):
+        """ADDJOB with copies on other nodes (REPLJOB to repl-1 nodes, or repl nodes
+        when this node keeps no copy). Returns the reply, or None while waiting."""
+        others = self.reachable_peers()
+        self.rng.shuffle(others)
+        need = job.repl if extrepl else job.repl - 1
+        targets = others[:need]
+        job.delivered = tuple(targets) if extrepl else (self.myid, *targets)
+        job.confirmed = () if extrepl else (self.myid,)
+        wire = M.job_to_wire(job)
+        self.send(targets, M.REPLJOB, wire)
+        if is_async or not targets:
+            job.state = ACTIVE
+            self._job_replicated(job, now, extrepl)
+            return b"+" + job.id + b"\r\n"
+        job.state = WAIT_REPL
+        deadline = now + timeout if timeout else 0
+        self.repl_waiting[job.id] = (client, deadline, extrepl)
+        client.blocked_add = job.id
+        self.awake.schedule(job, now + REPL_RETRY_MS)
+        return None
+
+    def _job_replicated(self, job: Job, now: int, extrepl: bool) -> None:
+        """Enough copies exist: queue the job here, or on a copy when we keep none."""
+        if extrepl:
+            if job.confirmed:
+                self.send([self.rng.choice(job.confirmed)], M.ENQUEUE, job.id)
+            elif job.delivered:
+                self.send([self.rng.choice(job.delivered)], M.ENQUEUE, job.id)
+            self.unregister(job)
+            return
+        if job.delay:
+            job.qtime = now + job.delay * 1000
+            self.schedule(job)
+        else:
+            job.qtime = now + job.retry * 1000
+            self.enqueue(job, now)
+
+    def _repl_tick(self, job: Job, now: int) -> None:
+        """A job still short of copies: give up at the deadline, else one more node."""
+        client, deadline, extrepl = self.repl_waiting.get(job.id, (None, 0, False))
+        if client is None:
+            return
+        if deadline and now >= deadline:
+            self._repl_failed(job, "NOREPL Timeout reached before replicating to the "
+                                   "requested number of nodes")
+            return
+        spare = [n for n in self.reachable_peers() if n not in job.delivered]
+        if spare:
+            job.delivered = (*job.delivered, self.rng.choice(spare))
+        wire = M.job_to_wire(job)
+        self.send([n for n in job.delivered if n != self.myid and n not in job.confirmed],
+                  M.REPLJOB, wire)
+        at = now + REPL_RETRY_MS
+        if deadline and deadline < at:
+            at = deadline
+        self.awake.schedule(job, min(at, job.etime))
+
+    def _repl_failed(self, job: Job, error: str) -> None:
+        client, _, _ = self.repl_waiting.pop(job.id, (None, 0, False))
+        self.send([n for n in job.delivered if n != self.myid], M.DELJOB, job.id)
+        self.unregister(job)
+        if client is not None and not client.closed:
+            client.blocked_add = None
+            self.outbox.append((client, resp.error(error)))
+
+    def _on_repljob(self, p: Peer, fields, now) -> None:
+        (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
+         delivered) = M.job_from_wire(fields[0])
+        job = self.jobs.get(jid)
+        if job is not None:
+            job.delivered = tuple(dict.fromkeys((*job.delivered, *delivered)))
+            if job.state != WAIT_REPL:
+                self.send([p.id], M.GOTJOB, jid)
+            return
+        q = self.queues.get(queue)
+        if q is not None and q.flags & 1:  # paused in input: refuse new copies
+            return
+        if self.memory_level() >= 1:  # near the limit: let other nodes hold it
+            return
+        job = self._job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl, nacks,
+                                  adeliv, delivered, now)
+        if job is None:
+            return
+        self.send([p.id], M.GOTJOB, jid)
+
+    def _job_from_wire(self, jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
+                       delivered, now):
+        job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
+        if job.etime <= now:
+            return None
+        job.nacks, job.adeliv = nacks, adeliv
+        if self.myid not in delivered:
+            delivered = (*delivered, self.myid)
+        job.delivered = delivered
+        job.state = ACTIVE
+        if retry:
+            job.flags |= F_BCAST_WILLQUEUE
+            job.qtime = now + delay * 1000 + retry * 1000 + self.jitter()
+        else:
+            job.qtime = 0
+        if not self.register(job):
+            return None
+        self.schedule(job)
+        return job
+
+    def _on_gotjob(self, p: Peer, fields, now) -> None:
+        job = self.jobs.get(fields[0])
+        if job is None or job.state != WAIT_REPL:
+            return
+        if p.id not in job.confirmed:
+            job.confirmed = (*job.confirmed, p.id)
+        if p.id not in job.delivered:
+            job.delivered = (*job.delivered, p.id)
+        waiting = self.repl_waiting.get(job.id)
+        extrepl = waiting[2] if waiting else False
+        have = len(job.confirmed)
+        if have >= job.repl:
+            client = waiting[0] if waiting else None
+            self.repl_waiting.pop(job.id, None)
+            job.state = ACTIVE
+            self.awake.cancel(job)
+            if client is not None and not client.closed:
+                client.blocked_add = None
+                self.outbox.append((client, b"+" + job.id + b"\r\n"))
+            self._job_replicated(job, now, extrepl)
+
+    def _on_enqueue(self, p: Peer, fields, now) -> None:
+        job = self.jobs.get(fields[0])
+        if job is None or job.state != ACTIVE:
+            return
+        q = self.queues.get(job.queue)
+        if q is not None and q.flags & 1:
+            return
+        if job.qtime == 0 and job.retry == 0:
+            job.qtime = now  # an at-most-once job's one and only enqueue
+        self.enqueue(job, now)
+
+    # -------------------------------------------------------------- requeue
+    def has_peers(self, job: Job) -> bool:
+        return any(n != self.myid for n in job.delivered)
+
+    def send_willqueue(self, job: Job) -> None:
+        self.send([n for n in job.delivered if n != self.myid], M.WILLQUEUE, job.id)
+
+    def broadcast_queued(self, job: Job, incr: int) -> None:
+        self.send([n for n in job.delivered if n != self.myid], M.QUEUED, job.id, incr)
+
+    def broadcast_working(self, job: Job) -> None:
+        self.send([n for n in job.delivered if n != self.myid], M.WORKING, job.id)
+
+    def _on_willqueue(self, p: Peer, fields, now) -> None:
+        job = self.jobs.get(fields[0])
+        if job is None:
+            return
+        if job.state == QUEUED:
+            self.broadcast_queued(job, 0)
+        elif job.state == ACKED:
+            self.send([p.id], M.SETACK, job.id, len(job.delivered))
+
+    def _on_queued(self, p: Peer, fields, now) -> None:
+        job = self.jobs.get(fields[0])
+        incr = fields[1]
+        if job is None or job.state == ACKED:
+            return
+        if incr == M.QUEUED_INCR_NACKS:
+            job.nacks += 1
+        elif incr == M.QUEUED_INCR_DELIV:
+            job.adeliv += 1
+        if job.state == QUEUED and _xor_rank(p.id, job.id) > _xor_rank(self.myid, job.id):
+            self.dequeue(job)
+        if job.retry:
+            job.qtime = now + job.retry * 1000 + self.jitter()
+            job.flags |= F_BCAST_WILLQUEUE
+        self.schedule(job)
+
+    def _on_working(self, p: Peer, fields, now) -> None:
+        job = self.jobs.get(fields[0])
+        if job is None or job.state == ACKED:
+            return
+        if job.state == QUEUED:
+            self.dequeue(job)
+        if job.retry and job.qtime:
+            job.qtime = now + job.retry * 1000 + self.jitter()
+            job.flags |= F_BCAST_WILLQUEUE
+        self.schedule(job)
+
+    # ------------------------------------------------------------------ acks
+    def cluster_ack(self, job: Job, now: int) -> None:
+        """ACK-JOB with peers: mark acked; GC runs now and then with back-off."""
+        if job.state == QUEUED:
+            self.dequeue(job)
+        if not job.delivered and not job.flags & F_DUMMY:
+            job.delivered = (self.myid,)  # () means "only here" for single-copy jobs
+        job.state = ACKED
+        job.confirmed = (self.myid,)
+        job.qtime = 0  # for acked jobs: the number of GC attempts so far
+        self.evictable[job.id] = job
+        self._schedule_gc(job, now)
+
+    def _schedule_gc(self, job: Job, now: int) -> None:
+        delay = min(GC_MAX_MS, GC_MIN_MS << min(job.qtime, 10))
+        job.qtime += 1
+        self.awake.schedule(job, now + delay + self.jitter())
+
+    def cluster_start_gc(self, job: Job, now: int) -> None:
+        """START-GC(job)."""
+        delivered = job.delivered
+        if delivered and all(n in job.confirmed for n in delivered):
+            self._gc_done(job)
+            return
+        if not delivered:  # a dummy ack: ask everybody
+            self.send(self.known_peers(), M.SETACK, job.id, 0)
+        else:
+            self.send([n for n in delivered if n not in job.confirmed and n != self.myid],
+                      M.SETACK, job.id, len(delivered))
+
+    def _gc_done(self, job: Job) -> None:
+        self.send([n for n in job.delivered if n != self.myid], M.DELJOB, job.id)
+        self.unregister(job)
+
+    def _on_setack(self, p: Peer, fields, now) -> None:
+        jid, may_have = fields[0], fields[1]
+        job = self.jobs.get(jid)
+        if job is not None and job.state != ACKED:
+            self.stats.jobs_acked += 1
+            self.cluster_ack(job, now)
+        if job is None or len(job.delivered) <= may_have:
+            self.send([p.id], M.GOTACK, jid, job is not None)
+        if job is not None and may_have == 0:  # a dummy ack asked: we know the job
+            self.send([p.id], M.GOTACK, jid, True)
+        if job is not None and (len(job.delivered) > may_have or may_have == 0):
+            self.cluster_start_gc(job, now)
+
+    def _on_gotack(self, p: Peer, fields, now) -> None:
+        job = self.jobs.get(fields[0])
+        known = bool(fields[1])
+        if job is None:
+            return
+        if job.state != ACKED:
+            self.stats.jobs_acked += 1
+            self.cluster_ack(job, now)
+        if known and job.delivered and p.id not in job.delivered:
+            job.delivered = (*job.delivered, p.id)
+        if (known or job.delivered or p.id in job.delivered) and p.id not in job.confirmed:
+            job.confirmed = (*job.confirmed, p.id)
+        if job.delivered and all(n in job.confirmed for n in job.delivered):
+            self._gc_done(job)
+        elif not job.delivered and (known or len(job.confirmed) >= self.size):
+            self.unregister(job)
+
+    def _on_deljob(self, p: Peer, fields, now) -> None:
+        job = self.jobs.get(fields[0])
+        if job is None:
+            return
+        if job.state == WAIT_REPL and job.id in self.repl_waiting:
+            return  # our own job being replicated: a stale DELJOB
+        self.unregister(job)
+
+    def fast_ack(self, job: Job) -> None:
+        self.send([n for n in job.delivered if n != self.myid], M.DELJOB, job.id)
+        self.unregister(job)
+
+    def fast_ack_unknown(self, jid: bytes) -> None:
+        self.send(self.known_peers(), M.DELJOB, jid)
+
+    # ----------------------------------------------------------- federation
+    def queues_drained(self, names, now: int, took: bool = False) -> None:
+        """GETJOB found these queues empty (or, ``took``, emptied them): ask other
+        nodes for jobs. After taking the last job we ask only recent sources, so a
+        steady stream keeps flowing without waking the whole cluster."""
+        if not self._peers or self.leaving:
+            return
+        for name in names:
+            q = self.queues.get(name)
+            if q is None or q.jobs:
+                continue
+            if took and not self._recent_sources(q, now):
+                continue
+            self._need_jobs(q, now, urgent=True)
+
+    def _recent_sources(self, q, now: int) -> list:
+        return [n for n, t in q.needjobs_responders.items()
+                if now - t < SOURCE_MEMORY_MS and n in self.peers]
+
+    def _need_jobs(self, q, now: int, urgent: bool = False) -> None:
+        """NEEDJOBS: ad hoc to recent sources (fast back-off), broadcast for discovery.
+        We ask for as many jobs as consumers wait here (one for a NOHANG probe)."""
+        wanted = max(1, min(100, len(q.waiters)))
+        sources = self._recent_sources(q, now)
+        if sources and (urgent or now >= q.needjobs_adhoc_time):
+            self.send(sources, M.NEEDJOBS, q.name, wanted)
+            q.needjobs_adhoc_attempt += 1
+            q.needjobs_adhoc_time = now + min(
+                NEEDJOBS_ADHOC_MAX_MS, NEEDJOBS_ADHOC_MIN_MS << min(q.needjobs_adhoc_attempt, 10))
+        if now >= q.needjobs_bcast_time:
+            self.send(self.reachable_peers(), M.NEEDJOBS, q.name, wanted)
+            q.needjobs_bcast_attempt += 1
+            q.needjobs_bcast_time = now + min(
+                NEEDJOBS_BCAST_MAX_MS, NEEDJOBS_BCAST_MIN_MS << min(q.needjobs_bcast_attempt, 4))
+
+    def _federation_cron(self, now: int) -> None:
+        if self.leaving:
+            return
+        for q in self.queues.values():
+            if q.waiters and not q.jobs:
+                self._need_jobs(q, now)
+            elif not q.waiters and (q.needjobs_bcast_attempt or q.needjobs_adhoc_attempt):
+                q.needjobs_bcast_attempt = q.needjobs_adhoc_attempt = 0
+                q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
+            if q.import_window_start and now - q.import_window_start >= 1000:
+                q.import_rate = q.import_window_count * 1000 // (now - q.import_window_start)
+                q.import_window_start = now
+                q.import_window_count = 0
+        for name, askers in list(self.askers.items()):
+            for n, (until, _) in list(askers.items()):
+                if until < now:
+                    del askers[n]
+            if not askers:
+                del self.askers[name]
+
+    def _on_needjobs(self, p: Peer, fields, now) -> None:
+        qname, count = fields[0], fields[1]
+        if type(qname) is not bytes or type(count) is not int:
+            return
+        askers = self.askers.setdefault(qname, {})
+        if count <= 0:
+            askers.pop(p.id, None)
+            return
+        sent = self._send_jobs(p.id, qname, count, now)
+        if sent < count:  # remembered: we push the rest as soon as jobs arrive
+            askers[p.id] = [now + ASKER_MEMORY_MS, count - sent]
+        else:
+            askers.pop(p.id, None)
+
+    def _send_jobs(self, nid: str, qname: bytes, count: int, now: int,
+                   exact: bool = False) -> int:
+        """YOURJOBS: hand up to ``count`` queued jobs to ``nid``. Answering a request we
+        keep half when short (Disque's rule); ``exact`` pushes to a remembered asker."""
+        q = self.queues.get(qname)
+        if q is None or not q.jobs or q.flags & 2 or q.waiters:
+            return 0  # nothing, paused in output, or our own consumers come first
+        n = len(q.jobs)
+        give = min(count, n) if exact else (count if n >= count * 2 else max(1, n // 2))
+        out = []
+        for _ in range(give):
+            job = q.jobs.pop()
+            q.jobs_out += 1
+            job.state = ACTIVE
+            delivered = job.delivered or (self.myid,)  # () means "only here"
+            if nid not in delivered:
+                delivered = (*delivered, nid)
+            job.delivered = delivered
+            out.append(M.job_to_wire(job))
+            if job.retry == 0:
+                self.unregister(job)  # at most once: the copy moves, none stays
+            else:
+                job.qtime = now + job.retry * 1000 + self.jitter()
+                job.flags |= F_BCAST_WILLQUEUE
+                self.schedule(job)
+        if out:
+            self.send([nid], M.YOURJOBS, out)
+        return len(out)
+
+    def pushed_to_askers(self, q, now: int) -> None:
+        """Jobs arrived in a queue nobody here waits on: serve nodes that asked."""
+        askers = self.askers.get(q.name)
+        if not askers or q.waiters:
+            return
+        for nid, entry in list(askers.items()):
+            if not q.jobs:
+                break
+            p = self.peers.get(nid)
+            if p is None or not self._reachable(p):
+                continue
+            entry[1] -= self._send_jobs(nid, q.name, min(entry[1], len(q.jobs)), now,
+                                        exact=True)
+            if entry[1] <= 0:
+                del askers[nid]
+
+    def _on_yourjobs(self, p: Peer, fields, now) -> None:
+        for w in fields[0]:
+            (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
+             delivered) = M.job_from_wire(w)
+            q = self.queue_for(queue, now)
+            q.needjobs_responders[p.id] = now
+            if not q.import_window_start:
+                q.import_window_start = now
+            q.import_window_count += 1
+            job = self.jobs.get(jid)
+            if job is None:
+                job = self._job_from_wire(jid, queue, body, ctime, ttl, 0, retry, repl, nacks,
+                                          adeliv, delivered, now)
+                if job is None:
+                    continue
+            elif job.state == ACKED:
+                continue
+            if job.state != QUEUED:
+                if job.retry == 0 and job.flags & F_DELIVERED:
+                    continue
+                if job.qtime == 0:
+                    job.qtime = now
+                self.enqueue(job, now)
+
+    def import_sources(self, q, now: int) -> list:
+        return [n.encode() for n, t in q.needjobs_responders.items()
+                if now - t < SOURCE_MEMORY_MS]
+
+    # ----------------------------------------------------------------- pause
+    def broadcast_pause(self, qname: bytes, flags: int) -> None:
+        self.send(self.known_peers(), M.PAUSE, qname, flags)
+
+    def _on_pause(self, p: Peer, fields, now) -> None:
+        qname, flags = fields[0], fields[1]
+        if type(qname) is not bytes or type(flags) is not int:
+            return
+        q = self.queues.get(qname)
+        if q is None and not flags:
+            return
+        self.set_pause(q if q is not None else self.queue_for(qname, now), flags & 3, now)
+
+    # ----------------------------------------------------------- reporting
+    def hello_nodes(self) -> list:
+        me = (self.myid_b, self.ip.encode(), self.port,
+              PRIORITY_BAD if self.leaving else PRIORITY_OK)
+        out = [me]
+        for p in self.peers.values():
+            if p.flags & (P_FAIL | P_LEAVING):
+                prio = PRIORITY_BAD
+            elif p.flags & P_PFAIL:
+                prio = PRIORITY_PFAIL
+            elif not p.link:
+                prio = PRIORITY_NOLINK
+            else:
+                prio = PRIORITY_OK
+            out.append((p.id.encode(), p.ip.encode(), p.port, prio))
+        return out
+
+    def delivered_ids(self, job: Job) -> list:
+        if job.flags & F_DUMMY:
+            return []
+        return [n.encode() for n in job.delivered] if job.delivered else [self.myid_b]
+
+    def confirmed_ids(self, job: Job) -> list:
+        return [n.encode() for n in job.confirmed]
+
+    def nodes_text(self, now: int) -> str:
+        """CLUSTER NODES, also the nodes.conf format."""
+        lines = [f"{self.myid} {self.ip}:{self.port} myself{',leaving' if self.leaving else ''}"
+                 f" 0 0 connected"]
+        for p in self.peers.values():
+            flags = [name for bit, name in ((P_HANDSHAKE, "handshake"), (P_PFAIL, "fail?"),
+                                            (P_FAIL, "fail"), (P_LEAVING, "leaving"))
+                     if p.flags & bit] or ["noflags"]
+            lines.append(f"{p.id} {p.ip}:{p.port} {','.join(flags)} {p.ping_sent} "
+                         f"{p.pong_received} {'connected' if p.link else 'disconnected'}")
+        return "\n".join(lines) + "\n"
+
+    def nodes_conf_text(self) -> str:
+        return self.nodes_text(0)
+
+    def load_nodes_conf(self, text: str, now: int) -> str | None:
+        """Restore identity and peers from nodes.conf; returns our node ID or None."""
+        myid = None
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) < 3 or len(parts[0]) != 40:
+                continue
+            nid, addr, flags = parts[0], parts[1], parts[2].split(",")
+            ip, _, port = addr.rpartition(":")
+            if not port.isdigit():
+                continue
+            if "myself" in flags:
+                myid = nid
+                self.ip = ip
+                self.leaving = "leaving" in flags
+            elif "handshake" not in flags:
+                p = Peer(nid, ip, int(port), P_LEAVING if "leaving" in flags else 0, now)
+                self.peers[nid] = p
+        if myid is not None:
+            self.peers.pop(myid, None)
+        self._peers_changed()
+        self.cluster_dirty = False
+        return myid
+
+    def cluster_info(self) -> str:
+        state = "ok"
+        return (f"cluster_state:{state}\r\ncluster_known_nodes:{self.size}\r\n"
+                f"cluster_reachable_nodes:{self.reachable}\r\ncluster_size:{self.size}\r\n"
+                f"cluster_stats_messages_sent:{self.msgs_sent}\r\n"
+                f"cluster_stats_messages_received:{self.msgs_received}\r\n")
+
+
+_HANDLERS = {
+    M.PING: ClusterMixin._on_ping,
+    M.PONG: ClusterMixin._on_pong,
+    M.FAIL: ClusterMixin._on_fail,
+    M.REPLJOB: ClusterMixin._on_repljob,
+    M.GOTJOB: ClusterMixin._on_gotjob,
+    M.ENQUEUE: ClusterMixin._on_enqueue,
+    M.WILLQUEUE: ClusterMixin._on_willqueue,
+    M.QUEUED: ClusterMixin._on_queued,
+    M.SETACK: ClusterMixin._on_setack,
+    M.GOTACK: ClusterMixin._on_gotack,
+    M.DELJOB: ClusterMixin._on_deljob,
+    M.WORKING: ClusterMixin._on_working,
+    M.NEEDJOBS: ClusterMixin._on_needjobs,
+    M.YOURJOBS: ClusterMixin._on_yourjobs,
+    M.PAUSE: ClusterMixin._on_pause,
+}

@@ -1,0 +1,76 @@
+"""Cluster bus messages: type codes and the job wire form.
+
+Every message is a list ``[type, sender_id, sender_port, sender_flags, *fields]``
+(encoded by ``codec.bus``). Node IDs are 40-hex strings, job IDs bytes. The same
+lists travel through the real bus and the simulator.
+
+Fields after the header, by type:
+
+    PING / PONG   [gossip]          gossip: [[id, ip, port, flags], ...]
+    MEET          [gossip, your_ip] the address the sender used to reach us
+    FAIL          [node_id]
+    REPLJOB       [job]             job: see job_to_wire
+    GOTJOB        [job_id]
+    ENQUEUE       [job_id]
+    WILLQUEUE     [job_id]
+    QUEUED        [job_id, incr]    incr: QUEUED_INCR_* for the counters
+    SETACK        [job_id, may_have]
+    GOTACK        [job_id, known]
+    DELJOB        [job_id]
+    WORKING       [job_id]
+    NEEDJOBS      [queue, count]    count 0: "no longer needed"
+    YOURJOBS      [[job, ...]]
+    PAUSE         [queue, flags]
+"""
+
+from __future__ import annotations
+
+PING = 1
+PONG = 2
+MEET = 3
+FAIL = 4
+REPLJOB = 10
+GOTJOB = 11
+ENQUEUE = 12
+WILLQUEUE = 13
+QUEUED = 14
+SETACK = 15
+GOTACK = 16
+DELJOB = 17
+WORKING = 18
+NEEDJOBS = 19
+YOURJOBS = 20
+PAUSE = 21
+
+NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
+
+# sender flags
+SF_LEAVING = 1
+
+# node flags in gossip
+NF_PFAIL = 1
+NF_FAIL = 2
+NF_LEAVING = 4
+
+QUEUED_INCR_DELIV = 1
+QUEUED_INCR_NACKS = 2
+
+
+def job_to_wire(job) -> list:
+    """A job as REPLJOB / YOURJOBS carry it."""
+    return [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
+            job.nacks, job.adeliv, list(job.delivered)]
+
+
+def job_from_wire(w: list):
+    """(id, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered)."""
+    if type(w) is not list or len(w) != 11:
+        raise ValueError("bad job on the wire")
+    jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered = w
+    if not (type(jid) is bytes and len(jid) == 40 and type(queue) is bytes
+            and type(body) is bytes and type(ctime) is int and type(ttl) is int
+            and type(delay) is int and type(retry) is int and type(repl) is int
+            and type(nacks) is int and type(adeliv) is int and type(delivered) is list
+            and all(type(n) is str for n in delivered)):
+        raise ValueError("bad job on the wire")
+    return jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, tuple(delivered)

@@ -1,0 +1,267 @@
+"""The cluster state machine: several pure nodes, a virtual clock, a routed bus."""
+
+from __future__ import annotations
+
+import pytest
+from clusterharness import Cluster
+from nodeharness import Error
+
+
+@pytest.fixture
+def c3():
+    c = Cluster(3)
+    c.meet_all()
+    return c
+
+
+def states(c, jid):
+    return [None if j is None else j.state_name.decode() for j in c.jobs_everywhere(jid)]
+
+
+def test_meet_one_learns_all_by_gossip():
+    c = Cluster(5)
+    c.meet_all()  # only node 0 was told about the others
+    for i, n in enumerate(c.nodes):
+        assert n.size == 5 and n.reachable == 4, (i, n.peers)
+    hello = c.cmd(3, "HELLO")
+    assert hello[0] == 1 and len(hello) == 2 + 5
+    assert all(entry[3] == b"1" for entry in hello[2:])
+    assert c.nodes[1].ip == "127.0.0.1"  # learned from MEET
+
+
+def test_cluster_info_and_nodes(c3):
+    info = c3.cmd(0, "CLUSTER", "INFO").decode()
+    assert "cluster_known_nodes:3" in info and "cluster_reachable_nodes:2" in info
+    lines = c3.cmd(1, "CLUSTER", "NODES").decode().splitlines()
+    assert len(lines) == 3 and sum("myself" in ln for ln in lines) == 1
+    assert c3.cmd(0, "CLUSTER", "MYID") == c3.nodes[0].myid_b
+
+
+def test_default_replicate_is_min_3_cluster_size(c3):
+    assert c3.cmd(0, "ADDJOB", "q", "b", 0) == "BLOCKED"  # synchronous by default
+    c3.run(100)
+    jid = c3.outbox(0)[0][1]
+    assert states(c3, jid).count("queued") == 1
+    assert states(c3, jid).count("active") == 2
+
+
+def test_sync_replication_replies_after_copies(c3):
+    consumer = c3.nodes[0].new_client(now=c3.now)
+    r = c3.cmd(0, "ADDJOB", "q", "b", 5000, "REPLICATE", 3, client=consumer)
+    assert r == "BLOCKED"
+    c3.run(20)
+    out = c3.outbox(0)
+    assert len(out) == 1 and out[0][1].startswith(b"D-")
+    jid = out[0][1]
+    assert sorted(states(c3, jid)) == ["active", "active", "queued"]
+    show = c3.cmd(0, "SHOW", jid)
+    d = dict(zip(show[::2], show[1::2], strict=True))
+    assert len(d[b"nodes-delivered"]) == 3
+
+
+def test_norepl_when_not_enough_nodes(c3):
+    assert c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 4) == (
+        "NOREPL Not enough reachable nodes for the requested replication level")
+
+
+def test_norepl_timeout_cleans_copies(c3):
+    c3.partition({0, 1}, {2})
+    c3.run(c3.nodes[0].config.cluster_node_timeout * 3)  # node 2 becomes unreachable
+    assert c3.nodes[0].reachable == 1
+    c3.heal()
+    # reachable again only after pings: replicate to 3 while node 2 is cut again
+    c3.run(3000)
+    c3.partition({0}, {1, 2})
+    cl = c3.nodes[0].new_client(now=c3.now)
+    r = c3.cmd(0, "ADDJOB", "q", "b", 300, "REPLICATE", 3, client=cl)
+    assert r == "BLOCKED"
+    c3.run(400)
+    out = c3.outbox(0)
+    assert out and out[0][1] == ("NOREPL Timeout reached before replicating to the requested "
+                                 "number of nodes")
+    assert len(c3.nodes[0].jobs) == 0
+
+
+def test_async_replicates_in_background(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC")
+    assert jid.startswith(b"D-")
+    c3.run(50)
+    assert sorted(states(c3, jid)) == ["active", "active", "queued"]
+
+
+def test_ack_frees_job_on_every_node(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC")
+    c3.run(50)
+    got = c3.cmd(0, "GETJOB", "FROM", "q")
+    assert got[0][1] == jid
+    assert c3.cmd(0, "ACKJOB", jid) == 1
+    c3.run(100)
+    assert states(c3, jid) == [None, None, None]
+
+
+def test_ack_on_a_node_without_the_job_via_dummy_ack():
+    c = Cluster(4)
+    c.meet_all()
+    jid = c.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 2, "ASYNC")
+    c.run(50)
+    holders = [i for i, j in enumerate(c.jobs_everywhere(jid)) if j is not None]
+    other = next(i for i in range(4) if i not in holders)
+    assert c.cmd(other, "ACKJOB", jid) == 0  # unknown here: a dummy ack is kept
+    c.run(5000)
+    assert states(c, jid) == [None] * 4
+
+
+def test_fastack_deletes_everywhere(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC")
+    c3.run(50)
+    assert c3.cmd(1, "FASTACK", jid) == 1
+    c3.run(20)
+    assert states(c3, jid) == [None, None, None]
+
+
+def test_unacked_job_requeued_once_cluster_wide(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "RETRY", 2, "ASYNC")
+    c3.run(50)
+    c3.cmd(0, "GETJOB", "FROM", "q")
+    c3.run(4000)
+    st = states(c3, jid)
+    assert st.count("queued") == 1, st
+    assert max(j.adeliv for j in c3.jobs_everywhere(jid)) >= 1
+
+
+def test_queued_dedup_rule_lets_one_copy_win(c3):
+    from disquepy.core.cluster import _xor_rank
+
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC")
+    c3.run(50)
+    c3.cmd(0, "GETJOB", "FROM", "q")
+    assert c3.cmd(1, "ENQUEUE", jid) == 1 and c3.cmd(2, "ENQUEUE", jid) == 1
+    assert c3.cmd(0, "NACK", jid) == 1  # node 0 queues again and broadcasts QUEUED
+    c3.run(50)
+    st = states(c3, jid)
+    assert st[0] == "queued"
+    for i in (1, 2):
+        wins = _xor_rank(c3.nodes[0].myid, jid) > _xor_rank(c3.nodes[i].myid, jid)
+        assert st[i] == ("active" if wins else "queued"), (i, st)
+
+
+def test_partitioned_copies_each_requeue_then_stay_at_least_once(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "RETRY", 2, "ASYNC")
+    c3.run(50)
+    c3.cmd(0, "GETJOB", "FROM", "q")
+    c3.partition({0}, {1}, {2})  # WILLQUEUE can't reach anybody: each side re-queues
+    c3.run(2600)
+    assert states(c3, jid).count("queued") == 3
+    c3.heal()
+    c3.run(2000)
+    got = [c3.cmd(i, "GETJOB", "NOHANG", "FROM", "q") for i in range(3)]
+    assert all(g and g[0][1] == jid for g in got)  # delivered, possibly more than once
+    assert c3.cmd(0, "ACKJOB", jid) == 1
+    c3.run(3000)
+    assert states(c3, jid) == [None, None, None]
+
+
+def test_working_propagates(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "RETRY", 2, "ASYNC")
+    c3.run(50)
+    c3.cmd(0, "GETJOB", "FROM", "q")
+    for _ in range(6):
+        c3.run(1000)
+        assert c3.cmd(0, "WORKING", jid) == 2
+    assert "queued" not in states(c3, jid)
+
+
+def test_nack_counts_on_all_copies(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC")
+    c3.run(50)
+    c3.cmd(0, "GETJOB", "FROM", "q")
+    assert c3.cmd(0, "NACK", jid) == 1
+    c3.run(50)
+    assert [j.nacks for j in c3.jobs_everywhere(jid)] == [1, 1, 1]
+
+
+def test_federation_serves_blocked_consumer_fast(c3):
+    consumer = c3.new_client(2)
+    assert c3.cmd(2, "GETJOB", "FROM", "fq", client=consumer) == "BLOCKED"
+    c3.run(20)
+    jid = c3.cmd(0, "ADDJOB", "fq", "work", 0, "REPLICATE", 1)
+    c3.run(20)  # pushed to the node that asked: no polling delay
+    out = c3.outbox(2)
+    assert out == [(consumer, [[b"fq", jid, b"work"]])]
+    assert c3.cmd(2, "ACKJOB", jid) == 1
+    c3.run(100)
+    assert states(c3, jid) == [None, None, None]
+    assert c3.cmd(2, "QSTAT", "fq")[11] == [c3.nodes[0].myid_b]  # import-from
+
+
+def test_federation_moves_many_jobs_to_where_consumers_are(c3):
+    ids = [c3.cmd(0, "ADDJOB", "m", f"j{i}", 0, "REPLICATE", 1) for i in range(50)]
+    got = []
+    for _ in range(200):
+        r = c3.cmd(1, "GETJOB", "NOHANG", "COUNT", 10, "FROM", "m")
+        if r:
+            got += [j[1] for j in r]
+        c3.run(30)
+        if len(got) == 50:
+            break
+    assert sorted(got) == sorted(ids)
+
+
+def test_pause_bcast(c3):
+    assert c3.cmd(0, "PAUSE", "pq", "in", "bcast") == b"in"
+    c3.run(20)
+    assert all(c3.cmd(i, "PAUSE", "pq", "state") == b"in" for i in range(3))
+    assert c3.cmd(1, "ADDJOB", "pq", "x", 0) == "PAUSED Queue paused in input, try later"
+
+
+def test_failure_detection_and_recovery():
+    c = Cluster(3, node_timeout=1000)
+    c.meet_all()
+    c.down.add(2)
+    c.run(4000)
+    assert "fail" in c.cmd(0, "CLUSTER", "NODES").decode()
+    assert c.nodes[0].reachable == 1
+    assert [e[3] for e in c.cmd(0, "HELLO")[2:] if e[0] == c.nodes[2].myid_b] == [b"100"]
+    c.down.discard(2)
+    c.run(3000)
+    assert c.nodes[0].reachable == 2 and "fail" not in c.cmd(0, "CLUSTER", "NODES").decode()
+
+
+def test_leaving_node_behaviour():
+    c = Cluster(4)
+    c.meet_all()
+    waiting = c.new_client(3)
+    assert c.cmd(3, "GETJOB", "FROM", "lq", client=waiting) == "BLOCKED"
+    assert c.cmd(3, "CLUSTER", "LEAVING", "yes") == b"OK"
+    assert c.outbox(3)[0][1] == ("LEAVING This node is leaving the cluster, please connect "
+                                 "to a different one")
+    c.run(200)
+    assert c.cmd(0, "HELLO")[2:] and any(
+        e[3] == b"100" for e in c.cmd(0, "HELLO")[2:] if e[0] == c.nodes[3].myid_b)
+    cl = c.new_client(3)
+    assert c.cmd(3, "ADDJOB", "lq", "x", 0, "REPLICATE", 2, client=cl) == "BLOCKED"
+    c.run(50)
+    jid = c.outbox(3)[0][1]
+    assert c.nodes[3].jobs.get(jid) is None  # external replication: no local copy
+    assert sum(j is not None for j in c.jobs_everywhere(jid)) == 2
+    assert c.cmd(3, "GETJOB", "FROM", "other") == (
+        "LEAVING This node is leaving the cluster, please connect to a different one")
+    assert c.cmd(3, "CLUSTER", "LEAVING") == b"yes"
+
+
+def test_nodes_conf_round_trip(c3):
+    text = c3.nodes[1].nodes_conf_text()
+    from clusterharness import Cluster as C
+
+    fresh = C(1).nodes[0]
+    assert fresh.load_nodes_conf(text, c3.now) == c3.nodes[1].myid
+    assert set(fresh.peers) == set(c3.nodes[1].peers)
+
+
+def test_malformed_messages_are_ignored(c3):
+    n = c3.nodes[0]
+    for msg in ([99, "x", 1, 0], [1, c3.nodes[1].myid, 7712, 0, "junk"],
+                [10, c3.nodes[1].myid, 7712, 0, [b"short"]], [], [1]):
+        n.handle_message(msg, "127.0.0.1", c3.now)
+    assert isinstance(c3.cmd(0, "PING"), bytes)
+    assert not isinstance(c3.cmd(0, "ADDJOB", "q", "b", 0), Error)
