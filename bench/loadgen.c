@@ -13,14 +13,29 @@
  *   ping     PING                                  (sanity)
  *   addjob   ADDJOB <queue> <body> 0               (Disque produce)
  *   lpush    LPUSH <queue> <body>                  (Redis produce baseline)
- *   getack   GETJOB NOHANG FROM <queue>, then      (Disque consume)
- *            ACKJOB <id> for every job returned
+ *   getack   GETJOB NOHANG FROM <queue>, then      (Disque consume,
+ *            ACKJOB <id> for every job returned     two round trips per job)
+ *   getack1  ACKJOB <id of job N> + GETJOB NOHANG   (Disque consume,
+ *            FROM <queue> in one write              one round trip per job)
  *   rpop     RPOP <queue>                          (Redis consume baseline)
  *
  * In the consume modes --requests is the number of *jobs* to consume; null
  * replies are not counted, and a connection gives up after --max-empty
  * consecutive batches that brought no job (the queue ran dry, or every
  * reply was an error).
+ *
+ * getack1 does not work in batches.  Each connection keeps --pipeline D
+ * GETJOBs in flight: it first writes D GETJOBs; then, for every GETJOB
+ * reply that brings a job, it writes "ACKJOB <id>" and the next GETJOB
+ * together in one write, so the ack of job N travels with the request for
+ * job N+1.  Replies are matched to requests in order (a small FIFO per
+ * connection).  When no more jobs are wanted, the last jobs are acked with
+ * a lone ACKJOB, so every job received is acked.  ops counts only jobs
+ * whose ACKJOB replied with the number of IDs sent (:1); any other count is
+ * an error.  Latency samples are GETJOB replies only, from the write that
+ * carried the GETJOB (i.e. one sample per round trip).  A null GETJOB reply
+ * re-sends the GETJOB alone; after --max-empty x D null replies in a row
+ * the connection stops asking (drained).
  *
  * Produce bodies are --body-size bytes of 'x' ending in a request counter,
  * so each is unique.
@@ -29,8 +44,9 @@
  * partial results are reported; only loopback addresses are accepted.
  *
  * Output (text, or one JSON object with --json): ops (consume: jobs
- * received), elapsed_s, ops_per_sec, lat_us {p50, p99, max, mean}, errors
- * and first_error, null_replies, ack_requests/acked (getack),
+ * received; getack1: jobs received *and* acked), elapsed_s, ops_per_sec,
+ * lat_us {p50, p99, max, mean}, errors and first_error, null_replies,
+ * received (consume: jobs returned), ack_requests/acked (getack, getack1),
  * conn_failures, drained (gave up on an empty queue), timed_out, complete.
  * The exit status is 0 whenever a report is printed (check errors and
  * complete), 2 on bad arguments or when a connection cannot be opened.
@@ -60,8 +76,9 @@
 /* Configuration                                                       */
 /* ------------------------------------------------------------------ */
 
-enum mode { M_PING, M_ADDJOB, M_LPUSH, M_GETACK, M_RPOP };
-static const char *mode_names[] = {"ping", "addjob", "lpush", "getack", "rpop"};
+enum mode { M_PING, M_ADDJOB, M_LPUSH, M_GETACK, M_RPOP, M_GETACK1 };
+static const char *mode_names[] = {"ping", "addjob", "lpush", "getack", "rpop", "getack1"};
+#define N_MODES 6
 
 static struct {
     const char *host;
@@ -81,7 +98,9 @@ static struct {
 #define MAX_DEPTH 16       /* deepest nested array we accept */
 #define READ_CHUNK 65536
 
-static int is_consume(void) { return cfg.mode == M_GETACK || cfg.mode == M_RPOP; }
+static int is_consume(void) {
+    return cfg.mode == M_GETACK || cfg.mode == M_RPOP || cfg.mode == M_GETACK1;
+}
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -339,6 +358,12 @@ static int for_each_job(const char *buf, size_t end, size_t pos,
 
 enum phase { PH_MAIN, PH_ACK };
 
+/* getack1: one request in flight, to match with its reply. */
+struct g1req {
+    uint64_t ts;      /* when the write that carried it was issued */
+    int nids;         /* ACKJOB: number of IDs it acks; GETJOB: 0 */
+};
+
 struct conn {
     int fd;
     int idx;
@@ -353,6 +378,11 @@ struct conn {
     int empty_batches;
     int done;
     int want_out;     /* EPOLLOUT currently registered */
+    /* getack1 only: the requests in flight, oldest first (a ring). */
+    struct g1req *ring;
+    int rcap, rhead, rcount;
+    int unstamped;    /* newest entries not yet given their write time */
+    int stopping;     /* no more GETJOBs on this connection */
 };
 
 static struct conn *conns;
@@ -367,6 +397,7 @@ static long long replies;       /* every reply, any kind */
 static long long errors;        /* error replies (and malformed replies) */
 static long long null_replies;
 static long long acked, ack_requests;
+static long long received;      /* consume: jobs returned by GETJOB/RPOP */
 static long long conn_failures;
 static char first_error[256];
 static int drained, timed_out;
@@ -454,7 +485,8 @@ static void build_template(void) {
         tmpl_body_off = tmpl.len - (add ? 7 : 0) - 2 - bl;
         break;
     }
-    case M_GETACK: {
+    case M_GETACK:
+    case M_GETACK1: {
         const char *argv[] = {"GETJOB", "NOHANG", "FROM", cfg.queue};
         size_t lens[] = {6, 6, 4, ql};
         append_cmd(&tmpl, 4, argv, lens);
@@ -543,6 +575,138 @@ static void collect_id(void *ctx, const char *id, size_t len) {
     c->idlens[c->nids++] = len;
 }
 
+/* ------------------------------------------------------------------ */
+/* getack1: ACKJOB of job N and GETJOB for job N+1 in one write        */
+/* ------------------------------------------------------------------ */
+
+static void g1_push(struct conn *c, int nids) {
+    if (c->rcount >= c->rcap) die("internal: getack1 request ring full");
+    struct g1req *q = &c->ring[(c->rhead + c->rcount) % c->rcap];
+    q->ts = 0;
+    q->nids = nids;
+    c->rcount++;
+    c->unstamped++;
+}
+
+/* Queue one GETJOB if more jobs are wanted; returns 1 if it did. */
+static int g1_get(struct conn *c) {
+    if (c->stopping || cfg.requests - received - inflight_get <= 0) return 0;
+    append_main_cmds(&c->out, 1);
+    inflight_get++;
+    g1_push(c, 0);
+    return 1;
+}
+
+/* Write what was queued, stamping the new requests with the write time. */
+static void g1_send(struct conn *c) {
+    uint64_t t = now_ns();
+    for (int i = c->rcount - c->unstamped; i < c->rcount; i++)
+        c->ring[(c->rhead + i) % c->rcap].ts = t;
+    c->unstamped = 0;
+    flush_out(c);
+}
+
+static void g1_start(struct conn *c) {
+    for (int i = 0; i < cfg.pipeline; i++)
+        if (!g1_get(c)) break;
+    if (c->rcount == 0) { conn_finish(c); return; }
+    g1_send(c);
+}
+
+/* Append "ACKJOB <id> [<id> ...]" for the IDs held in c->ids. */
+static void g1_append_ack(struct conn *c) {
+    char hdr[32];
+    int n = snprintf(hdr, sizeof hdr, "*%d\r\n$6\r\nACKJOB\r\n", c->nids + 1);
+    buf_append(&c->out, hdr, (size_t)n);
+    for (int i = 0; i < c->nids; i++) {
+        n = snprintf(hdr, sizeof hdr, "$%zu\r\n", c->idlens[i]);
+        buf_append(&c->out, hdr, (size_t)n);
+        buf_append(&c->out, c->ids + (size_t)i * MAX_ID_LEN, c->idlens[i]);
+        buf_append(&c->out, "\r\n", 2);
+    }
+    ack_requests++;
+    g1_push(c, c->nids);
+    c->nids = 0;
+}
+
+/* Account one complete reply; queue the follow-up requests (sent later,
+ * by g1_send, together with the others of this read). */
+static void g1_reply(struct conn *c, const struct reply *r, size_t pos, size_t end, uint64_t t) {
+    struct g1req q = c->ring[c->rhead];
+    c->rhead = (c->rhead + 1) % c->rcap;
+    c->rcount--;
+    replies++;
+    t_last = t;
+    if (r->type == R_ERROR) note_error(r->str, r->len);
+
+    if (q.nids > 0) { /* ACKJOB reply */
+        if (r->type == R_INT) {
+            acked += r->integer;
+            if (r->integer == q.nids) {
+                ops += q.nids;
+            } else {
+                char msg[96];
+                snprintf(msg, sizeof msg, "ACKJOB acknowledged %lld of %d job(s)", r->integer,
+                         q.nids);
+                note_error_str(msg);
+                if (r->integer > 0 && r->integer < q.nids) ops += r->integer;
+            }
+        } else if (r->type != R_ERROR) {
+            note_error_str("unexpected ACKJOB reply type");
+        }
+        return;
+    }
+
+    /* GETJOB reply */
+    inflight_get--;
+    hist_add((t - q.ts) / 1000);
+    int n = 0;
+    c->nids = 0;
+    if (r->type == R_NULL) null_replies++;
+    else if (r->type == R_ARRAY) {
+        n = for_each_job(c->in.p, end, pos, collect_id, c);
+        if (n < 0) { note_error_str("unexpected GETJOB reply shape"); n = 0; c->nids = 0; }
+        else if (n == 0) null_replies++;
+    } else if (r->type != R_ERROR) {
+        note_error_str("unexpected GETJOB reply type");
+    }
+    if (n > 0 && c->nids > 0) {
+        received += n;
+        c->empty_batches = 0;
+        g1_append_ack(c); /* the ack of this job ... */
+        g1_get(c);        /* ... and the request for the next, in one write */
+        return;
+    }
+    if (++c->empty_batches >= cfg.max_empty * cfg.pipeline) {
+        drained = 1;
+        c->stopping = 1;
+        return;
+    }
+    g1_get(c);
+}
+
+static void g1_on_replies(struct conn *c, uint64_t t) {
+    for (;;) {
+        struct reply rep;
+        const char *perr = NULL;
+        size_t end;
+        int st = resp_parse(c->in.p, c->in.len, c->in.off, &end, &rep, &perr);
+        if (st == 0) break;
+        if (st < 0) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "protocol error: %s", perr);
+            conn_fail(c, msg);
+            return;
+        }
+        if (c->rcount == 0) { conn_fail(c, "unsolicited reply"); return; }
+        g1_reply(c, &rep, c->in.off, end, t);
+        c->in.off = end;
+    }
+    buf_compact(&c->in);
+    if (c->rcount == 0) { conn_finish(c); return; }
+    if (c->unstamped) g1_send(c);
+}
+
 /* Account one complete reply [pos, end) received at time `t`. */
 static void handle_reply(struct conn *c, const struct reply *r, size_t pos, size_t end,
                          uint64_t t) {
@@ -572,7 +736,7 @@ static void handle_reply(struct conn *c, const struct reply *r, size_t pos, size
     if (r->type == R_NULL) { null_replies++; return; }
     if (r->type == R_ERROR) return;
     if (cfg.mode == M_RPOP) {
-        if (r->type == R_BULK) { ops++; c->batch_jobs++; }
+        if (r->type == R_BULK) { ops++; received++; c->batch_jobs++; }
         else note_error_str("unexpected RPOP reply type");
         return;
     }
@@ -580,6 +744,7 @@ static void handle_reply(struct conn *c, const struct reply *r, size_t pos, size
     if (n < 0) { note_error_str("unexpected GETJOB reply shape"); return; }
     if (n == 0) { null_replies++; return; }
     ops += n;
+    received += n;
     c->batch_jobs += n;
 }
 
@@ -595,6 +760,7 @@ static void on_readable(struct conn *c) {
     }
     c->in.len += (size_t)r;
     uint64_t t = now_ns();
+    if (cfg.mode == M_GETACK1) { g1_on_replies(c, t); return; }
 
     for (;;) {
         struct reply rep;
@@ -633,7 +799,7 @@ static void on_readable(struct conn *c) {
 static void usage(void) {
     fprintf(stderr,
             "usage: loadgen [--host 127.0.0.1] [--port 7711] [--conns C] [--pipeline D]\n"
-            "               [--requests N] [--mode ping|addjob|lpush|getack|rpop]\n"
+            "               [--requests N] [--mode ping|addjob|lpush|getack|getack1|rpop]\n"
             "               [--queue Q] [--body-size 16] [--max-seconds 60]\n"
             "               [--max-empty 3] [--json]\n");
     exit(2);
@@ -669,7 +835,7 @@ static void parse_args(int argc, char **argv) {
             if (*e || cfg.max_seconds <= 0 || cfg.max_seconds > 86400) die("bad --max-seconds");
         } else if (!strcmp(a, "--mode")) {
             int found = 0;
-            for (int m = 0; m < 5; m++)
+            for (int m = 0; m < N_MODES; m++)
                 if (!strcmp(v, mode_names[m])) cfg.mode = (enum mode)m, found = 1;
             if (!found) die("unknown --mode '%s'", v);
         } else usage();
@@ -705,10 +871,15 @@ static void open_conns(void) {
         fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) die("epoll_ctl: %s", strerror(errno));
-        if (cfg.mode == M_GETACK) {
+        if (cfg.mode == M_GETACK || cfg.mode == M_GETACK1) {
             c->ids = malloc((size_t)cfg.pipeline * MAX_ID_LEN);
             c->idlens = malloc((size_t)cfg.pipeline * sizeof *c->idlens);
             if (!c->ids || !c->idlens) die("out of memory");
+        }
+        if (cfg.mode == M_GETACK1) {
+            c->rcap = 2 * cfg.pipeline + 1; /* D GETJOBs + D ACKJOBs at most */
+            c->ring = calloc((size_t)c->rcap, sizeof *c->ring);
+            if (!c->ring) die("out of memory");
         }
     }
     live_conns = cfg.conns;
@@ -744,9 +915,9 @@ static void report(void) {
                ",\"mean\":%.1f},\"errors\":%lld,\"first_error\":",
                cfg.body_size, ops, replies, elapsed, rate, p50, p99, lat_max_us, mean, errors);
         json_str(first_error);
-        printf(",\"null_replies\":%lld,\"ack_requests\":%lld,\"acked\":%lld,"
+        printf(",\"null_replies\":%lld,\"received\":%lld,\"ack_requests\":%lld,\"acked\":%lld,"
                "\"conn_failures\":%lld,\"drained\":%s,\"timed_out\":%s,\"complete\":%s}\n",
-               null_replies, ack_requests, acked, conn_failures, drained ? "true" : "false",
+               null_replies, received, ack_requests, acked, conn_failures, drained ? "true" : "false",
                timed_out ? "true" : "false", complete ? "true" : "false");
         return;
     }
@@ -757,11 +928,16 @@ static void report(void) {
            unit);
     printf("latency us: p50 %.0f  p99 %.0f  max %" PRIu64 "  mean %.1f  (%lld replies)\n", p50,
            p99, lat_max_us, mean, replies);
-    if (cfg.mode == M_GETACK) printf("acks: %lld ACKJOB sent, %lld acked\n", ack_requests, acked);
+    if (cfg.mode == M_GETACK || cfg.mode == M_GETACK1)
+        printf("acks: %lld jobs received, %lld ACKJOB sent, %lld acked\n", received, ack_requests,
+               acked);
     if (null_replies) printf("null replies: %lld\n", null_replies);
     printf("errors: %lld%s%s\n", errors, errors ? "  first: " : "", first_error);
     if (conn_failures) printf("connection failures: %lld\n", conn_failures);
-    if (drained)
+    if (drained && cfg.mode == M_GETACK1)
+        printf("note: a connection gave up after %d GETJOB replies in a row brought no job "
+               "(queue empty, or only errors)\n", cfg.max_empty * cfg.pipeline);
+    else if (drained)
         printf("note: gave up after %d batches in a row brought no job "
                "(queue empty, or only errors)\n", cfg.max_empty);
     if (timed_out) printf("note: stopped by --max-seconds %.1f; results are partial\n",
@@ -778,7 +954,8 @@ int main(int argc, char **argv) {
 
     t_start = t_last = now_ns();
     uint64_t deadline = t_start + (uint64_t)(cfg.max_seconds * 1e9);
-    for (int i = 0; i < cfg.conns; i++) next_batch(&conns[i]);
+    for (int i = 0; i < cfg.conns; i++)
+        cfg.mode == M_GETACK1 ? g1_start(&conns[i]) : next_batch(&conns[i]);
 
     struct epoll_event evs[256];
     while (live_conns > 0) {

@@ -6,11 +6,18 @@ drives them with bench/loadgen (a small C epoll load generator), and prints,
 per workload, our throughput, Redis's and the ratio, plus PASS/FAIL lines for
 the project's performance targets:
 
-    produce  ADDJOB q <16-byte body> 0              vs  LPUSH q <body>
-    consume  GETJOB NOHANG FROM q + ACKJOB <id>     vs  RPOP q
-             (each with 1 and 50 connections, unpipelined and 16-deep pipelined;
-              the consume queues are preloaded first so they never run dry)
-    memory   resident bytes per queued 16-byte job (VmRSS delta over 1M jobs)
+    produce       ADDJOB q <16-byte body> 0              vs  LPUSH q <body>
+    consume       GETJOB NOHANG FROM q, then ACKJOB <id> vs  RPOP q
+                  (two round trips per job: the issue's definition)
+                  (both with 1 and 50 connections, unpipelined and 16-deep pipelined;
+                   the consume queues are preloaded first so they never run dry)
+    consume-1rtt  ACKJOB <id of job N> + GETJOB NOHANG FROM q (for job N+1) in one
+                  write, one round trip per job      vs  RPOP q
+                  (50 connections, unpipelined and 16 deep; no target)
+    ping          PING against ours, Redis and a "floor" server (bench/floor_server.py,
+                  a bare uvloop protocol: the most any Python asyncio server can do
+                  here), 50 connections, unpipelined and 16 deep; no target
+    memory        resident bytes per queued 16-byte job (VmRSS delta over 1M jobs)
 
 Targets: produce and consume with 50 unpipelined connections >= 0.5x Redis; pipelined
 produce (16 deep, 50 conns) >= 100k jobs/s; <= 500 bytes resident per job.
@@ -18,6 +25,7 @@ produce (16 deep, 50 conns) >= 100k jobs/s; <= 500 bytes resident per job.
 Examples:
     .venv/bin/python bench/run.py --quick
     .venv/bin/python bench/run.py --only produce,memory --json bench/results/run.json
+    .venv/bin/python bench/run.py --quick --only ping,consume
     .venv/bin/python bench/run.py --markdown        # table for docs/PERFORMANCE.md
     .venv/bin/python bench/run.py --quick --ours-cmd '.venv/bin/python bench/fake_disque.py'
 
@@ -47,14 +55,34 @@ ROOT = BENCH.parent
 LOADGEN_SRC = BENCH / "loadgen.c"
 LOADGEN = BENCH / "loadgen"
 DEFAULT_OURS = str(ROOT / ".venv" / "bin" / "disque-server")
+_VENV_PY = ROOT / ".venv" / "bin" / "python"
+DEFAULT_FLOOR = shlex.join(
+    [str(_VENV_PY if _VENV_PY.exists() else sys.executable), str(BENCH / "floor_server.py")]
+)
 
 # (connections, pipeline depth) for the throughput workloads.
 SHAPES = [(1, 1), (1, 16), (50, 1), (50, 16)]
-# workload -> (our loadgen mode, Redis loadgen mode, preload modes or None)
+SHAPES_50 = [(50, 1), (50, 16)]
+# workload -> (our loadgen mode, Redis loadgen mode, preload modes or None, shapes)
 WORKLOADS = {
-    "produce": ("addjob", "lpush", None),
-    "consume": ("getack", "rpop", ("addjob", "lpush")),
+    "produce": ("addjob", "lpush", None, SHAPES),
+    "consume": ("getack", "rpop", ("addjob", "lpush"), SHAPES),
+    "consume-1rtt": ("getack1", "rpop", ("addjob", "lpush"), SHAPES_50),
 }
+# Workloads with PASS/FAIL targets (the others are for information only).
+TARGETED = ("produce", "consume")
+# One line per workload, printed above the table.
+LEGEND = {
+    "produce": "ADDJOB q <16-byte body> 0  vs  LPUSH q <body>",
+    "consume": "GETJOB NOHANG FROM q, then ACKJOB <id>: 2 round trips per job "
+    "(the issue's definition; targets apply)  vs  RPOP q",
+    "consume-1rtt": "ACKJOB <id of job N> + GETJOB for job N+1 in one write: "
+    "1 round trip per job (no target)  vs  RPOP q",
+}
+FLOOR_LINE = "floor = bare uvloop protocol: the most any Python asyncio server can do here"
+# --only names; "consume" selects both consume rows.
+ONLY_NAMES = ("produce", "consume", "consume-1rtt", "ping", "memory")
+ONLY_ALIASES = {"consume": {"consume", "consume-1rtt"}}
 BODY_SIZE = 16
 
 # The project's targets.
@@ -159,6 +187,8 @@ def problems(rep: dict) -> str:
         out.append("stopped by --max-seconds (partial)")
     if rep.get("drained"):
         out.append("queue ran dry / no jobs returned")
+    if rep.get("mode") == "getack1" and rep.get("received", 0) > rep.get("ops", 0):
+        out.append(f"{rep['received'] - rep['ops']} jobs received but not acked")
     if not rep.get("complete") and not out:
         out.append(f"only {rep.get('ops', 0)} of {rep.get('requests')} done")
     return "; ".join(out)
@@ -292,10 +322,11 @@ def descendants(root: int) -> list[int]:
 class Servers:
     """Starts Redis and ours together; always stops both."""
 
-    def __init__(self, args, scratch: Path, tag: str) -> None:
-        rport, oport = free_port(), free_port()
-        while oport == rport:
-            oport = free_port()
+    def __init__(self, args, scratch: Path, tag: str, floor: bool = False) -> None:
+        ports: set[int] = set()
+        while len(ports) < 3:
+            ports.add(free_port())
+        rport, oport, fport = sorted(ports)
         rdir, odir = scratch / f"redis-{tag}", scratch / f"ours-{tag}"
         rdir.mkdir()
         odir.mkdir()
@@ -315,19 +346,28 @@ class Servers:
         ours_argv = [*absolutize(args.ours_cmd), "--port", str(oport)]
         self.redis = Server("redis", redis_argv, rport, rdir)
         self.ours = Server("ours", ours_argv, oport, odir)
+        self.floor: Server | None = None
+        if floor:
+            fdir = scratch / f"floor-{tag}"
+            fdir.mkdir()
+            floor_argv = [*absolutize(args.floor_cmd), "--port", str(fport)]
+            self.floor = Server("floor", floor_argv, fport, fdir)
         self.timeout = args.startup_timeout
+
+    def all(self) -> list[Server]:
+        return [s for s in (self.redis, self.ours, self.floor) if s is not None]
 
     def __enter__(self) -> Servers:
         try:
-            self.redis.start(self.timeout)
-            self.ours.start(self.timeout)
+            for s in self.all():
+                s.start(self.timeout)
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        for s in (self.ours, self.redis):
+        for s in reversed(self.all()):
             s.stop()
 
 
@@ -337,50 +377,75 @@ class Servers:
 
 
 def bench_throughput(args, srv: Servers, workload: str) -> list[dict]:
-    """Run one workload in every (conns, pipeline) shape against both servers.
-
-    With --repeat K the two servers take turns K times and the run with the
-    median throughput is kept for each (the machine may be noisy).
-    """
-    ours_mode, redis_mode, preload = WORKLOADS[workload]
-    sides = (("ours", srv.ours, ours_mode), ("redis", srv.redis, redis_mode))
+    """Run one workload in each of its (conns, pipeline) shapes against both servers."""
+    ours_mode, redis_mode, preload, shapes = WORKLOADS[workload]
+    sides = [
+        ("ours", srv.ours, ours_mode, preload and preload[0]),
+        ("redis", srv.redis, redis_mode, preload and preload[1]),
+    ]
     rows = []
-    for conns, pipe in SHAPES:
-        n = args.requests
-        queue = f"bench:{workload}:c{conns}:p{pipe}"
-        row = {"workload": workload, "conns": conns, "pipeline": pipe, "requests": n}
-        runs: dict[str, list[dict]] = {"ours": [], "redis": []}
-        for _ in range(args.repeat):
-            for side, server, mode in sides:
-                if preload:
-                    # Fill the queue with margin so consumption never runs dry.
-                    pmode = preload[0] if side == "ours" else preload[1]
-                    amount = n + conns * pipe * 2
-                    pre = run_loadgen(server.port, pmode, 50, 16, amount, queue, args.max_seconds)
-                    if pre["ops"] < amount:
-                        row[f"{side}_preload_problem"] = (
-                            f"preload ({pmode}) stored {pre['ops']} of {amount}: {problems(pre)}"
-                        )
-                rep = run_loadgen(server.port, mode, conns, pipe, n, queue, args.max_seconds)
-                if not server.alive():
-                    rep["errors"] = rep.get("errors", 0) + 1
-                    rep["first_error"] = rep.get("first_error") or (
-                        f"{server.name} server died; log tail:\n{server.log_tail()}"
-                    )
-                runs[side].append(rep)
-        for side in runs:
-            ordered = sorted(runs[side], key=lambda r: r["ops_per_sec"])
-            row[side] = dict(ordered[len(ordered) // 2])
-            row[side]["runs_ops_per_sec"] = [r["ops_per_sec"] for r in runs[side]]
-            # Errors anywhere count, not only in the median run.
-            bad = next((r for r in runs[side] if r.get("errors")), None)
-            if bad and not row[side].get("errors"):
-                row[side]["errors"] = bad["errors"]
-                row[side]["first_error"] = bad["first_error"]
-        row["ratio"] = ratio(row["ours"]["ops_per_sec"], row["redis"]["ops_per_sec"])
+    for conns, pipe in shapes:
+        row = measure(args, workload, sides, conns, pipe)
         print_row(row)
         rows.append(row)
     return rows
+
+
+def bench_ping(args, srv: Servers) -> list[dict]:
+    """PING against ours, Redis and the floor server, 50 connections."""
+    assert srv.floor is not None
+    sides = [
+        (name, server, "ping", None)
+        for name, server in (("ours", srv.ours), ("redis", srv.redis), ("floor", srv.floor))
+    ]
+    rows = []
+    for conns, pipe in SHAPES_50:
+        row = measure(args, "ping", sides, conns, pipe)
+        row["floor_ratio"] = ratio(row["floor"]["ops_per_sec"], row["redis"]["ops_per_sec"])
+        print_ping_row(row)
+        rows.append(row)
+    return rows
+
+
+def measure(args, workload: str, sides: list, conns: int, pipe: int) -> dict:
+    """One (conns, pipeline) shape of a workload against every side.
+
+    sides: (name, server, loadgen mode, preload mode or None).  With --repeat K
+    the servers take turns K times and the run with the median throughput is
+    kept for each (the machine may be noisy).
+    """
+    n = args.requests
+    queue = f"bench:{workload}:c{conns}:p{pipe}"
+    row: dict = {"workload": workload, "conns": conns, "pipeline": pipe, "requests": n}
+    runs: dict[str, list[dict]] = {name: [] for name, *_ in sides}
+    for _ in range(args.repeat):
+        for side, server, mode, pmode in sides:
+            if pmode:
+                # Fill the queue with margin so consumption never runs dry.
+                amount = n + conns * pipe * 2
+                pre = run_loadgen(server.port, pmode, 50, 16, amount, queue, args.max_seconds)
+                if pre["ops"] < amount:
+                    row[f"{side}_preload_problem"] = (
+                        f"preload ({pmode}) stored {pre['ops']} of {amount}: {problems(pre)}"
+                    )
+            rep = run_loadgen(server.port, mode, conns, pipe, n, queue, args.max_seconds)
+            if not server.alive():
+                rep["errors"] = rep.get("errors", 0) + 1
+                rep["first_error"] = rep.get("first_error") or (
+                    f"{server.name} server died; log tail:\n{server.log_tail()}"
+                )
+            runs[side].append(rep)
+    for side in runs:
+        ordered = sorted(runs[side], key=lambda r: r["ops_per_sec"])
+        row[side] = dict(ordered[len(ordered) // 2])
+        row[side]["runs_ops_per_sec"] = [r["ops_per_sec"] for r in runs[side]]
+        # Errors anywhere count, not only in the median run.
+        bad = next((r for r in runs[side] if r.get("errors")), None)
+        if bad and not row[side].get("errors"):
+            row[side]["errors"] = bad["errors"]
+            row[side]["first_error"] = bad["first_error"]
+    row["ratio"] = ratio(row["ours"]["ops_per_sec"], row["redis"]["ops_per_sec"])
+    return row
 
 
 def bench_memory(args, scratch: Path) -> dict:
@@ -419,8 +484,13 @@ def ratio(a: float, b: float) -> float | None:
 # --------------------------------------------------------------------------
 
 HEADER = (
-    f"{'workload':<8} {'conns':>5} {'pipe':>4} | {'ours/s':>9} {'p50us':>6} {'p99us':>6} | "
+    f"{'workload':<12} {'conns':>5} {'pipe':>4} | {'ours/s':>9} {'p50us':>6} {'p99us':>6} | "
     f"{'redis/s':>9} {'p50us':>6} {'p99us':>6} | {'ratio':>6}"
+)
+PING_HEADER = (
+    f"{'conns':>5} {'pipe':>4} | {'ours/s':>9} {'p50us':>6} {'p99us':>6} | "
+    f"{'redis/s':>9} {'p50us':>6} {'p99us':>6} | {'floor/s':>9} {'p50us':>6} {'p99us':>6} | "
+    f"{'ours/redis':>10} {'floor/redis':>11}"
 )
 
 
@@ -428,21 +498,49 @@ def fmt_ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
 
-def print_row(row: dict) -> None:
-    o, r = row["ours"], row["redis"]
-    print(
-        f"{row['workload']:<8} {row['conns']:>5} {row['pipeline']:>4} | "
-        f"{o['ops_per_sec']:>9.0f} {o['lat_us']['p50']:>6.0f} {o['lat_us']['p99']:>6.0f} | "
-        f"{r['ops_per_sec']:>9.0f} {r['lat_us']['p50']:>6.0f} {r['lat_us']['p99']:>6.0f} | "
-        f"{fmt_ratio(row['ratio']):>6}",
-        flush=True,
-    )
-    for side in ("ours", "redis"):
+def fmt_side(rep: dict) -> str:
+    lat = rep["lat_us"]
+    return f"{rep['ops_per_sec']:>9.0f} {lat['p50']:>6.0f} {lat['p99']:>6.0f}"
+
+
+def print_problems(row: dict, sides: tuple[str, ...]) -> None:
+    for side in sides:
         if row.get(f"{side}_preload_problem"):
             print(f"    ! {side}: {row[f'{side}_preload_problem']}")
         p = problems(row[side])
         if p:
             print(f"    ! {side}: {p}", flush=True)
+
+
+def print_row(row: dict) -> None:
+    print(
+        f"{row['workload']:<12} {row['conns']:>5} {row['pipeline']:>4} | "
+        f"{fmt_side(row['ours'])} | {fmt_side(row['redis'])} | {fmt_ratio(row['ratio']):>6}",
+        flush=True,
+    )
+    print_problems(row, ("ours", "redis"))
+
+
+def print_legend(workloads: list[str]) -> None:
+    for w in workloads:
+        print(f"  {w:<12}  {LEGEND[w]}")
+    print()
+
+
+def print_ping_header() -> None:
+    print(f"\nping: PING, ours vs redis vs floor ({FLOOR_LINE})")
+    print(PING_HEADER)
+    print("-" * len(PING_HEADER), flush=True)
+
+
+def print_ping_row(row: dict) -> None:
+    print(
+        f"{row['conns']:>5} {row['pipeline']:>4} | {fmt_side(row['ours'])} | "
+        f"{fmt_side(row['redis'])} | {fmt_side(row['floor'])} | "
+        f"{fmt_ratio(row['ratio']):>10} {fmt_ratio(row['floor_ratio']):>11}",
+        flush=True,
+    )
+    print_problems(row, ("ours", "redis", "floor"))
 
 
 def print_memory(mem: dict) -> None:
@@ -470,7 +568,7 @@ def evaluate_targets(rows: list[dict], mem: dict | None) -> list[dict]:
         return rep["ops"] > 0 and not rep.get("errors") and not rep.get("failed")
 
     for row in rows:
-        if row["conns"] != 50:
+        if row["conns"] != 50 or row["workload"] not in TARGETED:
             continue
         o = row["ours"]
         # The ratio target is for 50 unpipelined connections (where real Disque is at
@@ -514,6 +612,8 @@ def evaluate_targets(rows: list[dict], mem: dict | None) -> list[dict]:
 
 def print_targets(targets: list[dict]) -> None:
     print("\ntargets:")
+    if not targets:
+        print("  (none for the workloads run)")
     for t in targets:
         note = f"  ({t['note']})" if t["note"] else ""
         print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['name']}: {t['shown']}{note}")
@@ -548,8 +648,36 @@ def markdown(results: dict) -> str:
                 f"| {r['lat_us']['p50']:.0f} | {r['lat_us']['p99']:.0f} "
                 f"| {fmt_ratio(row['ratio'])} |"
             )
-        out.append("")
-        out.append("produce = ADDJOB vs LPUSH; consume = GETJOB NOHANG + ACKJOB (jobs/s) vs RPOP.")
+        legend = (
+            "produce = ADDJOB vs LPUSH; consume = GETJOB NOHANG, then ACKJOB: two round trips "
+            "per job (jobs/s) vs RPOP"
+        )
+        if any(r["workload"] == "consume-1rtt" for r in results["rows"]):
+            legend += (
+                "; consume-1rtt = ACKJOB of job N sent with the GETJOB for job N+1 in one write: "
+                "one round trip per job (jobs/s, no target) vs RPOP"
+            )
+        out += ["", legend + ".", ""]
+    if results.get("ping"):
+        out += [
+            f"PING, 50 connections ({FLOOR_LINE}):",
+            "",
+            "| Pipeline | disquepy ops/s | p50 µs | p99 µs | Redis ops/s | p50 µs | p99 µs "
+            "| floor ops/s | p50 µs | p99 µs | disquepy/Redis | floor/Redis |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in results["ping"]:
+            cells = []
+            for side in ("ours", "redis", "floor"):
+                rep, lat = row[side], row[side]["lat_us"]
+                flag = " ⚠" if problems(rep) else ""
+                cells.append(
+                    f"{rep['ops_per_sec']:,.0f}{flag} | {lat['p50']:.0f} | {lat['p99']:.0f}"
+                )
+            out.append(
+                f"| {row['pipeline']} | {' | '.join(cells)} "
+                f"| {fmt_ratio(row['ratio'])} | {fmt_ratio(row['floor_ratio'])} |"
+            )
         out.append("")
     mem = results.get("memory")
     if mem:
@@ -570,7 +698,7 @@ def markdown(results: dict) -> str:
         out.append("")
     problems_seen = [
         f"- {r['workload']} c{r['conns']} p{r['pipeline']}: {problems(r['ours'])}"
-        for r in results["rows"]
+        for r in results["rows"] + (results.get("ping") or [])
         if problems(r["ours"])
     ]
     if problems_seen:
@@ -612,6 +740,7 @@ def meta(args) -> dict:
         "redis_version": redis_version,
         "command": shlex.join([display_path(sys.executable), *sys.argv]),
         "ours_cmd": args.ours_cmd,
+        "floor_cmd": args.floor_cmd if "ping" in args.only else None,
         "requests": args.requests,
         "repeat": args.repeat,
     }
@@ -629,6 +758,12 @@ def parse_args(argv=None):
     )
     ap.add_argument("--redis-cmd", default="redis-server", help="redis-server binary")
     ap.add_argument(
+        "--floor-cmd",
+        default=DEFAULT_FLOOR,
+        help="command that starts the floor server for the ping workload; '--port N' is "
+        "appended (default: %(default)s)",
+    )
+    ap.add_argument(
         "--quick", action="store_true", help="smoke run: 10k requests per run, 100k jobs for memory"
     )
     ap.add_argument(
@@ -643,8 +778,9 @@ def parse_args(argv=None):
     )
     ap.add_argument(
         "--only",
-        default="produce,consume,memory",
-        help="comma-separated subset of produce,consume,memory",
+        default="produce,consume,ping,memory",
+        help=f"comma-separated subset of {','.join(ONLY_NAMES)} "
+        "(consume selects consume and consume-1rtt)",
     )
     ap.add_argument(
         "--repeat",
@@ -673,9 +809,10 @@ def parse_args(argv=None):
     if args.memory_jobs is None:
         args.memory_jobs = 100_000 if args.quick else 1_000_000
     args.only = {w.strip() for w in args.only.split(",") if w.strip()}
-    unknown = args.only - {"produce", "consume", "memory"}
+    unknown = args.only - set(ONLY_NAMES)
     if unknown:
         ap.error(f"--only: unknown workload(s) {', '.join(sorted(unknown))}")
+    args.only = set().union(*(ONLY_ALIASES.get(w, {w}) for w in args.only))
     if args.requests <= 0 or args.memory_jobs <= 0 or args.repeat <= 0:
         ap.error("--requests, --memory-jobs and --repeat must be positive")
     return args
@@ -699,23 +836,30 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
-    results: dict = {"meta": meta(args), "rows": [], "memory": None, "targets": []}
+    results: dict = {"meta": meta(args), "rows": [], "ping": [], "memory": None, "targets": []}
     scratch = Path(tempfile.mkdtemp(prefix="disquepy-bench-"))
     try:
         build_loadgen()
         if not shutil.which(shlex.split(args.redis_cmd)[0]):
             raise HarnessError(f"{args.redis_cmd} not found (apt-get install redis-server)")
-        throughput = [w for w in ("produce", "consume") if w in args.only]
-        if throughput:
-            with Servers(args, scratch, "throughput") as srv:
+        throughput = [w for w in WORKLOADS if w in args.only]
+        ping = "ping" in args.only
+        if throughput or ping:
+            with Servers(args, scratch, "throughput", floor=ping) as srv:
+                floor = f"; floor port {srv.floor.port}" if srv.floor else ""
                 print(
                     f"ours: {args.ours_cmd} (port {srv.ours.port}); "
-                    f"redis port {srv.redis.port}; {args.requests:,} requests per run\n"
+                    f"redis port {srv.redis.port}{floor}; {args.requests:,} requests per run\n"
                 )
-                print(HEADER)
-                print("-" * len(HEADER), flush=True)
+                if throughput:
+                    print_legend(throughput)
+                    print(HEADER)
+                    print("-" * len(HEADER), flush=True)
                 for w in throughput:
                     results["rows"] += bench_throughput(args, srv, w)
+                if ping:
+                    print_ping_header()
+                    results["ping"] = bench_ping(args, srv)
         if "memory" in args.only:
             results["memory"] = bench_memory(args, scratch)
             print_memory(results["memory"])

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import random
 
+from nodeharness import decode
+
 from disquepy.codec.bus import FrameReader, encode_frame
 from disquepy.core.config import Config
 from disquepy.core.node import Node
-from nodeharness import decode
 
 IP = "127.0.0.1"
 

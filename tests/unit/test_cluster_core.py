@@ -265,3 +265,19 @@ def test_malformed_messages_are_ignored(c3):
         n.handle_message(msg, "127.0.0.1", c3.now)
     assert isinstance(c3.cmd(0, "PING"), bytes)
     assert not isinstance(c3.cmd(0, "ADDJOB", "q", "b", 0), Error)
+
+
+def test_acks_reach_a_partitioned_copy_soon_after_the_heal():
+    c = Cluster(3, node_timeout=1000)
+    c.meet_all()
+    jid = c.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC")
+    c.run(50)
+    c.partition({0, 1}, {2})
+    c.run(20_000)  # GC back-off grows to 16 s meanwhile
+    c.cmd(0, "GETJOB", "FROM", "q")
+    assert c.cmd(0, "ACKJOB", jid) == 1
+    c.run(40_000)
+    assert c.jobs_everywhere(jid)[2] is not None  # still cut off: its copy stays
+    c.heal()
+    c.run(3000)  # node 2 answers pings again: GC resumes at once
+    assert states(c, jid) == [None, None, None]

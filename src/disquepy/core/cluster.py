@@ -135,15 +135,20 @@ class ClusterMixin:
         self.peers.pop(nid, None)
         self._peers_changed()
 
+    def set_identity(self, node_id: str) -> None:
+        """Take this node ID (e.g. restored from nodes.conf); job IDs follow it."""
+        from .ids import JobIdGenerator
+
+        self.myid = node_id
+        self.myid_b = node_id.encode()
+        self.idgen = JobIdGenerator(node_id, self.rng.getrandbits(160).to_bytes(20, "little"))
+        self.cluster_dirty = True
+
     def cluster_reset(self, hard: bool, now: int) -> None:
         self.peers.clear()
         self.flushall()
         if hard:
-            self.myid = new_node_id(self.rng)
-            self.myid_b = self.myid.encode()
-            from .ids import JobIdGenerator
-
-            self.idgen = JobIdGenerator(self.myid, self.rng.getrandbits(160).to_bytes(20, "little"))
+            self.set_identity(new_node_id(self.rng))
         self.leaving = False
         self._peers_changed()
 
@@ -364,6 +369,7 @@ class ClusterMixin:
             p.flags &= ~(P_HANDSHAKE | P_PFAIL | P_FAIL)
             p.fail_reports.clear()
             self._peers_changed()
+            self._peer_recovered(p.id, now)
         self._process_gossip(p, fields[0], now)
 
     def _on_fail(self, p: Peer, fields, now) -> None:
@@ -574,6 +580,14 @@ class ClusterMixin:
         job.qtime = 0  # for acked jobs: the number of GC attempts so far
         self.evictable[job.id] = job
         self._schedule_gc(job, now)
+
+    def _peer_recovered(self, nid: str, now: int) -> None:
+        """A node is reachable again: acked jobs it may hold get a GC attempt now,
+        instead of after their back-off (which may have grown to minutes)."""
+        for job in self.evictable.values():
+            if job.state == ACKED and (nid in job.delivered or not job.delivered):
+                job.qtime = 0
+                self.awake.schedule(job, now + 10 + int(self._random() * 100))
 
     def _schedule_gc(self, job: Job, now: int) -> None:
         delay = min(GC_MAX_MS, GC_MIN_MS << min(job.qtime, 10))

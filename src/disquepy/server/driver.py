@@ -14,6 +14,7 @@ import sys
 import time
 
 from ..codec import resp
+from ..codec.bus import encode_frame
 from ..core.awake import NEVER
 from ..core.config import ConfigError
 from .log import log, set_level
@@ -31,6 +32,8 @@ class Driver:
         self._timer_at: float = NEVER
         self.stopping = asyncio.Event()
         self.exit_code = 0
+        self.bus = None  # server.bus.Bus, set by main once listening
+        self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)
         node.config_hooks.append(self._config_changed)
         node.host_info = self.host_info
 
@@ -62,8 +65,11 @@ class Driver:
 
     # ----------------------------------------------------------- node outputs
     def after_event(self) -> None:
-        """Deliver replies the node queued for other clients and re-arm the timer."""
+        """Deliver what the node produced: replies for other clients, bus messages,
+        link and cluster-config changes; re-arm the timer."""
         node = self.node
+        if node.bus_out or node.links_dirty or node.cluster_dirty:
+            self._flush_cluster()
         if node.outbox:
             ob, node.outbox = node.outbox, []
             for client, data in ob:
@@ -78,6 +84,40 @@ class Driver:
                 return
         if node.wake_hint() < self._timer_at:
             self.arm()
+
+    def _flush_cluster(self) -> None:
+        node, bus = self.node, self.bus
+        if node.links_dirty and bus is not None:
+            node.links_dirty = False
+            bus.sync_links(node.peer_links())
+        out, node.bus_out = node.bus_out, []
+        if bus is not None:
+            for dsts, msg in out:
+                frame = encode_frame(msg)
+                if len(dsts) == 1:
+                    bus.send(dsts[0], frame)
+                else:
+                    bus.send_many(dsts, frame)
+        if node.cluster_dirty:
+            node.cluster_dirty = False
+            self.save_nodes_conf()
+
+    def save_nodes_conf(self) -> bool:
+        try:
+            write_atomically(self.nodes_conf_path, self.node.nodes_conf_text().encode())
+            return True
+        except OSError as e:
+            log.warning("Could not save the cluster config %s: %s", self.nodes_conf_path,
+                        e.strerror)
+            return False
+
+    def on_bus_frame(self, msg: list, peer_ip: str) -> None:
+        self.node.handle_message(msg, peer_ip, self.now())
+        self.after_event()
+
+    def on_bus_link(self, node_id: str, up: bool) -> None:
+        self.node.link_state(node_id, up, self.now())
+        self.after_event()
 
     def arm(self) -> None:
         t = self.node.next_wake()
@@ -131,6 +171,15 @@ class Driver:
         if kind == "debug-sleep":
             time.sleep(req.args[0])
             return resp.OK
+        if kind == "cluster-saveconfig":
+            if self.save_nodes_conf():
+                return resp.OK
+            return resp.error("ERR error saving the cluster node config")
+        if kind == "bus-drop":
+            if self.bus is None:
+                return resp.error("ERR the cluster bus is not running")
+            self.bus.set_drop(req.args[0], req.args[1])
+            return resp.OK
         return resp.error(f"ERR unsupported request {kind}")
 
     def _config_rewrite(self) -> bytes:
@@ -161,6 +210,9 @@ class Driver:
         log.warning("User requested shutdown...")
         for srv in self.servers:
             srv.close()
+        if self.bus is not None:
+            self.bus.close()
+        self.save_nodes_conf()
         self.stopping.set()
 
 

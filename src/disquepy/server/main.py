@@ -96,11 +96,23 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve(cfg: Config, path: str | None) -> int:
     loop = asyncio.get_running_loop()
     sysrand = random.SystemRandom()
-    node_id = new_node_id(sysrand)
-    node = Node(cfg, node_id, random.Random(sysrand.getrandbits(64)), Driver.now())
+    node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)), Driver.now())
     driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
+    try:
+        with open(driver.nodes_conf_path, encoding="utf-8") as f:
+            myid = node.load_nodes_conf(f.read(), Driver.now())
+        if myid is not None:
+            node.set_identity(myid)
+            log.info("Node configuration loaded, I'm %s", myid[:8])
+    except FileNotFoundError:
+        log.info("No cluster configuration found, I'm %s", node.myid[:8])
+    except OSError as e:
+        log.warning("Can't read the cluster config %s: %s", driver.nodes_conf_path, e.strerror)
+        return 1
+    if not driver.save_nodes_conf():
+        return 1
     log.info("Disque (disquepy %s) starting, pid=%d, node id %s", __version__, os.getpid(),
-             node_id)
+             node.myid)
     try:
         for addr in cfg.bind:
             srv = await loop.create_server(
@@ -111,6 +123,18 @@ async def _serve(cfg: Config, path: str | None) -> int:
     except OSError as e:
         log.warning("Creating Server TCP listening socket %s:%d: %s", addr, cfg.port, e.strerror)
         return 1
+    from .bus import Bus
+
+    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log)
+    bus_port = cfg.port + cfg.cluster_port_offset
+    try:
+        await bus.listen(cfg.bind, bus_port)
+    except OSError as e:
+        log.warning("Creating the cluster bus listening socket on port %d: %s", bus_port,
+                    e.strerror)
+        return 1
+    driver.bus = bus
+    bus.sync_links(node.peer_links())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.shutdown, "signal")
     log.info("The server is now ready to accept connections on port %d", cfg.port)

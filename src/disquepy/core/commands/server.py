@@ -283,6 +283,13 @@ def debug(node, client, argv, now):
         return ShellRequest("debug-sleep", max(0.0, secs))
     if sub == b"error" and len(argv) == 3:
         return resp.error(argv[2])
+    if sub == b"bus-drop" and len(argv) == 4:  # disquepy, for fault tests: drop bus traffic
+        from ..node import ShellRequest
+
+        on = argv[3].lower()
+        if on not in (b"on", b"off"):
+            raise ReplyError("ERR DEBUG BUS-DROP <node-id|*> on|off")
+        return ShellRequest("bus-drop", argv[2].decode("utf-8", "replace"), on == b"on")
     if sub == b"jobs" and len(argv) == 2:  # disquepy: counts by state, for tests
         counts = [0, 0, 0, 0]
         for job in node.jobs.values():

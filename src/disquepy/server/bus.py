@@ -1,0 +1,609 @@
+"""The cluster bus transport: one outbound TCP link per peer, frames in on inbound ones.
+
+Like Redis Cluster, a node *sends* on the links it opened to its peers and *receives*
+on the connections its peers opened to it (port + ``cluster-port-offset``). The bus
+moves pre-encoded frames (``codec.bus.encode_frame``) and decodes inbound ones with a
+``FrameReader`` per connection; it never interprets a message except for the sender
+id (``msg[1]``) read by the fault-injection filter.
+
+Outbound links
+    ``sync_links`` says which peers we want and where they are. A link is *connecting*,
+    *up* or *down* (waiting for its next attempt). Failed attempts and lost links are
+    retried with exponential back-off and jitter (``BACKOFF_MIN`` doubling to
+    ``BACKOFF_MAX``) for as long as the peer stays wanted; a link that stayed up for
+    ``BACKOFF_STABLE`` seconds starts again from ``BACKOFF_MIN`` when it is lost.
+    ``on_link(node_id, True/False)`` and one log line mark each up/down transition.
+
+Sending
+    ``send`` appends the frame to the link's deque (O(1)); the frames queued during a
+    loop iteration go out together from one ``call_soon`` callback (``writelines``),
+    so a burst costs one syscall, not one per frame. While a link is connecting, down
+    or paused by its transport (``pause_writing``), frames stay queued up to
+    ``SEND_QUEUE_MAX_BYTES`` / ``SEND_QUEUE_MAX_FRAMES``; past the bound the oldest are
+    dropped and counted: the cluster protocol retries lost messages. Frames already
+    handed to a transport that then fails are lost too, for the same reason.
+
+Inbound
+    Every complete frame goes to ``on_frame(msg, peer_ip)``. A malformed frame (or a
+    callback that raises on it) closes that connection with a warning; a peer can
+    never make the reader hold more than ``max_frame`` + 4 bytes.
+
+Fault injection
+    ``set_drop(node_id, True)`` silently drops frames sent to that node and frames
+    received from it (by ``msg[1]``); ``"*"`` drops everything, both ways, and
+    ``set_drop("*", False)`` clears every drop rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from ..codec.bus import MAX_FRAME, BusProtocolError, FrameReader
+
+# reconnect back-off, seconds: first retry ~BACKOFF_MIN, doubling up to BACKOFF_MAX,
+# each delay jittered by x[0.5, 1.5) (and still capped at BACKOFF_MAX)
+BACKOFF_MIN = 0.05
+BACKOFF_MAX = 2.0
+# a link lost after being up at least this long retries from BACKOFF_MIN again
+BACKOFF_STABLE = 2.0
+# a connect attempt that has not completed by then counts as failed
+CONNECT_TIMEOUT = 3.0
+# per-link bound on frames waiting for a connection or a paused transport
+SEND_QUEUE_MAX_BYTES = 64 << 20
+SEND_QUEUE_MAX_FRAMES = 100_000
+# transport buffer above which asyncio pauses us (we keep frames in our own bounded queue)
+WRITE_HIGH_WATER = 1 << 20
+# TCP keepalive: probe an idle link after this many seconds (as Redis's tcp-keepalive)
+KEEPALIVE_IDLE = 60
+LISTEN_BACKLOG = 511
+
+ALL = "*"  # set_drop wildcard
+
+_CONNECTING = "connecting"
+_UP = "up"
+_DOWN = "down"
+_CLOSED = "closed"
+
+
+def _tune_socket(transport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, KEEPALIVE_IDLE // 3))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+    except OSError:  # the socket may already be gone; nothing to tune then
+        pass
+
+
+class _Link:
+    """The outbound link to one peer."""
+
+    __slots__ = (
+        "node_id",
+        "addr",
+        "state",
+        "gen",
+        "transport",
+        "writable",
+        "paused",
+        "dirty",
+        "queue",
+        "qbytes",
+        "backoff",
+        "retry",
+        "task",
+        "up_since",
+        "attempts",
+        "overflowing",
+        "dropped",
+    )
+
+    def __init__(self, node_id: str, addr: tuple[str, int]) -> None:
+        self.node_id = node_id
+        self.addr = addr
+        self.state = _DOWN
+        self.gen = 0  # bumped per connect attempt: stale protocols and tasks see a mismatch
+        self.transport = None
+        self.writable = False  # up and not paused: send may schedule a flush
+        self.paused = False
+        self.dirty = False  # in Bus._dirty, a flush is scheduled
+        self.queue: deque[bytes] = deque()
+        self.qbytes = 0
+        self.backoff = BACKOFF_MIN
+        self.retry = None  # TimerHandle of the next attempt
+        self.task = None  # the connect attempt in progress
+        self.up_since = 0.0
+        self.attempts = 0
+        self.overflowing = False  # logged once until the queue drains
+        self.dropped = 0
+
+
+class _OutProtocol(asyncio.Protocol):
+    """One connection of an outbound link; the peer never sends on it."""
+
+    __slots__ = ("bus", "link", "gen")
+
+    def __init__(self, bus: Bus, link: _Link, gen: int) -> None:
+        self.bus = bus
+        self.link = link
+        self.gen = gen
+
+    def connection_made(self, transport) -> None:
+        self.bus._connected(self, transport)
+
+    def connection_lost(self, exc) -> None:
+        self.bus._disconnected(self, exc)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # nothing is expected back on an outbound link: discard
+
+    def pause_writing(self) -> None:
+        link = self.link
+        if link.gen == self.gen:
+            link.paused = True
+            link.writable = False
+
+    def resume_writing(self) -> None:
+        link = self.link
+        if link.gen == self.gen and link.state is _UP:
+            link.paused = False
+            link.writable = True
+            if link.queue:
+                self.bus._write_out(link)
+
+
+class _InProtocol(asyncio.Protocol):
+    """One connection a peer opened to us: frames in, nothing out."""
+
+    __slots__ = ("bus", "transport", "reader", "ip", "closing")
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.transport = None
+        self.reader = FrameReader(bus.max_frame)
+        self.ip = "?"
+        self.closing = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.ip = peer[0] if peer else "?"
+        bus = self.bus
+        if bus._closed:
+            self.close()
+            return
+        _tune_socket(transport)
+        bus._inbound.add(self)
+        bus.log.debug(
+            "Accepting cluster node connection from %s:%s", self.ip, peer[1] if peer else "?"
+        )
+
+    def connection_lost(self, exc) -> None:
+        self.closing = True
+        self.bus._inbound.discard(self)
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        bus = self.bus
+        bus._bytes_in += len(data)
+        reader = self.reader
+        reader.feed(data)
+        on_frame = bus.on_frame
+        drop = bus._drop  # mutated in place by set_drop, so this stays current
+        ip = self.ip
+        n = 0
+        try:
+            while True:
+                msg = reader.gets()
+                if msg is False:
+                    break
+                if drop and (ALL in drop or msg[1] in drop):
+                    bus._dropped_in += 1
+                    continue
+                n += 1
+                on_frame(msg, ip)
+                if self.closing:
+                    return
+        except BusProtocolError as e:
+            bus._protocol_errors += 1
+            bus.log.warning("Closing cluster bus connection from %s: %s", ip, e)
+            self.close()
+            return
+        except Exception:
+            bus._protocol_errors += 1
+            bus.log.warning(
+                "Closing cluster bus connection from %s: error handling a frame", ip, exc_info=True
+            )
+            self.close()
+            return
+        finally:
+            bus._frames_in += n
+        if len(reader) > bus.max_frame + 4:  # defensive: the reader already bounds it
+            bus.log.warning("Closing cluster bus connection from %s: buffer over limit", ip)
+            self.close()
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            if self.transport is not None:
+                self.transport.close()
+
+
+class Bus:
+    """The cluster bus of one node. See the module docstring."""
+
+    def __init__(
+        self,
+        on_frame: Callable[[list, str], None],
+        on_link: Callable[[str, bool], None],
+        loop: asyncio.AbstractEventLoop,
+        log,
+        *,
+        max_frame: int = MAX_FRAME,
+        max_queue_bytes: int = SEND_QUEUE_MAX_BYTES,
+        max_queue_frames: int = SEND_QUEUE_MAX_FRAMES,
+        backlog: int = LISTEN_BACKLOG,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.on_frame = on_frame
+        self.on_link = on_link
+        self.loop = loop
+        self.log = log
+        self.max_frame = max_frame
+        self.max_queue_bytes = max_queue_bytes
+        self.max_queue_frames = max_queue_frames
+        self.backlog = backlog
+        self._rng = rng or random.Random()
+        self._servers: list = []
+        self._links: dict[str, _Link] = {}
+        self._inbound: set[_InProtocol] = set()
+        self._drop: set[str] = set()
+        self._dirty: list[_Link] = []
+        self._flush_handle = None
+        self._closed = False
+        # counters
+        self._frames_out = 0
+        self._bytes_out = 0
+        self._frames_in = 0
+        self._bytes_in = 0
+        self._dropped_out = 0  # fault injection, outbound
+        self._dropped_in = 0  # fault injection, inbound
+        self._dropped_overflow = 0
+        self._dropped_no_link = 0
+        self._connects = 0
+        self._reconnects = 0
+        self._connect_failures = 0
+        self._links_lost = 0
+        self._protocol_errors = 0
+
+    # ------------------------------------------------------------------ listen
+    async def listen(self, bind_addrs: list[str], port: int) -> None:
+        """Listen on every bind address; on failure close what was opened and raise."""
+        servers = []
+        try:
+            for addr in bind_addrs:
+                srv = await self.loop.create_server(
+                    lambda: _InProtocol(self),
+                    addr,
+                    port,
+                    backlog=self.backlog,
+                    reuse_address=True,
+                )
+                servers.append(srv)
+        except BaseException:
+            for srv in servers:
+                srv.close()
+            raise
+        self._servers.extend(servers)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The (ip, port) pairs actually listened on (useful with port 0)."""
+        out = []
+        for srv in self._servers:
+            for sock in srv.sockets or ():
+                name = sock.getsockname()
+                out.append((name[0], name[1]))
+        return out
+
+    # ------------------------------------------------------------------ links
+    def sync_links(self, peers: dict[str, tuple[str, int]]) -> None:
+        """Make the outbound links exactly ``peers`` (node_id -> (ip, bus_port)).
+
+        New ids get a link (connecting now), ids no longer listed lose theirs (closed
+        silently: no ``on_link`` call, their queued frames are discarded), and a link
+        whose address changed reconnects to the new one (``on_link(id, False)`` first
+        if it was up, then ``True`` when the new connection is made).
+        """
+        if self._closed:
+            return
+        links = self._links
+        for node_id in [nid for nid in links if nid not in peers]:
+            link = links.pop(node_id)
+            self.log.debug("Closing cluster bus link to node %.8s", node_id)
+            self._shutdown_link(link)
+            link.state = _CLOSED
+            link.queue.clear()
+            link.qbytes = 0
+        for node_id, (ip, port) in peers.items():
+            addr = (ip, int(port))
+            link = links.get(node_id)
+            if link is None:
+                link = links[node_id] = _Link(node_id, addr)
+                self._start_connect(link)
+            elif link.addr != addr:
+                self.log.info("Node %.8s moved to %s:%d: reconnecting", node_id, ip, addr[1])
+                was_up = link.state is _UP
+                self._shutdown_link(link)
+                link.addr = addr
+                link.backoff = BACKOFF_MIN
+                if was_up:
+                    self.loop.call_soon(self._notify, node_id, False)
+                self._start_connect(link)
+
+    def _shutdown_link(self, link: _Link) -> None:
+        """Forget the link's connection, attempt and timer (any state)."""
+        link.gen += 1
+        link.writable = False
+        link.paused = False
+        if link.retry is not None:
+            link.retry.cancel()
+            link.retry = None
+        if link.task is not None:
+            link.task.cancel()
+            link.task = None
+        if link.transport is not None:
+            link.transport.close()  # its connection_lost is stale now: ignored
+            link.transport = None
+        link.state = _DOWN
+
+    def _start_connect(self, link: _Link) -> None:
+        link.retry = None
+        link.gen += 1
+        link.state = _CONNECTING
+        link.attempts += 1
+        if link.attempts > 1:
+            self._reconnects += 1
+        link.task = self.loop.create_task(self._connect(link, link.gen))
+
+    async def _connect(self, link: _Link, gen: int) -> None:
+        ip, port = link.addr
+        try:
+            await asyncio.wait_for(
+                self.loop.create_connection(lambda: _OutProtocol(self, link, gen), ip, port),
+                CONNECT_TIMEOUT,
+            )
+        except asyncio.CancelledError:
+            if link.gen == gen and not self._closed:
+                raise  # not cancelled by us: the loop is going away
+        except Exception as e:  # OSError, TimeoutError, a bad address...
+            # still connecting: a plain failure. (A timeout can also hit an attempt that
+            # got connected already: then its connection_lost schedules the retry.)
+            if link.gen == gen and link.state is _CONNECTING:
+                self._connect_failures += 1
+                self.log.debug(
+                    "Connecting to node %.8s at %s:%d failed: %s",
+                    link.node_id,
+                    ip,
+                    port,
+                    e or type(e).__name__,
+                )
+                link.state = _DOWN
+                self._schedule_retry(link)
+        finally:
+            if link.gen == gen:
+                link.task = None
+
+    def _schedule_retry(self, link: _Link) -> None:
+        if self._closed or self._links.get(link.node_id) is not link:
+            return
+        b = link.backoff
+        delay = min(BACKOFF_MAX, b * (0.5 + self._rng.random()))
+        link.backoff = min(BACKOFF_MAX, b * 2)
+        link.retry = self.loop.call_later(delay, self._start_connect, link)
+
+    def _connected(self, proto: _OutProtocol, transport) -> None:
+        link = proto.link
+        if link.gen != proto.gen or link.state is not _CONNECTING or self._closed:
+            transport.close()  # a stale attempt that completed anyway
+            return
+        _tune_socket(transport)
+        with contextlib.suppress(AttributeError, ValueError, NotImplementedError):
+            transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        link.transport = transport
+        link.state = _UP
+        link.paused = False
+        link.writable = True
+        link.up_since = self.loop.time()
+        self._connects += 1
+        ip, port = link.addr
+        self.log.info("Connected to node %.8s at %s:%d", link.node_id, ip, port)
+        if link.queue:
+            self._write_out(link)  # what was queued while connecting, in order
+        self._notify(link.node_id, True)
+
+    def _disconnected(self, proto: _OutProtocol, exc) -> None:
+        link = proto.link
+        if link.gen != proto.gen or link.state is not _UP:
+            return  # stale connection (address changed, removed) or already handled
+        link.transport = None
+        link.writable = False
+        link.paused = False
+        link.state = _DOWN
+        self._links_lost += 1
+        self.log.warning("Connection with node %.8s lost", link.node_id)
+        if self.loop.time() - link.up_since >= BACKOFF_STABLE:
+            link.backoff = BACKOFF_MIN
+        self._schedule_retry(link)
+        self._notify(link.node_id, False)
+
+    def _notify(self, node_id: str, up: bool) -> None:
+        try:
+            self.on_link(node_id, up)
+        except Exception:
+            self.log.warning(
+                "Cluster bus on_link callback failed for node %.8s", node_id, exc_info=True
+            )
+
+    # ------------------------------------------------------------------ sending
+    def send(self, node_id: str, frame: bytes) -> None:
+        """Queue ``frame`` on the link to ``node_id``; written at the end of this loop
+        iteration if the link is up, on connect otherwise."""
+        if self._drop and (ALL in self._drop or node_id in self._drop):
+            self._dropped_out += 1
+            return
+        link = self._links.get(node_id)
+        if link is None:
+            self._dropped_no_link += 1
+            return
+        q = link.queue
+        q.append(frame)
+        link.qbytes += len(frame)
+        if link.qbytes > self.max_queue_bytes or len(q) > self.max_queue_frames:
+            self._trim(link)
+        if link.writable and not link.dirty:
+            link.dirty = True
+            self._dirty.append(link)
+            if self._flush_handle is None:
+                self._flush_handle = self.loop.call_soon(self._flush)
+
+    def send_many(self, node_ids: Iterable[str], frame: bytes) -> None:
+        """The same encoded frame to several nodes."""
+        send = self.send
+        for node_id in node_ids:
+            send(node_id, frame)
+
+    def _trim(self, link: _Link) -> None:
+        """Drop the oldest frames until the queue is within bounds (keep the newest)."""
+        q = link.queue
+        max_bytes, max_frames = self.max_queue_bytes, self.max_queue_frames
+        n = 0
+        while len(q) > 1 and (link.qbytes > max_bytes or len(q) > max_frames):
+            link.qbytes -= len(q.popleft())
+            n += 1
+        self._dropped_overflow += n
+        link.dropped += n
+        if n and not link.overflowing:
+            link.overflowing = True
+            self.log.warning(
+                "Cluster bus queue to node %.8s full (%s): dropping the oldest frames",
+                link.node_id,
+                link.state,
+            )
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        dirty, self._dirty = self._dirty, []
+        for link in dirty:
+            link.dirty = False
+            if link.writable:
+                self._write_out(link)
+
+    def _write_out(self, link: _Link) -> None:
+        q = link.queue
+        n = len(q)
+        if not n:
+            return
+        if n == 1:
+            link.transport.write(q[0])
+        else:
+            link.transport.writelines(q)
+        self._frames_out += n
+        self._bytes_out += link.qbytes
+        q.clear()
+        link.qbytes = 0
+        link.overflowing = False
+
+    # ------------------------------------------------------------- fault injection
+    def set_drop(self, node_id: str, on: bool) -> None:
+        """Silently drop frames to and from ``node_id`` (``"*"``: all of them).
+
+        ``set_drop("*", False)`` heals everything: it also clears per-node drops."""
+        if on:
+            self._drop.add(node_id)
+        elif node_id == ALL:
+            self._drop.clear()  # in place: inbound protocols hold a reference to the set
+        else:
+            self._drop.discard(node_id)
+
+    # ------------------------------------------------------------------ state
+    def is_up(self, node_id: str) -> bool:
+        link = self._links.get(node_id)
+        return link is not None and link.state is _UP
+
+    def link_info(self) -> dict[str, dict]:
+        """Per outbound link: address, state, queued frames/bytes, overflow drops."""
+        return {
+            nid: {
+                "addr": lk.addr,
+                "state": lk.state,
+                "queued_frames": len(lk.queue),
+                "queued_bytes": lk.qbytes,
+                "dropped_overflow": lk.dropped,
+            }
+            for nid, lk in self._links.items()
+        }
+
+    def stats(self) -> dict:
+        links = self._links.values()
+        return {
+            "frames_sent": self._frames_out,
+            "bytes_sent": self._bytes_out,
+            "frames_received": self._frames_in,
+            "bytes_received": self._bytes_in,
+            "links": len(self._links),
+            "links_up": sum(1 for lk in links if lk.state is _UP),
+            "inbound_connections": len(self._inbound),
+            "queued_frames": sum(len(lk.queue) for lk in links),
+            "queued_bytes": sum(lk.qbytes for lk in links),
+            "dropped_injected_out": self._dropped_out,
+            "dropped_injected_in": self._dropped_in,
+            "dropped_overflow": self._dropped_overflow,
+            "dropped_no_link": self._dropped_no_link,
+            "connects": self._connects,
+            "reconnects": self._reconnects,
+            "connect_failures": self._connect_failures,
+            "links_lost": self._links_lost,
+            "protocol_errors": self._protocol_errors,
+        }
+
+    # ------------------------------------------------------------------ close
+    def close(self) -> None:
+        """Stop listening and close every link and inbound connection (no callbacks)."""
+        if self._closed:
+            return
+        self._closed = True
+        for srv in self._servers:
+            srv.close()
+        for link in self._links.values():
+            self._shutdown_link(link)
+            link.state = _CLOSED
+        self._links.clear()
+        for proto in list(self._inbound):
+            proto.close()
+        self._inbound.clear()
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._dirty.clear()
+
+    async def wait_closed(self) -> None:
+        """After ``close``: wait until the listening sockets are closed."""
+        for srv in self._servers:
+            await srv.wait_closed()
+        self._servers.clear()
+
+
+__all__ = ["Bus", "BACKOFF_MIN", "BACKOFF_MAX", "SEND_QUEUE_MAX_BYTES", "SEND_QUEUE_MAX_FRAMES"]

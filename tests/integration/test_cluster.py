@@ -1,0 +1,183 @@
+"""Real clusters: disque-server processes on 127.0.0.1 joined with CLUSTER MEET."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+import redis
+
+TIMEOUT_MS = 1500  # cluster-node-timeout for the tests: failures are seen in seconds
+
+
+def wait_for(pred, timeout: float = 15.0, step: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def hello_ok(c, n: int) -> bool:
+    try:
+        h = c.execute_command("HELLO")
+    except redis.RedisError:
+        return False
+    return len(h) == 2 + n and all(e[3] == b"1" for e in h[2:])
+
+
+@pytest.fixture
+def make_cluster(server_factory):
+    def make(n: int, *extra: str):
+        servers = [server_factory("--cluster-node-timeout", str(TIMEOUT_MS), *extra)
+                   for _ in range(n)]
+        clients = [s.client() for s in servers]
+        for s in servers[1:]:
+            assert clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", s.port) == b"OK"
+        for c in clients:
+            wait_for(lambda c=c: hello_ok(c, n), what="cluster to converge")
+        return servers, clients
+
+    return make
+
+
+def holders(clients, jid) -> list:
+    out = []
+    for c in clients:
+        try:
+            s = c.execute_command("SHOW", jid)
+        except redis.ConnectionError:
+            out.append("down")
+            continue
+        out.append(None if s is None else dict(zip(s[::2], s[1::2], strict=True))[b"state"])
+    return out
+
+
+def test_three_nodes_converge_and_identity_survives_kill9(make_cluster):
+    servers, clients = make_cluster(3)
+    ids = {c.execute_command("CLUSTER", "MYID") for c in clients}
+    assert len(ids) == 3
+    info = clients[1].execute_command("CLUSTER", "INFO").decode()
+    assert "cluster_known_nodes:3" in info and "cluster_reachable_nodes:2" in info
+    old = clients[2].execute_command("CLUSTER", "MYID")
+    servers[2].kill(signal.SIGKILL)
+    servers[2].start()
+    clients[2] = servers[2].client()
+    assert clients[2].execute_command("CLUSTER", "MYID") == old
+    wait_for(lambda: hello_ok(clients[2], 3), what="restarted node to rejoin")
+    wait_for(lambda: hello_ok(clients[0], 3), what="others to see it back")
+
+
+def test_replication_count_and_norepl(make_cluster):
+    servers, clients = make_cluster(3)
+    jid = clients[0].execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 3)
+    states = holders(clients, jid)
+    assert sorted(s for s in states) == [b"active", b"active", b"queued"]
+    with pytest.raises(redis.ResponseError, match="NOREPL Not enough reachable nodes"):
+        clients[0].execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 4)
+
+
+def test_failure_detection_and_kill9_of_replica_keeps_job(make_cluster):
+    servers, clients = make_cluster(3)
+    jid = clients[0].execute_command("ADDJOB", "q", "survivor", 5000, "REPLICATE", 3,
+                                     "RETRY", 1)
+    assert clients[0].execute_command("GETJOB", "FROM", "q")[0][1] == jid  # taken, not acked
+    servers[0].kill(signal.SIGKILL)  # the node that delivered it dies
+    # a surviving copy re-queues after the retry time and is delivered again
+    got = wait_for(lambda: clients[1].execute_command("GETJOB", "NOHANG", "FROM", "q")
+                   or clients[2].execute_command("GETJOB", "NOHANG", "FROM", "q"),
+                   timeout=10, what="the job to come back")
+    assert got[0][1] == jid and got[0][2] == b"survivor"
+    nodes = wait_for(lambda: "fail" in clients[1].execute_command(
+        "CLUSTER", "NODES").decode().split(), timeout=15, what="FAIL flag")
+    assert nodes
+
+
+def test_ack_frees_job_on_every_node(make_cluster):
+    servers, clients = make_cluster(3)
+    jid = clients[0].execute_command("ADDJOB", "q", "b", 5000, "REPLICATE", 3)
+    got = clients[1].execute_command("GETJOB", "TIMEOUT", 5000, "FROM", "q")
+    assert got[0][1] == jid
+    assert clients[1].execute_command("ACKJOB", jid) == 1
+    wait_for(lambda: holders(clients, jid) == [None, None, None], what="GC on all nodes")
+    for c in clients:
+        assert c.info("jobs")["registered_jobs"] == 0
+
+
+def test_federation_serves_consumer_blocked_on_another_node(make_cluster):
+    servers, clients = make_cluster(3)
+    consumer = servers[2].client(socket_timeout=10)
+    import threading
+
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault(
+        "got", consumer.execute_command("GETJOB", "TIMEOUT", 8000, "FROM", "fed")))
+    t.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    jid = clients[0].execute_command("ADDJOB", "fed", "hello", 5000, "REPLICATE", 1)
+    t.join(10)
+    elapsed = time.monotonic() - start
+    assert result["got"] == [[b"fed", jid, b"hello"]]
+    assert elapsed < 1.0  # pushed to the node that asked, not polled
+    assert servers[2].client().execute_command("ACKJOB", jid) == 1
+    wait_for(lambda: holders(clients, jid) == [None, None, None], what="GC")
+
+
+def test_leaving_node_drains_to_zero(make_cluster):
+    servers, clients = make_cluster(3)
+    for i in range(20):
+        clients[2].execute_command("ADDJOB", "drain", f"j{i}", 5000, "REPLICATE", 2)
+    assert clients[2].execute_command("CLUSTER", "LEAVING", "yes") == b"OK"
+    wait_for(lambda: any(e[3] == b"100" for e in clients[0].execute_command("HELLO")[2:]),
+             what="leaving flag to spread")
+    with pytest.raises(redis.ResponseError, match="LEAVING"):
+        clients[2].execute_command("GETJOB", "FROM", "nothing-here")
+    got = 0
+    deadline = time.monotonic() + 20
+    while got < 20 and time.monotonic() < deadline:
+        for c in clients[:2]:
+            r = c.execute_command("GETJOB", "NOHANG", "COUNT", 10, "FROM", "drain")
+            for job in r or []:
+                c.execute_command("ACKJOB", job[1])
+                got += 1
+        r = clients[2].execute_command("GETJOB", "NOHANG", "COUNT", 10, "FROM", "drain")
+        for job in r or []:
+            clients[2].execute_command("ACKJOB", job[1])
+            got += 1
+        time.sleep(0.05)
+    assert got == 20
+    wait_for(lambda: clients[2].info("jobs")["registered_jobs"] == 0, what="leaving node empty")
+    jid = clients[2].execute_command("ADDJOB", "new", "x", 5000, "REPLICATE", 2)
+    assert holders(clients, jid).count(None) == 1 and holders(clients, jid)[2] is None
+
+
+def test_partition_heals_with_acks_propagated_and_no_lost_job(make_cluster):
+    servers, clients = make_cluster(5)
+    ids = [clients[0].execute_command("ADDJOB", "pq", f"j{i}", 5000, "REPLICATE", 3,
+                                      "RETRY", 2) for i in range(30)]
+    ids_by_body = {f"j{i}".encode(): jid for i, jid in enumerate(ids)}
+    # isolate node 4 from everybody (both directions)
+    assert clients[4].execute_command("DEBUG", "BUS-DROP", "*", "on") == b"OK"
+    for c in clients[:4]:
+        c.execute_command("DEBUG", "BUS-DROP",
+                          clients[4].execute_command("CLUSTER", "MYID").decode(), "on")
+    delivered = set()
+    deadline = time.monotonic() + 20
+    while len(delivered) < 30 and time.monotonic() < deadline:
+        for c in clients[:4]:
+            for job in c.execute_command("GETJOB", "NOHANG", "COUNT", 10, "FROM", "pq") or []:
+                c.execute_command("ACKJOB", job[1])
+                delivered.add(job[1])
+        time.sleep(0.05)
+    assert delivered == set(ids)  # nothing lost on the majority side
+    for c in clients:
+        c.execute_command("DEBUG", "BUS-DROP", "*", "off")
+    # after the heal the acks reach node 4's copies: no job stays anywhere
+    wait_for(lambda: all(c.info("jobs")["registered_jobs"] == 0 for c in clients),
+             timeout=30, what="every copy collected after the heal")
+    assert ids_by_body
