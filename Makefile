@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 COMPAT := .venv-compat
 PORT ?= 7711
 
-.PHONY: run test lint bench deps clean
+.PHONY: run cluster test lint bench deps clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,12 +32,16 @@ deps:
 run: $(STAMP)
 	$(BIN)/disque-server --port $(PORT)
 
+# three nodes on 7711-7713 (bus on 17711-17713), joined; Ctrl-C stops all three
+cluster: $(STAMP)
+	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
+
 test: $(STAMP) $(COMPAT)/.installed deps
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 
 bench: $(STAMP) deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

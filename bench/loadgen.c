@@ -92,7 +92,21 @@ static struct {
     int json;
     double max_seconds;
     int max_empty;
-} cfg = {"127.0.0.1", 7711, 1, 1, 100000, M_PING, "bench", 16, 0, 60.0, 3};
+    const char *addjob_timeout; /* ADDJOB's <ms-timeout> argument */
+} cfg = {"127.0.0.1", 7711, 1, 1, 100000, M_PING, "bench", 16, 0, 60.0, 3, "0"};
+
+/* --ports: connection i goes to ports[i % nports] (default: just --port). */
+#define MAX_PORTS 64
+static int ports[MAX_PORTS];
+static int nports;
+
+/* --arg / --args: extra arguments (addjob: appended after <ms-timeout>;
+ * getack/getack1: put in place of NOHANG, before FROM). */
+#define MAX_EXTRA 64
+static const char *extra[MAX_EXTRA];
+static int nextra;
+static char *extra_store[MAX_EXTRA]; /* --args strings we split (owned) */
+static int nextra_store;
 
 #define MAX_ID_LEN 128     /* longest job ID we keep for ACKJOB */
 #define MAX_DEPTH 16       /* deepest nested array we accept */
@@ -476,20 +490,36 @@ static void build_template(void) {
     }
     case M_ADDJOB:
     case M_LPUSH: {
+        /* ADDJOB <queue> <body> <ms-timeout> [extra ...] / LPUSH <queue> <body> */
         int add = cfg.mode == M_ADDJOB;
-        const char *argv[] = {add ? "ADDJOB" : "LPUSH", cfg.queue, body, "0"};
-        size_t lens[] = {add ? 6u : 5u, ql, bl, 1};
-        append_cmd(&tmpl, add ? 4 : 3, argv, lens);
-        /* The body is the third argument, followed by its CRLF and, for
-         * ADDJOB, by the timeout argument "$1\r\n0\r\n" (7 bytes). */
-        tmpl_body_off = tmpl.len - (add ? 7 : 0) - 2 - bl;
+        const char *argv[4 + MAX_EXTRA] = {add ? "ADDJOB" : "LPUSH", cfg.queue, body,
+                                           cfg.addjob_timeout};
+        size_t lens[4 + MAX_EXTRA] = {add ? 6u : 5u, ql, bl, strlen(cfg.addjob_timeout)};
+        int argc = add ? 4 : 3;
+        for (int i = 0; add && i < nextra; i++, argc++)
+            argv[argc] = extra[i], lens[argc] = strlen(extra[i]);
+        append_cmd(&tmpl, argc, argv, lens);
+        /* The body is the third argument: its payload starts after the
+         * "*argc" header and the first two arguments, and its "$len" line. */
+        char hdr[32];
+        size_t off = (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", argc);
+        for (int i = 0; i < 2; i++)
+            off += (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", lens[i]) + lens[i] + 2;
+        tmpl_body_off = off + (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", bl);
         break;
     }
     case M_GETACK:
     case M_GETACK1: {
-        const char *argv[] = {"GETJOB", "NOHANG", "FROM", cfg.queue};
-        size_t lens[] = {6, 6, 4, ql};
-        append_cmd(&tmpl, 4, argv, lens);
+        /* GETJOB NOHANG FROM <queue>, or GETJOB <extra ...> FROM <queue> */
+        const char *argv[3 + MAX_EXTRA] = {"GETJOB", "NOHANG"};
+        size_t lens[3 + MAX_EXTRA] = {6, 6};
+        int argc = 1;
+        if (nextra == 0) argc = 2;
+        for (int i = 0; i < nextra; i++, argc++)
+            argv[argc] = extra[i], lens[argc] = strlen(extra[i]);
+        argv[argc] = "FROM", lens[argc++] = 4;
+        argv[argc] = cfg.queue, lens[argc++] = ql;
+        append_cmd(&tmpl, argc, argv, lens);
         break;
     }
     case M_RPOP: {

@@ -81,6 +81,22 @@ def test_replication_count_and_norepl(make_cluster):
         clients[0].execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 4)
 
 
+def test_sync_replication_timeout_is_norepl_and_cleans_up(make_cluster):
+    servers, clients = make_cluster(3)
+    for c in clients[1:]:  # the others stop hearing node 0 (still "reachable" for a while)
+        c.execute_command("DEBUG", "BUS-DROP", clients[0].execute_command(
+            "CLUSTER", "MYID").decode(), "on")
+    t = time.monotonic()
+    with pytest.raises(redis.ResponseError, match="NOREPL Timeout reached before replicating"):
+        clients[0].execute_command("ADDJOB", "q", "b", 400, "REPLICATE", 3)
+    assert 0.3 < time.monotonic() - t < 3
+    assert clients[0].info("jobs")["registered_jobs"] == 0
+    for c in clients[1:]:
+        c.execute_command("DEBUG", "BUS-DROP", "*", "off")
+    wait_for(lambda: all(c.info("jobs")["registered_jobs"] == 0 for c in clients),
+             what="best-effort deletion of the partial copies")
+
+
 def test_failure_detection_and_kill9_of_replica_keeps_job(make_cluster):
     servers, clients = make_cluster(3)
     jid = clients[0].execute_command("ADDJOB", "q", "survivor", 5000, "REPLICATE", 3,

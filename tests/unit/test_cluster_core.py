@@ -26,7 +26,7 @@ def test_meet_one_learns_all_by_gossip():
     hello = c.cmd(3, "HELLO")
     assert hello[0] == 1 and len(hello) == 2 + 5
     assert all(entry[3] == b"1" for entry in hello[2:])
-    assert c.nodes[1].ip == "127.0.0.1"  # learned from MEET
+    assert all(n.ip == "127.0.0.1" for n in c.nodes)  # learned from MEET / PING / PONG
 
 
 def test_cluster_info_and_nodes(c3):
@@ -281,3 +281,16 @@ def test_acks_reach_a_partitioned_copy_soon_after_the_heal():
     c.heal()
     c.run(3000)  # node 2 answers pings again: GC resumes at once
     assert states(c, jid) == [None, None, None]
+
+
+def test_importing_node_does_not_export_back(c3):
+    consumer = c3.new_client(1)
+    c3.cmd(1, "GETJOB", "FROM", "pp", client=consumer)
+    c3.run(20)
+    jid = c3.cmd(0, "ADDJOB", "pp", "x", 0, "REPLICATE", 1)
+    c3.run(20)
+    assert c3.outbox(1)[0][1][0][1] == jid  # imported from node 0
+    c3.cmd(1, "NACK", jid)  # queued again on node 1
+    c3.cmd(0, "GETJOB", "NOHANG", "FROM", "pp")  # node 0 asks: node 1 imports, refuses
+    c3.run(100)
+    assert states(c3, jid)[1] == "queued"

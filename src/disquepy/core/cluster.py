@@ -107,6 +107,11 @@ class ClusterMixin:
         off = self.config.cluster_port_offset
         return {p.id: (p.ip, p.port + off) for p in self.peers.values() if p.ip}
 
+    def _ping(self, p: Peer, mtype: int = M.PING) -> None:
+        """PING or PONG to one peer: gossip, plus the address we reach it at (so a
+        node that only ever MEETs others still learns its own address)."""
+        self.send([p.id], mtype, self._gossip(), p.ip)
+
     def send(self, dsts, mtype: int, *fields) -> None:
         if not dsts:
             return
@@ -163,7 +168,7 @@ class ClusterMixin:
             self.reply_blocked_clients(resp.error(errors.LEAVING))
         for p in self.peers.values():  # tell everybody now, not at the next ping
             if not p.flags & P_HANDSHAKE:
-                self.send([p.id], M.PING, self._gossip())
+                self._ping(p)
 
     # ---------------------------------------------------------------- gossip
     def _gossip(self) -> list:
@@ -248,11 +253,11 @@ class ClusterMixin:
                 continue
             if p.link and not p.ping_sent and now - p.pong_received > timeout // 2:
                 p.ping_sent = now
-                self.send([p.id], M.PING, self._gossip())
+                self._ping(p)
             elif p.link and p.ping_sent and now >= self._next_ping:
                 # unanswered: ask again each second (ping_sent keeps the first try,
                 # which is what failure detection measures)
-                self.send([p.id], M.PING, self._gossip())
+                self._ping(p)
             late = (p.ping_sent and now - p.ping_sent > timeout) or (
                 not p.link and now - p.link_down_since > timeout)
             if late and not p.flags & (P_PFAIL | P_FAIL):
@@ -268,7 +273,7 @@ class ClusterMixin:
                 p = self.rng.choice(live)
                 if not p.ping_sent:
                     p.ping_sent = now
-                self.send([p.id], M.PING, self._gossip())
+                self._ping(p)
         if changed:
             self._peers_changed()
         self._federation_cron(now)
@@ -285,7 +290,7 @@ class ClusterMixin:
             else:
                 if not p.ping_sent:
                     p.ping_sent = now
-                self.send([nid], M.PING, self._gossip())
+                self._ping(p)
         else:
             p.link_down_since = now
 
@@ -345,7 +350,7 @@ class ClusterMixin:
             self._peers_changed()
         self._heard_from(p, sflags, now)
         self._process_gossip(p, gossip, now)
-        self.send([sid], M.PONG, self._gossip())
+        self._ping(p, M.PONG)
 
     def _on_handshake_pong(self, sid, peer_ip, sport, sflags, fields, now) -> None:
         for hp in list(self.peers.values()):
@@ -355,14 +360,22 @@ class ClusterMixin:
                 p.pong_received = now
                 self.peers[sid] = p
                 self._peers_changed()
+                self._learn_my_ip(fields)
                 self._process_gossip(p, fields[0], now)
                 return
 
+    def _learn_my_ip(self, fields) -> None:
+        if not self.ip and len(fields) > 1 and type(fields[1]) is str and fields[1]:
+            self.ip = fields[1]
+            self.cluster_dirty = True
+
     def _on_ping(self, p: Peer, fields, now) -> None:
+        self._learn_my_ip(fields)
         self._process_gossip(p, fields[0], now)
-        self.send([p.id], M.PONG, self._gossip())
+        self._ping(p, M.PONG)
 
     def _on_pong(self, p: Peer, fields, now) -> None:
+        self._learn_my_ip(fields)
         p.ping_sent = 0
         p.pong_received = now
         if p.flags & (P_HANDSHAKE | P_PFAIL | P_FAIL):
@@ -731,6 +744,8 @@ class ClusterMixin:
         q = self.queues.get(qname)
         if q is None or not q.jobs or q.flags & 2 or q.waiters:
             return 0  # nothing, paused in output, or our own consumers come first
+        if self._recent_sources(q, now):
+            return 0  # we import this queue ourselves: exporting would ping-pong jobs
         n = len(q.jobs)
         give = min(count, n) if exact else (count if n >= count * 2 else max(1, n // 2))
         out = []

@@ -6,7 +6,7 @@ lists travel through the real bus and the simulator.
 
 Fields after the header, by type:
 
-    PING / PONG   [gossip]          gossip: [[id, ip, port, flags], ...]
+    PING / PONG   [gossip, your_ip] gossip: [[id, ip, port, flags], ...]
     MEET          [gossip, your_ip] the address the sender used to reach us
     FAIL          [node_id]
     REPLJOB       [job]             job: see job_to_wire
