@@ -113,6 +113,17 @@ def test_failure_detection_and_kill9_of_replica_keeps_job(make_cluster):
     assert nodes
 
 
+def test_kill9_right_after_addjob_returned_job_still_delivered(make_cluster):
+    servers, clients = make_cluster(3)
+    jid = clients[0].execute_command("ADDJOB", "q", "precious", 5000, "REPLICATE", 3,
+                                     "RETRY", 1)
+    servers[0].kill(signal.SIGKILL)  # the node holding the queued copy dies at once
+    got = wait_for(lambda: clients[1].execute_command("GETJOB", "NOHANG", "FROM", "q")
+                   or clients[2].execute_command("GETJOB", "NOHANG", "FROM", "q"),
+                   timeout=15, what="a surviving copy to be queued and delivered")
+    assert got[0][1:] == [jid, b"precious"]
+
+
 def test_ack_frees_job_on_every_node(make_cluster):
     servers, clients = make_cluster(3)
     jid = clients[0].execute_command("ADDJOB", "q", "b", 5000, "REPLICATE", 3)

@@ -260,10 +260,14 @@ def test_nodes_conf_round_trip(c3):
 
 def test_malformed_messages_are_ignored(c3):
     n = c3.nodes[0]
+    bad_job = [b"X" * 40, b"q", b"b", 1, 60, 0, 1, 1, 0, 0, ["Z" * 40]]
     for msg in ([99, "x", 1, 0], [1, c3.nodes[1].myid, 7712, 0, "junk"],
-                [10, c3.nodes[1].myid, 7712, 0, [b"short"]], [], [1]):
+                [10, c3.nodes[1].myid, 7712, 0, [b"short"]], [], [1],
+                [10, c3.nodes[1].myid, 7712, 0, bad_job],
+                [3, "G" * 40, 7799, 0, [], "127.0.0.1"]):
         n.handle_message(msg, "127.0.0.1", c3.now)
     assert isinstance(c3.cmd(0, "PING"), bytes)
+    assert len(n.jobs) == 0 and len(n.peers) == 2  # nothing bad was taken in
     assert not isinstance(c3.cmd(0, "ADDJOB", "q", "b", 0), Error)
 
 

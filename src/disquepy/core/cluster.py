@@ -17,7 +17,7 @@ to save ``nodes_conf_text()``.
 
 from __future__ import annotations
 
-from ..codec import resp
+from ..codec import aof, resp
 from . import messages as M
 from .ids import new_node_id
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, F_DUMMY, QUEUED, WAIT_REPL, Job
@@ -198,7 +198,7 @@ class ClusterMixin:
             if type(entry) is not list or len(entry) != 4:
                 continue
             nid, ip, port, flags = entry
-            if type(nid) is not str or len(nid) != 40 or nid == self.myid:
+            if not M.valid_node_id(nid) or nid == self.myid:
                 continue
             p = self.peers.get(nid)
             if p is None:
@@ -301,7 +301,7 @@ class ClusterMixin:
         self.msgs_received += 1
         try:
             mtype, sid, sport, sflags = msg[0], msg[1], msg[2], msg[3]
-            if type(sid) is not str or len(sid) != 40 or type(sport) is not int:
+            if not M.valid_node_id(sid) or type(sport) is not int:
                 return
             fields = msg[4:]
             if mtype == M.MEET:
@@ -431,6 +431,8 @@ class ClusterMixin:
         else:
             job.qtime = now + job.retry * 1000
             self.enqueue(job, now)
+        if self.aof_on:
+            self.aof_created(job)
 
     def _repl_tick(self, job: Job, now: int) -> None:
         """A job still short of copies: give up at the deadline, else one more node."""
@@ -498,6 +500,8 @@ class ClusterMixin:
         if not self.register(job):
             return None
         self.schedule(job)
+        if self.aof_on:
+            self.aof_created(job)
         return job
 
     def _on_gotjob(self, p: Peer, fields, now) -> None:
@@ -591,6 +595,8 @@ class ClusterMixin:
         job.state = ACKED
         job.confirmed = (self.myid,)
         job.qtime = 0  # for acked jobs: the number of GC attempts so far
+        if self.aof_on:  # an acked job must not come back after a restart
+            self.aof_out.append(aof.encode_deljob(job.id))
         self.evictable[job.id] = job
         self._schedule_gc(job, now)
 

@@ -25,6 +25,8 @@ Fields after the header, by type:
 
 from __future__ import annotations
 
+from .ids import is_valid_job_id
+
 PING = 1
 PONG = 2
 MEET = 3
@@ -56,6 +58,13 @@ QUEUED_INCR_DELIV = 1
 QUEUED_INCR_NACKS = 2
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def valid_node_id(nid) -> bool:
+    return type(nid) is str and len(nid) == 40 and not set(nid) - _HEX
+
+
 def job_to_wire(job) -> list:
     """A job as REPLJOB / YOURJOBS carry it."""
     return [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
@@ -67,10 +76,12 @@ def job_from_wire(w: list):
     if type(w) is not list or len(w) != 11:
         raise ValueError("bad job on the wire")
     jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered = w
-    if not (type(jid) is bytes and len(jid) == 40 and type(queue) is bytes
+    if not (type(jid) is bytes and is_valid_job_id(jid) and type(queue) is bytes
             and type(body) is bytes and type(ctime) is int and type(ttl) is int
             and type(delay) is int and type(retry) is int and type(repl) is int
             and type(nacks) is int and type(adeliv) is int and type(delivered) is list
-            and all(type(n) is str for n in delivered)):
+            and ttl > 0 and delay >= 0 and retry >= 0 and 0 < repl < 65536
+            and nacks >= 0 and adeliv >= 0 and ctime >= 0
+            and all(valid_node_id(n) for n in delivered)):
         raise ValueError("bad job on the wire")
     return jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, tuple(delivered)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 
-from ..codec import resp
+from ..codec import aof, resp
 from . import errors
 from . import messages as M
 from .awake import NEVER, AwakeIndex
@@ -109,6 +109,9 @@ class Node(ClusterMixin):
         self.loading = False
         self.stats = Stats()
         self.ncommands = 0
+        self.aof_on = False  # the shell turns it on once the AOF file is open
+        self.aof_info = list  # shell-injected: () -> extra INFO persistence fields
+        self.aof_out: list = []  # records for the shell to append
         from .commands import COMMANDS  # here, not at import: the commands import this module
 
         self._cmds = COMMANDS
@@ -201,7 +204,68 @@ class Node(ClusterMixin):
         self.used_memory += JOB_OVERHEAD + len(job.body)
         return True
 
+    # ------------------------------------------------------------ persistence
+    def aof_job_fields(self, job: Job, state: int | None = None) -> list:
+        """A job as a LOADJOB record stores it. Only snapshots (rewrites) record the
+        queued state; the running log says ACTIVE, so a reload never re-queues a job
+        that may have been delivered since (RETRY 0 jobs stay at most once)."""
+        return [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
+                job.nacks, job.adeliv, list(job.delivered),
+                ACTIVE if state is None else state, job.qtime, job.flags & F_DELIVERED]
+
+    def aof_created(self, job: Job) -> None:
+        self.aof_out.append(aof.encode_loadjob(self.aof_job_fields(job)))
+
+    def aof_snapshot(self, job: Job) -> bytes | None:
+        """The record a rewrite writes for a job, or None for what is not persisted
+        (jobs still being replicated, acked jobs and dummy acks)."""
+        if job.state == WAIT_REPL or job.state == ACKED:
+            return None
+        return aof.encode_loadjob(self.aof_job_fields(job, job.state))
+
+    def load_aof(self, records, now: int, enqueue: bool) -> int:
+        """Rebuild the jobs from AOF records (scan order). Jobs come back active and
+        re-queue when their retry time comes; with ``enqueue`` (aof-enqueue-jobs-once,
+        after SHUTDOWN REWRITE-AOF) jobs recorded as queued are queued again. At-most-
+        once jobs are never queued by a reload otherwise. Returns the jobs loaded."""
+        loaded: dict[bytes, list] = {}
+        for _, kind, payload in records:
+            if kind == "LOADJOB":
+                loaded[payload[0]] = payload
+            else:
+                loaded.pop(payload, None)
+        count = 0
+        for f in loaded.values():
+            (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered,
+             state, qtime, flags) = f
+            old = self.jobs.get(jid)
+            if old is not None:
+                self.unregister(old)
+            job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
+            if job.etime <= now:
+                continue
+            job.nacks, job.adeliv = nacks, adeliv
+            job.delivered = tuple(delivered)
+            job.flags = flags & F_DELIVERED
+            job.state = ACTIVE
+            if not self.register(job):
+                continue
+            count += 1
+            if enqueue and state == QUEUED:
+                job.qtime = now  # allowed once more, even for RETRY 0: queues were saved
+                self.enqueue(job, now)
+                continue
+            if retry:
+                job.flags |= F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
+                job.qtime = qtime if qtime > now else now + retry * 1000 + self.jitter()
+            else:
+                job.qtime = 0  # at most once: a reload never queues it
+            self.schedule(job)
+        return count
+
     def unregister(self, job: Job) -> None:
+        if self.aof_on and job.state != WAIT_REPL and not job.flags & F_DUMMY:
+            self.aof_out.append(aof.encode_deljob(job.id))
         if job.state == WAIT_REPL and job.id in self.repl_waiting:
             client = self.repl_waiting.pop(job.id)[0]
             if not client.closed:
@@ -442,19 +506,21 @@ class Node(ClusterMixin):
             q.atime = now
             if q.waiters and not q.flags & PAUSED_OUT:
                 self.ready.append(q)
+        if self.aof_on:
+            self.aof_created(job)
         return b"+" + jid + b"\r\n"
 
     def persistence_info(self) -> list:
         return [
             ("loading", int(self.loading)),
-            ("aof_enabled", int(bool(self.config.appendonly))),
-            ("aof_state", "on" if self.config.appendonly else "off"),
-            ("aof_rewrite_in_progress", 0),
-            ("aof_rewrite_scheduled", 0),
-            ("aof_last_rewrite_time_sec", -1),
-            ("aof_current_rewrite_time_sec", -1),
-            ("aof_last_bgrewrite_status", "ok"),
-            ("aof_last_write_status", "ok"),
+            ("aof_enabled", int(self.aof_on)),
+            ("aof_state", "on" if self.aof_on else "off"),
+            *(self.aof_info() or [
+                ("aof_rewrite_in_progress", 0),
+                ("aof_last_rewrite_time_sec", -1),
+                ("aof_last_bgrewrite_status", "ok"),
+                ("aof_last_write_status", "ok"),
+            ]),
         ]
 
     def reset_stats(self) -> None:

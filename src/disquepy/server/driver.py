@@ -33,6 +33,10 @@ class Driver:
         self.stopping = asyncio.Event()
         self.exit_code = 0
         self.bus = None  # server.bus.Bus, set by main once listening
+        self._after_scheduled = False
+        self.aof = None  # server.aof.AofFile while appendonly is on
+        self.aof_path = os.path.join(config.dir, config.appendfilename)
+        node.aof_info = self.aof_info
         self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)
         node.config_hooks.append(self._config_changed)
         node.host_info = self.host_info
@@ -68,6 +72,8 @@ class Driver:
         """Deliver what the node produced: replies for other clients, bus messages,
         link and cluster-config changes; re-arm the timer."""
         node = self.node
+        if node.aof_out:
+            self.flush_aof()
         if node.bus_out or node.links_dirty or node.cluster_dirty:
             self._flush_cluster()
         if node.outbox:
@@ -84,6 +90,51 @@ class Driver:
                 return
         if node.wake_hint() < self._timer_at:
             self.arm()
+
+    # ------------------------------------------------------------ persistence
+    def flush_aof(self) -> None:
+        out, self.node.aof_out = self.node.aof_out, []
+        if self.aof is not None and out:
+            self.aof.append(out)
+
+    def start_aof(self, rewrite: bool) -> None:
+        """Open the AOF for appending; with ``rewrite`` it is rebuilt from the live jobs
+        first (turning AOF on at runtime: what was on disk is stale)."""
+        from .aof import AofFile
+
+        if rewrite:
+            with open(self.aof_path, "wb"):
+                pass
+        self.aof = AofFile(self, self.aof_path, self.config.appendfsync)
+        self.node.aof_on = True
+        if rewrite:
+            self.aof.start_rewrite()
+        self.loop.call_later(1.0, self._aof_tick)
+
+    def stop_aof(self) -> None:
+        if self.aof is not None:
+            self.flush_aof()
+            self.aof.close()
+            self.aof = None
+        self.node.aof_on = False
+
+    def _aof_tick(self) -> None:
+        if self.aof is not None:
+            self.aof.tick()
+            self.loop.call_later(1.0, self._aof_tick)
+
+    def aof_info(self) -> list:
+        return self.aof.info() if self.aof is not None else []
+
+    def _bgrewriteaof(self) -> bytes:
+        from .aof import write_snapshot
+
+        if self.aof is None:
+            write_snapshot(self.node, self.aof_path)
+            return resp.simple("Background append only file rewriting started")
+        if not self.aof.start_rewrite():
+            return resp.error("ERR Background append only file rewriting already in progress")
+        return resp.simple("Background append only file rewriting started")
 
     def _flush_cluster(self) -> None:
         node, bus = self.node, self.bus
@@ -113,6 +164,14 @@ class Driver:
 
     def on_bus_frame(self, msg: list, peer_ip: str) -> None:
         self.node.handle_message(msg, peer_ip, self.now())
+        # frames arrive in bursts (one read holds many): deliver the node's outputs once
+        # for the whole burst, at the end of this loop iteration
+        if not self._after_scheduled:
+            self._after_scheduled = True
+            self.loop.call_soon(self._after_bus)
+
+    def _after_bus(self) -> None:
+        self._after_scheduled = False
         self.after_event()
 
     def on_bus_link(self, node_id: str, up: bool) -> None:
@@ -171,6 +230,8 @@ class Driver:
         if kind == "debug-sleep":
             time.sleep(req.args[0])
             return resp.OK
+        if kind == "bgrewriteaof":
+            return self._bgrewriteaof()
         if kind == "cluster-saveconfig":
             if self.save_nodes_conf():
                 return resp.OK
@@ -205,6 +266,14 @@ class Driver:
     def _config_changed(self, names: list) -> None:
         if "loglevel" in names:
             set_level(self.config.loglevel)
+        if "appendonly" in names:
+            if self.config.appendonly and self.aof is None:
+                self.start_aof(rewrite=True)
+            elif not self.config.appendonly:
+                self.stop_aof()
+        if "appendfsync" in names and self.aof is not None:
+            self.flush_aof()
+            self.aof.fsync = self.config.appendfsync
 
     def shutdown(self, how: str = "") -> None:
         log.warning("User requested shutdown...")
@@ -213,6 +282,17 @@ class Driver:
         if self.bus is not None:
             self.bus.close()
         self.save_nodes_conf()
+        if how == "rewrite-aof":
+            from .aof import write_snapshot
+
+            self.flush_aof()
+            if self.aof is not None:
+                self.aof.close()
+                self.aof = None
+            size = write_snapshot(self.node, self.aof_path)
+            log.warning("AOF rewritten for the restart (%d bytes, queues included)", size)
+        else:
+            self.stop_aof()
         self.stopping.set()
 
 

@@ -11,7 +11,7 @@ import sys
 from .. import __version__
 from ..core.config import Config, ConfigError
 from ..core.ids import new_node_id
-from ..core.node import Node
+from ..core.node import Node, ShellRequest
 from . import log as logmod
 from .driver import Driver
 from .log import log
@@ -93,6 +93,40 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(_serve(cfg, path))
 
 
+def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
+    """Load the AOF (also with AOF off when aof-enqueue-jobs-once asks for the
+    controlled restart), then open it for appending if appendonly is on."""
+    from .aof import AofError, load
+
+    once = cfg.aof_enqueue_jobs_once
+    if cfg.appendonly or once:
+        t = Driver.now()
+        try:
+            records = load(driver.aof_path, cfg.aof_load_truncated)
+        except AofError as e:
+            log.warning("%s", e)
+            return False
+        except OSError as e:
+            log.warning("Can't open the append-only file %s: %s", driver.aof_path, e.strerror)
+            return False
+        n = node.load_aof(records, Driver.now(), enqueue=once)
+        log.info("DB loaded from append only file: %d jobs (%d records) in %.3f seconds%s", n,
+                 len(records), (Driver.now() - t) / 1000, ", queues restored" if once else "")
+    if once:  # a one-time switch: off again, and persisted so
+        cfg.aof_enqueue_jobs_once = False
+        if driver.config_path:
+            reply = driver.shell_request(None, ShellRequest("config-rewrite"))
+            if not reply.startswith(b"+"):
+                log.warning("Could not persist aof-enqueue-jobs-once no: %s", reply.decode())
+    if cfg.appendonly:
+        try:
+            driver.start_aof(rewrite=False)
+        except OSError as e:
+            log.warning("Can't open the append-only file %s: %s", driver.aof_path, e.strerror)
+            return False
+    return True
+
+
 async def _serve(cfg: Config, path: str | None) -> int:
     loop = asyncio.get_running_loop()
     sysrand = random.SystemRandom()
@@ -110,6 +144,8 @@ async def _serve(cfg: Config, path: str | None) -> int:
         log.warning("Can't read the cluster config %s: %s", driver.nodes_conf_path, e.strerror)
         return 1
     if not driver.save_nodes_conf():
+        return 1
+    if not _load_aof(cfg, node, driver):
         return 1
     log.info("Disque (disquepy %s) starting, pid=%d, node id %s", __version__, os.getpid(),
              node.myid)

@@ -118,11 +118,23 @@ class ClientProtocol(asyncio.Protocol):
                 if data is None:  # the driver answered (or closed) the connection
                     out_data = b"".join(out)
                     if out_data and not self.closing:
-                        self.transport.write(out_data)
+                        self.send_replies(out_data)
                     return
                 out.append(data)
         if out:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self.send_replies(out[0] if len(out) == 1 else b"".join(out))
+
+    def send_replies(self, data: bytes) -> None:
+        """Write a batch of replies, after the AOF records they depend on (with
+        appendfsync always the AOF holds them until its group fsync)."""
+        driver = self.driver
+        if self.node.aof_out:
+            driver.flush_aof()
+        aof = driver.aof
+        if aof is not None and aof.holding:
+            aof.hold(self, data)
+        else:
+            self.transport.write(data)
 
     def resume(self) -> None:
         """The node answered this client's blocked command: go on with its pipeline."""

@@ -57,6 +57,7 @@ _TABLE = [
     Command("time", 1, server.time_cmd),
     Command("quit", -1, server.quit, "n"),
     Command("cluster", -2, cluster.cluster, "a"),
+    Command("bgrewriteaof", 1, server.bgrewriteaof, "a"),
 ]
 
 # keyed by the lower- and upper-case names, so the usual spellings skip a .lower()

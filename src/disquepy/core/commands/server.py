@@ -259,6 +259,12 @@ def config(node, client, argv, now):
     return ShellRequest("config-rewrite")
 
 
+def bgrewriteaof(node, client, argv, now):
+    from ..node import ShellRequest
+
+    return ShellRequest("bgrewriteaof")
+
+
 # -------------------------------------------------------------- SHUTDOWN/DEBUG
 def shutdown(node, client, argv, now):
     from ..node import ShellRequest

@@ -1,0 +1,527 @@
+"""AOF codec: the append-only file of job creations and deletions, as bytes.
+
+Pure: no I/O, no clocks.  The server appends what the encoders return; the loader
+and ``disque-check-aof`` hand the file's bytes to ``scan``.
+
+Format
+======
+
+The file is a sequence of RESP multibulk commands, so standard tools can read it,
+and nothing else::
+
+    *3\\r\\n$7\\r\\nLOADJOB\\r\\n$<n>\\r\\n<blob>\\r\\n$8\\r\\n<crc>\\r\\n
+    *2\\r\\n$6\\r\\nDELJOB\\r\\n$40\\r\\n<id>\\r\\n
+
+``blob`` is ``msgpack.packb(fields, use_bin_type=True)`` and ``crc`` its CRC32
+(``zlib.crc32``) as 8 lowercase hex digits.  ``fields`` is a list of 14 items::
+
+    [id, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
+     delivered, state, qtime, flags]
+
+with ``id`` a 40-byte job ID (``D-`` prefix, ``-`` at offsets 10 and 35),
+``queue``/``body`` bytes, ``ctime`` (ns) >= 0, ``ttl`` (s) > 0, ``delay``,
+``retry``, ``nacks``, ``adeliv`` >= 0, ``repl`` in 1..65535, ``delivered`` a list
+of 40-hex-digit node IDs (``str``), ``state`` in 0..3, ``qtime`` (absolute ms,
+0 = none) >= 0 and ``flags`` >= 0.  ``bool`` is not an ``int`` here.
+
+Scanning
+========
+
+``scan`` is strict: RESP framing must be canonical (no leading zeros, CRLF
+everywhere, exact lengths), command names are upper case, and each record is
+checked completely (CRC, blob contents, job ID).  Its verdict:
+
+* ``"ok"``: every byte belongs to a valid record;
+* ``"truncated"``: the only problem is that the bytes after the last valid
+  record are a proper prefix of a valid record, what a crash in the middle of
+  a write leaves behind.  Everything that can be checked on such a torn tail
+  is checked: framing, command name, job ID bytes, the blob being the start of
+  one msgpack 14-item list, the CRC digits written so far;
+* ``"corrupt"``: a record (anywhere, the last one included) is invalid, or the
+  tail cannot be the start of a valid record (garbage, NUL padding, ...).
+
+The common case is a tight loop over well-formed records that only falls back
+to the careful record parser to explain a problem; it never copies the buffer
+(the blob is CRC-checked and unpacked through a memoryview).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import Any, Literal
+from zlib import crc32
+
+import msgpack
+
+__all__ = [
+    "DELJOB",
+    "LOADJOB",
+    "NFIELDS",
+    "AofFormatError",
+    "ScanResult",
+    "decode_loadjob_blob",
+    "encode_deljob",
+    "encode_loadjob",
+    "scan",
+    "validate_fields",
+]
+
+LOADJOB = "LOADJOB"
+DELJOB = "DELJOB"
+NFIELDS = 14
+
+# Blob lengths have at most this many digits (a blob is under 1 GB).
+_MAX_LEN_DIGITS = 9
+
+_LOAD_HEAD = b"*3\r\n$7\r\nLOADJOB\r\n"  # 17 bytes
+_DEL_HEAD = b"*2\r\n$6\r\nDELJOB\r\n"  # 16 bytes
+_LOAD_HEAD_D = _LOAD_HEAD + b"$"  # fast path: header up to the blob length digits
+_DEL_HEAD_ID = _DEL_HEAD + b"$40\r\nD-"  # fast path: header up to the ID's third byte
+_LOAD_FMT = _LOAD_HEAD + b"$%d\r\n%b\r\n$8\r\n%08x\r\n"
+_CRC_HEAD = b"\r\n$8\r\n"
+_TAIL_FMT = _CRC_HEAD + b"%08x\r\n"  # what follows a blob: 16 bytes
+_DEL_REC_LEN = len(_DEL_HEAD_ID) + 38 + 2  # 63
+
+_JOB_ID_LEN = 40
+_LENS = {b"%d" % n: n for n in range(1, 4096)}  # parsed blob lengths, in canonical form
+_LOWER_HEX = frozenset(b"0123456789abcdef")
+_DIGITS = frozenset(b"0123456789")
+_FIXARRAY_14 = 0x90 | NFIELDS  # first byte of every valid blob
+
+_unpackb = msgpack.unpackb
+# One Packer for the write path: packb() builds a new one per call, which costs
+# more than the packing.  Safe to share: packing lists of bytes/int/str never
+# runs Python code (so never releases the GIL), and a failed pack resets it.
+_pack = msgpack.Packer(use_bin_type=True).pack
+_fromhex = bytes.fromhex
+
+
+class AofFormatError(ValueError):
+    """Invalid AOF content; ``reason`` says what is wrong, for humans."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Incomplete(Exception):
+    """The data ends inside what is so far a valid record."""
+
+
+_INCOMPLETE = _Incomplete()
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What ``scan`` found.
+
+    ``records``: ``(offset, kind, payload)`` for each valid record in order; kind
+    ``"LOADJOB"`` (payload: the fields list) or ``"DELJOB"`` (payload: the ID).
+    Empty when scanning with ``collect=False``; the counts are always set.
+    ``valid_end``: offset just after the last valid record (``start`` if none).
+    ``status``: ``"ok"``, ``"truncated"`` or ``"corrupt"`` (see the module doc).
+    ``error_offset``: offset of the first bad or incomplete record, else None.
+    ``reason``: what is wrong with it, else None.
+    """
+
+    records: list[tuple[int, str, Any]]
+    valid_end: int
+    status: Literal["ok", "truncated", "corrupt"]
+    error_offset: int | None = None
+    reason: str | None = None
+    loadjobs: int = 0
+    deljobs: int = 0
+
+
+# ---------------------------------------------------------------------------
+# Encoding (the write path)
+# ---------------------------------------------------------------------------
+
+
+def encode_loadjob(fields: list) -> bytes:
+    """The LOADJOB record for a job's fields (not validated: see ``validate_fields``)."""
+    blob = _pack(fields)
+    return _LOAD_FMT % (len(blob), blob, crc32(blob))
+
+
+def encode_deljob(jid: bytes) -> bytes:
+    """The DELJOB record for a job ID; raises AofFormatError for an invalid ID."""
+    if len(jid) != _JOB_ID_LEN or jid[:2] != b"D-" or jid[10] != 45 or jid[35] != 45:
+        raise AofFormatError(f"invalid job id {jid!r}")
+    return _DEL_HEAD_ID + jid[2:] + b"\r\n"
+
+
+# ---------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------
+
+
+def validate_fields(f: Any) -> None:
+    """Raise AofFormatError unless ``f`` is a valid 14-item job field list."""
+    if type(f) is not list or len(f) != NFIELDS:
+        raise AofFormatError(f"job fields: expected a list of {NFIELDS} items")
+    jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, deliv, state, qtime, flags = f
+    # One expression for the common, valid case; the details only on failure.
+    if (
+        type(jid) is bytes
+        and len(jid) == _JOB_ID_LEN
+        and jid[0] == 68  # 'D'
+        and jid[1] == 45  # '-'
+        and jid[10] == 45
+        and jid[35] == 45
+        and type(queue) is bytes
+        and type(body) is bytes
+        and type(ctime) is int
+        and type(ttl) is int
+        and type(delay) is int
+        and type(retry) is int
+        and type(repl) is int
+        and type(nacks) is int
+        and type(adeliv) is int
+        and type(state) is int
+        and type(qtime) is int
+        and type(flags) is int
+        and type(deliv) is list
+        and ctime >= 0
+        and ttl > 0
+        and delay >= 0
+        and retry >= 0
+        and 1 <= repl <= 65535
+        and nacks >= 0
+        and adeliv >= 0
+        and 0 <= state <= 3
+        and qtime >= 0
+        and flags >= 0
+    ):
+        for nid in deliv:
+            # 40 characters making 20 bytes: exactly 40 hex digits (fromhex
+            # skips whitespace, which would leave fewer bytes).
+            try:
+                if len(nid) != 40 or len(_fromhex(nid)) != 20:
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise AofFormatError(f"delivered: invalid node id {nid!r}") from None
+        return
+    _explain(f)
+
+
+_INT_RULES = (
+    (3, "ctime", 0, None),
+    (4, "ttl", 1, None),
+    (5, "delay", 0, None),
+    (6, "retry", 0, None),
+    (7, "repl", 1, 65535),
+    (8, "nacks", 0, None),
+    (9, "adeliv", 0, None),
+    (11, "state", 0, 3),
+    (12, "qtime", 0, None),
+    (13, "flags", 0, None),
+)
+
+
+def _explain(f: list) -> None:
+    jid = f[0]
+    if type(jid) is not bytes:
+        raise AofFormatError(f"id: expected bytes, got {type(jid).__name__}")
+    if len(jid) != _JOB_ID_LEN or jid[:2] != b"D-" or jid[10] != 45 or jid[35] != 45:
+        raise AofFormatError(f"invalid job id {jid!r}")
+    for i, name in ((1, "queue"), (2, "body")):
+        if type(f[i]) is not bytes:
+            raise AofFormatError(f"{name}: expected bytes, got {type(f[i]).__name__}")
+    for i, name, lo, hi in _INT_RULES:
+        v = f[i]
+        if type(v) is not int:
+            raise AofFormatError(f"{name}: expected int, got {type(v).__name__}")
+        if v < lo or (hi is not None and v > hi):
+            rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+            raise AofFormatError(f"{name}: {v} out of range (must be {rng})")
+    deliv = f[10]
+    if type(deliv) is not list:
+        raise AofFormatError(f"delivered: expected list, got {type(deliv).__name__}")
+    raise AssertionError("unreachable: validate_fields found no problem")  # pragma: no cover
+
+
+def decode_loadjob_blob(blob: bytes | memoryview) -> list:
+    """Unpack and validate a LOADJOB blob; raise AofFormatError if it is invalid."""
+    try:
+        f = _unpackb(blob, raw=False)
+    except Exception as e:  # msgpack raises several types (and UnicodeDecodeError)
+        raise AofFormatError(f"undecodable blob ({type(e).__name__}: {e})") from None
+    validate_fields(f)
+    return f
+
+
+# ---------------------------------------------------------------------------
+# Scanning
+# ---------------------------------------------------------------------------
+
+
+def scan(data: bytes, start: int = 0, *, collect: bool = True) -> ScanResult:
+    """Check and decode the records of ``data[start:]`` (an AOF's contents).
+
+    Stops at the first bad or incomplete record.  With ``collect=False`` the
+    records are checked and counted but not kept (for checkers of huge files).
+    Other bytes-like objects (bytearray, memoryview, mmap) are copied to bytes.
+
+    The cyclic GC is paused while records are collected (they hold no cycles,
+    and a million fresh lists would trigger many full collections, a third of
+    the scan time); its previous state is restored before returning.
+    """
+    if type(data) is not bytes:
+        data = bytes(data)
+    end = len(data)
+    if not 0 <= start <= end:
+        raise ValueError(f"start {start} outside the data (0..{end})")
+    if not (collect and gc.isenabled()):
+        return _scan(data, start, end, collect)
+    gc.disable()
+    try:
+        return _scan(data, start, end, collect)
+    finally:
+        gc.enable()
+
+
+def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
+    records: list[tuple[int, str, Any]] = []
+    append = records.append
+    nload = ndel = 0
+    pos = start
+    status: Literal["ok", "truncated", "corrupt"] = "ok"
+    error_offset = reason = None
+    startswith = data.startswith
+    find = data.find
+    unpackb = _unpackb
+    validate = validate_fields
+    lens = _LENS
+    with memoryview(data) as mv:
+        while pos < end:
+            # Fast paths: a well-formed record; anything else (including every
+            # error) is left to the careful parser below.
+            if startswith(_LOAD_HEAD_D, pos):
+                p = pos + 18
+                nl = find(b"\r\n", p, p + _MAX_LEN_DIGITS + 2)
+                if nl > p:
+                    n = lens.get(data[p:nl])  # canonical lengths only
+                    if n is None and data[p:nl].isdigit() and data[p] != 48:
+                        n = int(data[p:nl])
+                    if n is not None:
+                        b0 = nl + 2
+                        b1 = b0 + n
+                        blob = mv[b0:b1]
+                        if startswith(_TAIL_FMT % crc32(blob), b1):
+                            try:
+                                fields = unpackb(blob, raw=False)
+                                validate(fields)
+                            except Exception:
+                                pass
+                            else:
+                                if collect:
+                                    append((pos, LOADJOB, fields))
+                                nload += 1
+                                pos = b1 + 16
+                                continue
+            elif startswith(_DEL_HEAD_ID, pos):
+                q = pos + _DEL_REC_LEN
+                if (
+                    q <= end
+                    and data[pos + 31] == 45
+                    and data[pos + 56] == 45
+                    and data[q - 2 : q] == b"\r\n"
+                ):
+                    if collect:
+                        append((pos, DELJOB, data[pos + 21 : pos + 61]))
+                    ndel += 1
+                    pos = q
+                    continue
+            try:
+                nxt, kind, payload = _parse_record(data, mv, pos, end)
+            except _Incomplete:
+                status, error_offset, reason = "truncated", pos, "incomplete record"
+                break
+            except AofFormatError as e:
+                status, error_offset, reason = "corrupt", pos, e.reason
+                break
+            # The fast paths take every valid record; this keeps the result
+            # right should they ever be stricter than the parser.
+            if collect:
+                append((pos, kind, payload))
+            if kind == LOADJOB:
+                nload += 1
+            else:
+                ndel += 1
+            pos = nxt
+    return ScanResult(records, pos, status, error_offset, reason, nload, ndel)
+
+
+def _show(b: bytes) -> str:
+    """A short printable rendering of some bytes for an error message."""
+    s = b[:32].decode("ascii", "backslashreplace")
+    s = s.replace("\r", "\\r").replace("\n", "\\n").replace("\0", "\\x00")
+    return s + ("..." if len(b) > 32 else "")
+
+
+def _got(data: bytes, p: int) -> str:
+    return f"'{_show(data[p : p + 1])}'"
+
+
+def _parse_record(data: bytes, mv: memoryview, pos: int, end: int) -> tuple[int, str, Any]:
+    """Parse the record at ``pos`` strictly.
+
+    Returns ``(next offset, kind, payload)``; raises ``_Incomplete`` if the data
+    ends and what is there is a proper prefix of a valid record, AofFormatError
+    (with the reason) otherwise.
+    """
+    avail = end - pos
+    for head in (_LOAD_HEAD, _DEL_HEAD):
+        if avail < len(head):
+            if head.startswith(data[pos:end]):
+                raise _INCOMPLETE
+        elif data.startswith(head, pos):
+            break
+    else:
+        raise _diagnose_head(data, pos, end)
+    if head is _DEL_HEAD:
+        return _parse_deljob(data, pos + len(_DEL_HEAD), end)
+    return _parse_loadjob(data, mv, pos + len(_LOAD_HEAD), end)
+
+
+def _parse_deljob(data: bytes, p: int, end: int) -> tuple[int, str, bytes]:
+    hdr = b"$40\r\n"
+    got = data[p : p + len(hdr)]
+    if got != hdr:
+        if hdr.startswith(got):
+            raise _INCOMPLETE
+        if got[:1] != b"$":
+            raise AofFormatError(f"expected '$', got {_got(data, p)}")
+        raise AofFormatError("invalid job id length (DELJOB ids are 40 bytes)")
+    p += len(hdr)
+    jid = data[p : p + _JOB_ID_LEN]
+    if (
+        jid[:2] != b"D-"[: len(jid)]
+        or (len(jid) > 10 and jid[10] != 45)
+        or (len(jid) > 35 and jid[35] != 45)
+    ):
+        raise AofFormatError(f"invalid job id '{_show(jid)}'")
+    p += _JOB_ID_LEN
+    crlf = data[p : p + 2]
+    if crlf != b"\r\n":
+        if p + 2 > end and b"\r\n".startswith(crlf):
+            raise _INCOMPLETE
+        raise AofFormatError("invalid job id length (no CRLF after 40 bytes)")
+    return p + 2, DELJOB, jid
+
+
+def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, str, list]:
+    # "$<n>\r\n"
+    if p >= end:
+        raise _INCOMPLETE
+    if data[p] != 36:
+        raise AofFormatError(f"expected '$', got {_got(data, p)}")
+    q = p + 1
+    while q < end and data[q] in _DIGITS and q - p <= _MAX_LEN_DIGITS:
+        q += 1
+    digits = data[p + 1 : q]
+    if len(digits) > _MAX_LEN_DIGITS or digits[:1] == b"0":
+        raise AofFormatError("invalid blob length")
+    if q == end:
+        raise _INCOMPLETE
+    if data[q] != 13 or not digits:
+        raise AofFormatError("invalid blob length")
+    if q + 1 == end:
+        raise _INCOMPLETE
+    if data[q + 1] != 10:
+        raise AofFormatError("invalid blob length (no CRLF)")
+    b0 = q + 2
+    b1 = b0 + int(digits)
+    if b1 > end:
+        if _blob_prefix_ok(mv[b0:end]):
+            raise _INCOMPLETE
+        raise AofFormatError("invalid job blob (torn record with a bad blob)")
+    blob = mv[b0:b1]
+    crc = b"%08x" % crc32(blob)
+    tail = data[b1 : b1 + 16]
+    expected = _CRC_HEAD + crc + b"\r\n"
+    if tail == expected:
+        return b1 + 16, LOADJOB, decode_loadjob_blob(blob)
+    if len(tail) < 16 and expected.startswith(tail):
+        decode_loadjob_blob(blob)  # a torn record still needs a valid blob
+        raise _INCOMPLETE
+    # Explain the mismatch.
+    n = min(len(tail), 6)
+    if tail[:n] != _CRC_HEAD[:n]:
+        if tail[:2] != b"\r\n"[: min(len(tail), 2)]:
+            raise AofFormatError("blob length mismatch (no CRLF after the blob)")
+        if tail[2:3] != b"$":
+            raise AofFormatError(f"expected '$', got {_got(data, b1 + 2)}")
+        raise AofFormatError("invalid CRC length (must be 8)")
+    stored = tail[6:14]
+    if not _LOWER_HEX.issuperset(stored):
+        raise AofFormatError(f"invalid CRC field '{_show(stored)}' (8 lowercase hex digits)")
+    if stored != crc[: len(stored)]:
+        raise AofFormatError(f"CRC mismatch (stored {_show(stored)}, computed {crc.decode()})")
+    raise AofFormatError("invalid CRC length (no CRLF after 8 digits)")
+
+
+def _blob_prefix_ok(part: memoryview) -> bool:
+    """Whether ``part`` can be the start of a msgpack-encoded 14-item list."""
+    if not len(part):
+        return True
+    if part[0] != _FIXARRAY_14:
+        return False
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(part), 1 << 16))
+    unpacker.feed(part)
+    try:
+        unpacker.unpack()
+    except msgpack.OutOfData:
+        return True
+    except Exception:
+        return False
+    return False  # a whole object before the declared end: trailing bytes in the blob
+
+
+def _diagnose_head(data: bytes, pos: int, end: int) -> AofFormatError:
+    """Why the bytes at ``pos`` do not start a LOADJOB or DELJOB record."""
+    if data[pos] != 42:
+        return AofFormatError(
+            f"not a multibulk record (starts with {_got(data, pos)}; "
+            "inline commands and other data are not allowed)"
+        )
+    count, p = _int_line(data, pos + 1, end)
+    if count is None or count < 1:
+        return AofFormatError("invalid multibulk length")
+    # The command name: "$<len>\r\n<name>\r\n".
+    name = None
+    if p < end:
+        if data[p] != 36:
+            return AofFormatError(f"expected '$', got {_got(data, p)}")
+        n, p = _int_line(data, p + 1, end)
+        if n is None or n < 0:
+            return AofFormatError("invalid bulk length")
+        if p + n + 2 <= end:
+            if data[p + n : p + n + 2] != b"\r\n":
+                return AofFormatError("bulk length mismatch (no CRLF after the command name)")
+            name = bytes(data[p : p + n])
+    if name is not None and name not in (b"LOADJOB", b"DELJOB"):
+        return AofFormatError(f"unknown command '{_show(name)}'")
+    want = 3 if name == b"LOADJOB" else 2 if name == b"DELJOB" else None
+    if want is not None and count != want:
+        return AofFormatError(
+            f"wrong number of arguments for '{name.decode()}' (got {count - 1}, expected {want - 1})"
+        )
+    if count not in (2, 3):
+        return AofFormatError(f"wrong number of arguments ({count - 1})")
+    return AofFormatError("unknown command (incomplete record with a bad name)")
+
+
+def _int_line(data: bytes, p: int, end: int) -> tuple[int | None, int]:
+    """Parse ``<digits>\\r\\n`` at ``p`` (``-`` allowed): ``(value, next)``, or
+    ``(None, p)`` if it is not there (malformed or cut short)."""
+    nl = data.find(b"\r\n", p, p + 22)
+    if nl < 0:
+        return None, p
+    s = bytes(data[p:nl])
+    body = s[1:] if s[:1] == b"-" else s
+    if not body.isdigit() or (body[:1] == b"0" and len(s) > 1):
+        return None, p
+    return int(s), nl + 2

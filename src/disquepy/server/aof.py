@@ -1,0 +1,286 @@
+"""The append-only file: appends, fsync policies, loading, and rewrites.
+
+The node emits records (``node.aof_out``); the driver hands them here after each
+event. Policies:
+
+- ``always``: records are written and ``fdatasync``-ed before the replies of the
+  commands that produced them leave; every client served in one loop iteration shares
+  one fsync (group commit).
+- ``everysec``: written at once, ``fdatasync`` in a worker thread about once a second,
+  so a crash loses at most about a second of writes.
+- ``no``: written at once; the kernel flushes when it likes.
+
+A rewrite (BGREWRITEAOF, automatic growth, CONFIG SET appendonly yes) writes the live
+jobs to a temporary file a slice at a time between events, while new records go both
+to the old file and to a rewrite buffer; at the end the buffer is appended, the file
+fsynced and renamed over the AOF. ``SHUTDOWN REWRITE-AOF`` does the same in one go,
+recording which jobs are queued, for the controlled restart.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..codec import aof as codec
+from .log import log
+
+REWRITE_SLICE = 5000  # jobs serialized per loop iteration during a rewrite
+
+
+class AofError(Exception):
+    pass
+
+
+def write_all(fd: int, data: bytes) -> int:
+    """os.write until everything is written (regular files may take less at once)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    return len(data)
+
+
+def load(path: str, truncate_torn: bool):
+    """Read and check the AOF. Returns the records; a torn tail is cut off (logged) when
+    ``truncate_torn``; anything else wrong raises AofError naming the offset."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    res = codec.scan(data)
+    if res.status == "truncated":
+        if not truncate_torn:
+            raise AofError(
+                f"Bad file format reading the append only file {path}: incomplete record at "
+                f"offset {res.error_offset} (aof-load-truncated is no; use disque-check-aof "
+                "--fix)")
+        log.warning("!!! Warning: short read while loading the AOF file %s: the last record "
+                    "(offset %d, %d bytes) is incomplete. Truncating the AOF at offset %d.",
+                    path, res.error_offset, len(data) - res.valid_end, res.valid_end)
+        with open(path, "r+b") as f:
+            f.truncate(res.valid_end)
+            os.fsync(f.fileno())
+    elif res.status == "corrupt":
+        raise AofError(f"Bad file format reading the append only file {path} at offset "
+                       f"{res.error_offset}: {res.reason}. Use disque-check-aof to inspect it.")
+    return res.records
+
+
+class AofFile:
+    def __init__(self, driver, path: str, fsync: str) -> None:
+        self.driver = driver
+        self.node = driver.node
+        self.loop = driver.loop
+        self.path = path
+        self.fsync = fsync
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.base_size = self.size
+        self.held: list = []  # (conn, reply bytes) waiting for the group fsync
+        self._flush_scheduled = False
+        self._fsync_running = False
+        self._last_fsync = time.monotonic()
+        self.last_write_ok = True
+        self.rewrite: Rewrite | None = None
+        self.last_rewrite_ok = True
+        self.last_rewrite_secs = -1
+        self.longest_slice_ms = 0.0
+
+    # ----------------------------------------------------------------- writes
+    def append(self, records: list) -> None:
+        data = b"".join(records)
+        try:
+            write_all(self.fd, data)
+        except OSError as e:
+            self.last_write_ok = False
+            log.warning("Error writing to the AOF file: %s", e.strerror)
+            return
+        self.last_write_ok = True
+        self.size += len(data)
+        if self.rewrite is not None:
+            self.rewrite.buffer.append(data)
+        if self.fsync == "everysec":
+            self._maybe_background_fsync()
+        elif self.fsync == "always" and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._group_commit)
+        self._maybe_auto_rewrite()
+
+    @property
+    def holding(self) -> bool:
+        """True while replies must wait for the group fsync."""
+        return self._flush_scheduled
+
+    def hold(self, conn, data: bytes) -> None:
+        self.held.append((conn, data))
+
+    def _group_commit(self) -> None:
+        self._flush_scheduled = False
+        try:
+            os.fdatasync(self.fd)
+        except OSError as e:
+            self.last_write_ok = False
+            log.warning("fdatasync of the AOF failed: %s", e.strerror)
+        held, self.held = self.held, []
+        for conn, data in held:
+            conn.write(data)
+
+    def _maybe_background_fsync(self) -> None:
+        now = time.monotonic()
+        if self._fsync_running or now - self._last_fsync < 1.0:
+            return
+        self._fsync_running = True
+        self._last_fsync = now
+        fut = self.loop.run_in_executor(None, os.fdatasync, self.fd)
+        fut.add_done_callback(self._fsync_done)
+
+    def _fsync_done(self, fut) -> None:
+        self._fsync_running = False
+        if fut.exception() is not None:
+            self.last_write_ok = False
+            log.warning("Background AOF fsync failed: %s", fut.exception())
+
+    def tick(self) -> None:
+        """Called once a second: makes sure everysec data is synced when idle."""
+        if self.fsync == "everysec" and not self._fsync_running and \
+                time.monotonic() - self._last_fsync >= 1.0:
+            self._maybe_background_fsync()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.fsync(self.fd)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+    # --------------------------------------------------------------- rewrites
+    def _maybe_auto_rewrite(self) -> None:
+        cfg = self.driver.config
+        pct = cfg.auto_aof_rewrite_percentage
+        if (pct and self.rewrite is None and self.size >= cfg.auto_aof_rewrite_min_size
+                and self.size >= self.base_size * (100 + pct) // 100):
+            log.info("Starting automatic rewriting of AOF on %d%% growth",
+                     (self.size - self.base_size) * 100 // max(1, self.base_size))
+            self.start_rewrite()
+
+    def start_rewrite(self) -> bool:
+        if self.rewrite is not None:
+            return False
+        self.rewrite = Rewrite(self)
+        self.loop.call_soon(self.rewrite.step)
+        return True
+
+    def rewrite_done(self, ok: bool, secs: float) -> None:
+        self.last_rewrite_ok = ok
+        self.last_rewrite_secs = int(secs)
+        self.rewrite = None
+
+    def info(self) -> list:
+        return [
+            ("aof_rewrite_in_progress", int(self.rewrite is not None)),
+            ("aof_last_rewrite_time_sec", self.last_rewrite_secs),
+            ("aof_last_bgrewrite_status", "ok" if self.last_rewrite_ok else "err"),
+            ("aof_last_write_status", "ok" if self.last_write_ok else "err"),
+            ("aof_current_size", self.size),
+            ("aof_base_size", self.base_size),
+            ("aof_rewrite_longest_slice_ms", f"{self.longest_slice_ms:.2f}"),
+        ]
+
+
+class Rewrite:
+    """An incremental rewrite: slices of jobs between events, then a buffer and a rename."""
+
+    def __init__(self, aof: AofFile) -> None:
+        self.aof = aof
+        self.started = time.monotonic()
+        self.tmp = os.path.join(os.path.dirname(aof.path) or ".",
+                                f"temp-rewriteaof-{os.getpid()}.aof")
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.jobs = list(aof.node.jobs.values())  # the snapshot: 8 bytes a job
+        self.pos = 0
+        self.buffer: list = []
+        log.info("Background append only file rewriting started (%d jobs)", len(self.jobs))
+
+    def step(self) -> None:
+        aof, node = self.aof, self.aof.node
+        t0 = time.perf_counter()
+        try:
+            end = min(self.pos + REWRITE_SLICE, len(self.jobs))
+            out = []
+            for job in self.jobs[self.pos:end]:
+                if node.jobs.get(job.id) is job:  # deleted since: its DELJOB is buffered
+                    rec = node.aof_snapshot(job)
+                    if rec is not None:
+                        out.append(rec)
+            if out:
+                write_all(self.fd, b"".join(out))
+            self.pos = end
+            if self.pos < len(self.jobs):
+                aof.loop.call_soon(self.step)
+                return
+            self.finish()
+        except OSError as e:
+            log.warning("Background AOF rewrite failed: %s", e.strerror)
+            self.abort()
+        finally:
+            aof.longest_slice_ms = max(aof.longest_slice_ms, (time.perf_counter() - t0) * 1000)
+
+    def finish(self) -> None:
+        aof = self.aof
+        if self.buffer:
+            write_all(self.fd, b"".join(self.buffer))
+        os.fsync(self.fd)
+        os.close(self.fd)
+        os.replace(self.tmp, aof.path)
+        _fsync_dir(aof.path)
+        os.close(aof.fd)
+        aof.fd = os.open(aof.path, os.O_WRONLY | os.O_APPEND)
+        aof.size = aof.base_size = os.fstat(aof.fd).st_size
+        secs = time.monotonic() - self.started
+        log.info("Background AOF rewrite terminated with success (%d bytes, %.2f s)", aof.size,
+                 secs)
+        aof.rewrite_done(True, secs)
+
+    def abort(self) -> None:
+        try:
+            os.close(self.fd)
+            os.unlink(self.tmp)
+        except OSError:
+            pass
+        self.aof.rewrite_done(False, time.monotonic() - self.started)
+
+
+def write_snapshot(node, path: str) -> int:
+    """A complete AOF of the live jobs with their queue state, written atomically (for
+    SHUTDOWN REWRITE-AOF and the controlled restart). Returns its size."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        batch = []
+        size = 0
+        for job in node.jobs.values():
+            rec = node.aof_snapshot(job)
+            if rec is not None:
+                batch.append(rec)
+                if len(batch) >= 10_000:
+                    size += write_all(fd, b"".join(batch))
+                    batch.clear()
+        if batch:
+            size += write_all(fd, b"".join(batch))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path)
+    return size
+
+
+def _fsync_dir(path: str) -> None:
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,1 @@
+"""Command-line tools that work on disquepy's files (``disque-check-aof``)."""
