@@ -56,3 +56,30 @@ def parse_cursor(b: bytes, seen: bool) -> int:
     if not b.isdigit():
         raise ReplyError(errors.BAD_CURSOR)
     return int(b)
+
+
+def parse_scan(argv: list, value_options: dict) -> tuple[int, int, bool]:
+    """The grammar QSCAN and JSCAN share: ``[cursor] [COUNT n] [BUSYLOOP]`` plus the
+    command's own options, each taking one value and handled by
+    ``value_options[name](value)``. The cursor may stand anywhere: the first word that
+    is no option must be an unsigned number. Returns (cursor, count, busyloop)."""
+    cursor, count, busyloop, cursor_seen = 0, 100, False, False
+    n = len(argv)
+    j = 1
+    while j < n:
+        opt = argv[j].lower()
+        if opt == b"busyloop":
+            busyloop = True
+        elif j + 1 < n and (opt == b"count" or opt in value_options):
+            if opt == b"count":
+                count = parse_int(argv[j + 1])
+                if count < 1:
+                    raise ReplyError(errors.OUT_OF_RANGE)
+            else:
+                value_options[opt](argv[j + 1])
+            j += 1
+        else:
+            cursor = parse_cursor(argv[j], cursor_seen)
+            cursor_seen = True
+        j += 1
+    return cursor, count, busyloop

@@ -6,7 +6,7 @@ from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
 from ..job import ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
-from .args import job_ids, parse_cursor, parse_int, parse_timeout
+from .args import job_ids, parse_int, parse_scan, parse_timeout
 
 DEFAULT_TTL = 24 * 3600  # seconds
 DEFAULT_RETRY = 300  # seconds, unless TTL/10 is smaller
@@ -124,22 +124,21 @@ def deljob(node, client, argv, now):
     return resp.integer(deleted)
 
 
-def enqueue(node, client, argv, now):
+def _requeue(node, argv, now, nack: bool) -> bytes:
     n = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
-        if job is not None and job.state == ACTIVE and node.enqueue(job, now):
+        if job is not None and job.state == ACTIVE and node.enqueue(job, now, nack=nack):
             n += 1
     return resp.integer(n)
+
+
+def enqueue(node, client, argv, now):
+    return _requeue(node, argv, now, nack=False)
 
 
 def nack(node, client, argv, now):
-    n = 0
-    for jid in job_ids(argv):
-        job = node.jobs.get(jid)
-        if job is not None and job.state == ACTIVE and node.enqueue(job, now, nack=True):
-            n += 1
-    return resp.integer(n)
+    return _requeue(node, argv, now, nack=True)
 
 
 def dequeue(node, client, argv, now):
@@ -172,44 +171,23 @@ def working(node, client, argv, now):
 
 def jscan(node, client, argv, now):
     """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY all|id]"""
-    cursor = 0
-    count = 100
-    busyloop = False
-    queue = None
-    states = 0
-    reply_all = False
-    n = len(argv)
-    j = 1
-    cursor_seen = False
-    while j < n:
-        opt = argv[j].lower()
-        last = j == n - 1
-        if opt == b"count" and not last:
-            count = parse_int(argv[j + 1])
-            if count < 1:
-                raise ReplyError(errors.OUT_OF_RANGE)
-            j += 1
-        elif opt == b"busyloop":
-            busyloop = True
-        elif opt == b"queue" and not last:
-            queue = argv[j + 1]
-            j += 1
-        elif opt == b"state" and not last:
-            st = STATE_BY_NAME.get(argv[j + 1].lower())
-            if st is None:
-                raise ReplyError(errors.BAD_STATE)
-            states |= 1 << st
-            j += 1
-        elif opt == b"reply" and not last:
-            kind = argv[j + 1].lower()
-            if kind not in (b"all", b"id"):
-                raise ReplyError(errors.BAD_REPLY_TYPE)
-            reply_all = kind == b"all"
-            j += 1
-        else:
-            cursor = parse_cursor(argv[j], cursor_seen)
-            cursor_seen = True
-        j += 1
+    opts = {"queue": None, "states": 0, "all": False}
+
+    def state(v):
+        st = STATE_BY_NAME.get(v.lower())
+        if st is None:
+            raise ReplyError(errors.BAD_STATE)
+        opts["states"] |= 1 << st
+
+    def reply(v):
+        kind = v.lower()
+        if kind not in (b"all", b"id"):
+            raise ReplyError(errors.BAD_REPLY_TYPE)
+        opts["all"] = kind == b"all"
+
+    cursor, count, busyloop = parse_scan(argv, {
+        b"queue": lambda v: opts.__setitem__("queue", v), b"state": state, b"reply": reply})
+    queue, states = opts["queue"], opts["states"]
 
     def keep(job):
         if job.flags & F_DUMMY:
@@ -219,7 +197,7 @@ def jscan(node, client, argv, now):
         return not states or states & (1 << job.state)
 
     cursor, found = node.scan_jobs(cursor, count, busyloop, keep)
-    if reply_all:
+    if opts["all"]:
         items = [show_reply(node, job, now, client.proto) for job in found]
     else:
         items = [b"+" + job.id + b"\r\n" for job in found]

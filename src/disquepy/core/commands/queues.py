@@ -7,7 +7,7 @@ from .. import errors
 from ..client import BlockedGet
 from ..errors import ReplyError
 from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT
-from .args import parse_cursor, parse_int, parse_timeout
+from .args import parse_int, parse_scan, parse_timeout
 
 _NACKS = b"$5\r\nnacks\r\n"
 _ADELIV = b"$21\r\nadditional-deliveries\r\n"
@@ -123,38 +123,13 @@ def qpeek(node, client, argv, now):
 
 def qscan(node, client, argv, now):
     """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
-    cursor = 0
-    count = 100
-    busyloop = False
-    minlen = -1
-    maxlen = -1
-    importrate = -1
-    cursor_seen = False
-    n = len(argv)
-    j = 1
-    while j < n:
-        opt = argv[j].lower()
-        last = j == n - 1
-        if opt == b"count" and not last:
-            count = parse_int(argv[j + 1])
-            if count < 1:
-                raise ReplyError(errors.OUT_OF_RANGE)
-            j += 1
-        elif opt == b"busyloop":
-            busyloop = True
-        elif opt == b"minlen" and not last:
-            minlen = parse_int(argv[j + 1])
-            j += 1
-        elif opt == b"maxlen" and not last:
-            maxlen = parse_int(argv[j + 1])
-            j += 1
-        elif opt == b"importrate" and not last:
-            importrate = parse_int(argv[j + 1])
-            j += 1
-        else:
-            cursor = parse_cursor(argv[j], cursor_seen)
-            cursor_seen = True
-        j += 1
+    lim = {b"minlen": -1, b"maxlen": -1, b"importrate": -1}
+
+    def setter(name):
+        return lambda v: lim.__setitem__(name, parse_int(v))
+
+    cursor, count, busyloop = parse_scan(argv, {name: setter(name) for name in lim})
+    minlen, maxlen, importrate = lim[b"minlen"], lim[b"maxlen"], lim[b"importrate"]
 
     def keep(q):
         ln = len(q.jobs)
