@@ -9,15 +9,32 @@
  * replies, then sends the next batch.  The latency of a request is the time
  * from the write of its batch to the arrival of its reply.
  *
+ * Before the clock starts, every connection completes one PING round trip
+ * (sends PING, reads +PONG): a server may accept the last connections of a
+ * burst only much later (100-250 ms seen with 50 connections), and that
+ * wait must not count as request latency.  Bounded by --max-seconds; any
+ * other reply is fatal (exit 2).
+ *
  * Modes:
  *   ping     PING                                  (sanity)
- *   addjob   ADDJOB <queue> <body> 0               (Disque produce)
+ *   addjob   ADDJOB <queue> <body> <T> [args]      (Disque produce; T is
+ *                                                   --addjob-timeout, default 0)
  *   lpush    LPUSH <queue> <body>                  (Redis produce baseline)
  *   getack   GETJOB NOHANG FROM <queue>, then      (Disque consume,
  *            ACKJOB <id> for every job returned     two round trips per job)
  *   getack1  ACKJOB <id of job N> + GETJOB NOHANG   (Disque consume,
  *            FROM <queue> in one write              one round trip per job)
  *   rpop     RPOP <queue>                          (Redis consume baseline)
+ *
+ * Extra arguments, --arg A (repeatable) or --args "A B ..." (split on
+ * blanks): addjob appends them after <ms-timeout> (e.g. --args "REPLICATE
+ * 3"); getack/getack1 put them in place of NOHANG, before FROM (e.g. --args
+ * "TIMEOUT 1000" for a blocking GETJOB, whose null replies after the
+ * timeout count towards --max-empty).  Other modes refuse them.
+ *
+ * --ports P1,P2,... spreads the connections round-robin over several ports
+ * (connection i goes to P[i mod n]); --port P is the same as --ports P.
+ * The JSON "port" field is the first port.
  *
  * In the consume modes --requests is the number of *jobs* to consume; null
  * replies are not counted, and a connection gives up after --max-empty
@@ -381,6 +398,7 @@ struct g1req {
 struct conn {
     int fd;
     int idx;
+    int port;
     struct buf out, in;
     enum phase phase;
     int pending;      /* replies still expected for the current batch */
@@ -831,7 +849,9 @@ static void usage(void) {
             "usage: loadgen [--host 127.0.0.1] [--port 7711] [--conns C] [--pipeline D]\n"
             "               [--requests N] [--mode ping|addjob|lpush|getack|getack1|rpop]\n"
             "               [--queue Q] [--body-size 16] [--max-seconds 60]\n"
-            "               [--max-empty 3] [--json]\n");
+            "               [--max-empty 3] [--json]\n"
+            "               [--ports P1,P2,...] [--addjob-timeout MS]\n"
+            "               [--arg A]... [--args \"A B ...\"]\n");
     exit(2);
 }
 
@@ -844,6 +864,34 @@ static long long arg_num(const char *opt, const char *v, long long lo, long long
     return n;
 }
 
+static void add_extra(const char *a) {
+    if (nextra >= MAX_EXTRA) die("too many --arg/--args arguments (max %d)", MAX_EXTRA);
+    if (!*a) die("--arg: empty argument");
+    extra[nextra++] = a;
+}
+
+/* --args "A B C": whitespace-separated, each word one argument. */
+static void add_extra_words(const char *v) {
+    if (nextra_store >= MAX_EXTRA) die("too many --args options");
+    char *copy = strdup(v);
+    if (!copy) die("out of memory");
+    extra_store[nextra_store++] = copy;
+    for (char *save = NULL, *w = strtok_r(copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+        add_extra(w);
+}
+
+static void parse_ports(const char *v) {
+    char *copy = strdup(v), *save = NULL;
+    if (!copy) die("out of memory");
+    nports = 0;
+    for (char *w = strtok_r(copy, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+        if (nports >= MAX_PORTS) die("--ports: at most %d ports", MAX_PORTS);
+        ports[nports++] = (int)arg_num("--ports", w, 1, 65535);
+    }
+    free(copy);
+    if (nports == 0) die("--ports: expected a comma-separated list of ports");
+}
+
 static void parse_args(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -853,6 +901,13 @@ static void parse_args(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(a, "--host")) cfg.host = v;
         else if (!strcmp(a, "--port")) cfg.port = (int)arg_num(a, v, 1, 65535);
+        else if (!strcmp(a, "--ports")) parse_ports(v);
+        else if (!strcmp(a, "--arg")) add_extra(v);
+        else if (!strcmp(a, "--args")) add_extra_words(v);
+        else if (!strcmp(a, "--addjob-timeout")) {
+            arg_num(a, v, 0, 1000000000000LL);
+            cfg.addjob_timeout = v;
+        }
         else if (!strcmp(a, "--conns")) cfg.conns = (int)arg_num(a, v, 1, 10000);
         else if (!strcmp(a, "--pipeline")) cfg.pipeline = (int)arg_num(a, v, 1, 100000);
         else if (!strcmp(a, "--requests")) cfg.requests = arg_num(a, v, 0, 1000000000000LL);
@@ -870,11 +925,16 @@ static void parse_args(int argc, char **argv) {
             if (!found) die("unknown --mode '%s'", v);
         } else usage();
     }
+    if (nports == 0) ports[nports++] = cfg.port;
+    cfg.port = ports[0];
+    if (nextra && cfg.mode != M_ADDJOB && cfg.mode != M_GETACK && cfg.mode != M_GETACK1)
+        die("--arg/--args apply to the addjob, getack and getack1 modes only");
 }
 
 /* Resolve --host, refusing anything that is not a loopback address. */
 static struct sockaddr_in loopback_addr(void) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg.port)};
+    /* (open_conns sets each connection's port from --ports.) */
     const char *h = strcmp(cfg.host, "localhost") ? cfg.host : "127.0.0.1";
     if (inet_pton(AF_INET, h, &sa.sin_addr) != 1)
         die("--host must be an IPv4 loopback address (127.x.x.x or localhost), got '%s'", cfg.host);
@@ -890,12 +950,14 @@ static void open_conns(void) {
     for (int i = 0; i < cfg.conns; i++) {
         struct conn *c = &conns[i];
         c->idx = i;
+        c->port = ports[i % nports];
+        sa.sin_port = htons((uint16_t)c->port);
         c->fd = socket(AF_INET, SOCK_STREAM, 0);
         if (c->fd < 0) die("socket: %s", strerror(errno));
         struct timeval tv = {5, 0}; /* bound a blocking connect */
         setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-            die("connect %s:%d (connection %d): %s", cfg.host, cfg.port, i, strerror(errno));
+            die("connect %s:%d (connection %d): %s", cfg.host, c->port, i, strerror(errno));
         int one = 1;
         setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
@@ -913,6 +975,68 @@ static void open_conns(void) {
         }
     }
     live_conns = cfg.conns;
+}
+
+/* Warm-up, before the clock starts: every connection sends one PING and
+ * waits for its +PONG.  A server may accept the last connections of a burst
+ * much later than the client-side connect() returns (100-250 ms seen with
+ * 50 connections on uvloop); without this, that delay would be measured as
+ * the latency of those connections' first requests.  Bounded by
+ * --max-seconds; anything but +PONG is fatal (exit 2). */
+static void warm_up(void) {
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    for (int i = 0; i < cfg.conns; i++) {
+        struct conn *c = &conns[i];
+        ssize_t w;
+        do w = write(c->fd, ping, sizeof ping - 1);
+        while (w < 0 && errno == EINTR);
+        if (w != (ssize_t)(sizeof ping - 1))
+            die("warm-up: PING on connection %d (port %d): %s", i, c->port,
+                w < 0 ? strerror(errno) : "short write");
+    }
+    int waiting = cfg.conns;
+    char *ok = calloc((size_t)cfg.conns, 1);
+    if (!ok) die("out of memory");
+    uint64_t deadline = now_ns() + (uint64_t)(cfg.max_seconds * 1e9);
+    struct epoll_event evs[256];
+    while (waiting > 0) {
+        uint64_t t = now_ns();
+        if (t >= deadline)
+            die("warm-up: %d of %d connections got no PONG within %.1f s", waiting, cfg.conns,
+                cfg.max_seconds);
+        int n = epoll_wait(epfd, evs, 256, (int)((deadline - t) / 1000000) + 1);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            die("epoll_wait: %s", strerror(errno));
+        }
+        for (int i = 0; i < n; i++) {
+            struct conn *c = evs[i].data.ptr;
+            buf_reserve(&c->in, 256);
+            ssize_t r = read(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len);
+            if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            if (r <= 0)
+                die("warm-up: connection %d (port %d): %s", c->idx, c->port,
+                    r == 0 ? "closed by server" : strerror(errno));
+            c->in.len += (size_t)r;
+            struct reply rep;
+            const char *perr = NULL;
+            size_t end;
+            int st = resp_parse(c->in.p, c->in.len, 0, &end, &rep, &perr);
+            if (st == 0) continue;
+            if (st < 0) die("warm-up: connection %d: protocol error: %s", c->idx, perr);
+            if (ok[c->idx] || end != c->in.len || rep.type != R_STATUS || rep.len != 4 ||
+                memcmp(rep.str, "PONG", 4)) {
+                size_t shown = 0; /* the reply's first line, at most 80 bytes */
+                while (shown < c->in.len && shown < 80 && c->in.p[shown] != '\r') shown++;
+                die("warm-up: connection %d (port %d): expected one +PONG, got '%.*s'", c->idx,
+                    c->port, (int)shown, c->in.p);
+            }
+            ok[c->idx] = 1;
+            c->in.len = c->in.off = 0;
+            waiting--;
+        }
+    }
+    free(ok);
 }
 
 static void json_str(const char *s) {
@@ -952,8 +1076,9 @@ static void report(void) {
         return;
     }
     const char *unit = is_consume() ? "jobs" : "ops";
-    printf("mode %s  %s:%d  conns %d  pipeline %d  queue %s\n", mode_names[cfg.mode], cfg.host,
-           cfg.port, cfg.conns, cfg.pipeline, cfg.queue);
+    printf("mode %s  %s:%d", mode_names[cfg.mode], cfg.host, cfg.port);
+    for (int i = 1; i < nports; i++) printf(",%d", ports[i]);
+    printf("  conns %d  pipeline %d  queue %s\n", cfg.conns, cfg.pipeline, cfg.queue);
     printf("%s: %lld of %lld in %.3f s  =>  %.0f %s/s\n", unit, ops, cfg.requests, elapsed, rate,
            unit);
     printf("latency us: p50 %.0f  p99 %.0f  max %" PRIu64 "  mean %.1f  (%lld replies)\n", p50,
@@ -981,6 +1106,7 @@ int main(int argc, char **argv) {
     if (epfd < 0) die("epoll_create1: %s", strerror(errno));
     build_template();
     open_conns();
+    warm_up();
 
     t_start = t_last = now_ns();
     uint64_t deadline = t_start + (uint64_t)(cfg.max_seconds * 1e9);

@@ -18,14 +18,24 @@ the project's performance targets:
                   a bare uvloop protocol: the most any Python asyncio server can do
                   here), 50 connections, unpipelined and 16 deep; no target
     memory        resident bytes per queued 16-byte job (VmRSS delta over 1M jobs)
+    cluster       a 3-node disquepy cluster on loopback (bench/cluster.py): ADDJOB
+                  REPLICATE 3 sync/async vs a 1-node REPLICATE 1 baseline, federation
+                  latency, producer-on-A/consumer-on-B pipeline (no Redis side)
+    aof           the append-only file (bench/aof.py): ADDJOB with 50 connections on
+                  four fresh servers (AOF off, appendfsync no/everysec/always), raw
+                  fdatasync latency, and the BGREWRITEAOF pause seen by a PING probe
+                  (no Redis side)
 
 Targets: produce and consume with 50 unpipelined connections >= 0.5x Redis; pipelined
-produce (16 deep, 50 conns) >= 100k jobs/s; <= 500 bytes resident per job.
+produce (16 deep, 50 conns) >= 100k jobs/s; <= 500 bytes resident per job; and the
+cluster targets (see bench/cluster.py); the aof targets (see bench/aof.py).
 
 Examples:
     .venv/bin/python bench/run.py --quick
     .venv/bin/python bench/run.py --only produce,memory --json bench/results/run.json
     .venv/bin/python bench/run.py --quick --only ping,consume
+    .venv/bin/python bench/run.py --only cluster
+    .venv/bin/python bench/run.py --only aof
     .venv/bin/python bench/run.py --markdown        # table for docs/PERFORMANCE.md
     .venv/bin/python bench/run.py --quick --ours-cmd '.venv/bin/python bench/fake_disque.py'
 
@@ -49,6 +59,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+if __name__ == "__main__":  # bench/cluster.py imports this module as "run": share it
+    sys.modules.setdefault("run", sys.modules["__main__"])
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -81,7 +94,7 @@ LEGEND = {
 }
 FLOOR_LINE = "floor = bare uvloop protocol: the most any Python asyncio server can do here"
 # --only names; "consume" selects both consume rows.
-ONLY_NAMES = ("produce", "consume", "consume-1rtt", "ping", "memory")
+ONLY_NAMES = ("produce", "consume", "consume-1rtt", "ping", "memory", "cluster", "aof")
 ONLY_ALIASES = {"consume": {"consume", "consume-1rtt"}}
 BODY_SIZE = 16
 
@@ -115,14 +128,26 @@ def build_loadgen() -> None:
         raise HarnessError("loadgen build failed:\n" + r.stderr)
 
 
-def run_loadgen(
-    port: int, mode: str, conns: int, pipeline: int, requests: int, queue: str, max_seconds: float
-) -> dict:
-    """Run one loadgen pass and return its JSON report.
+def loadgen_cmd(
+    port: int,
+    mode: str,
+    conns: int,
+    pipeline: int,
+    requests: int,
+    queue: str,
+    max_seconds: float,
+    *,
+    ports: list[int] | None = None,
+    extra: tuple[str, ...] | list[str] = (),
+    addjob_timeout: int | None = None,
+    max_empty: int | None = None,
+) -> list[str]:
+    """The loadgen command line for one run.
 
-    A loadgen that fails outright (e.g. connection refused) is turned into a
-    report with ops=0 and the failure as its first error, so one broken
-    workload does not stop the whole benchmark.
+    ports: spread the connections round-robin over these ports (--ports)
+    instead of `port`; extra: arguments appended to ADDJOB, or put in place
+    of NOHANG in GETJOB (--arg); addjob_timeout: ADDJOB's <ms-timeout>
+    (default 0); max_empty: --max-empty (default 3).
     """
     cmd = [
         str(LOADGEN),
@@ -130,6 +155,16 @@ def run_loadgen(
         "127.0.0.1",
         "--port",
         str(port),
+    ]
+    if ports:
+        cmd += ["--ports", ",".join(str(p) for p in ports)]
+    for a in extra:
+        cmd += ["--arg", a]
+    if addjob_timeout is not None:
+        cmd += ["--addjob-timeout", str(addjob_timeout)]
+    if max_empty is not None:
+        cmd += ["--max-empty", str(max_empty)]
+    cmd += [
         "--mode",
         mode,
         "--conns",
@@ -146,14 +181,41 @@ def run_loadgen(
         str(max_seconds),
         "--json",
     ]
+    return cmd
+
+
+def run_loadgen(
+    port: int,
+    mode: str,
+    conns: int,
+    pipeline: int,
+    requests: int,
+    queue: str,
+    max_seconds: float,
+    **opts,
+) -> dict:
+    """Run one loadgen pass and return its JSON report (opts: see loadgen_cmd).
+
+    A loadgen that fails outright (e.g. connection refused) is turned into a
+    report with ops=0 and the failure as its first error, so one broken
+    workload does not stop the whole benchmark.
+    """
+    cmd = loadgen_cmd(port, mode, conns, pipeline, requests, queue, max_seconds, **opts)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=max_seconds + 30)
     except subprocess.TimeoutExpired:
         return failed_report(mode, conns, pipeline, requests, "loadgen did not exit in time")
-    if r.returncode != 0 or not r.stdout.strip():
-        msg = (r.stderr.strip() or f"loadgen exited with {r.returncode}").splitlines()[-1]
+    return parse_loadgen_output(r.returncode, r.stdout, r.stderr, mode, conns, pipeline, requests)
+
+
+def parse_loadgen_output(
+    rc: int, stdout: str, stderr: str, mode: str, conns: int, pipeline: int, requests: int
+) -> dict:
+    """A loadgen's JSON report, or a failed report carrying its last stderr line."""
+    if rc != 0 or not stdout.strip():
+        msg = (stderr.strip() or f"loadgen exited with {rc}").splitlines()[-1]
         return failed_report(mode, conns, pipeline, requests, msg)
-    return json.loads(r.stdout)
+    return json.loads(stdout)
 
 
 def failed_report(mode: str, conns: int, pipeline: int, requests: int, why: str) -> dict:
@@ -691,6 +753,20 @@ def markdown(results: dict) -> str:
             f"disquepy {b('ours')} B, Redis {b('redis')} B, ratio {fmt_ratio(mem['ratio'])}.",
             "",
         ]
+    cl = results.get("cluster")
+    if cl and "error" not in cl:
+        import cluster
+
+        out += cluster.markdown(cl)
+    elif cl:
+        out += [f"Cluster benchmark: error: {cl['error'].splitlines()[0]}", ""]
+    ab = results.get("aof")
+    if ab and "error" not in ab:
+        import aof
+
+        out += aof.markdown(ab)
+    elif ab:
+        out += [f"AOF benchmark: error: {ab['error'].splitlines()[0]}", ""]
     if results["targets"]:
         out += ["| Target | Result | |", "|---|---|---|"]
         for t in results["targets"]:
@@ -747,6 +823,9 @@ def meta(args) -> dict:
 
 
 def parse_args(argv=None):
+    import aof  # bench/aof.py (imports this module back as "run")
+    import cluster  # bench/cluster.py (imports this module back as "run")
+
     ap = argparse.ArgumentParser(
         description="Benchmark disquepy against Redis.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -778,16 +857,15 @@ def parse_args(argv=None):
     )
     ap.add_argument(
         "--only",
-        default="produce,consume,ping,memory",
+        default="produce,consume,ping,memory,cluster,aof",
         help=f"comma-separated subset of {','.join(ONLY_NAMES)} "
         "(consume selects consume and consume-1rtt)",
     )
     ap.add_argument(
         "--repeat",
         type=int,
-        default=1,
         help="run each throughput workload K times per server, alternating, "
-        "and keep the median (default 1)",
+        "and keep the median (default 1; aof: 3)",
     )
     ap.add_argument(
         "--max-seconds",
@@ -803,7 +881,13 @@ def parse_args(argv=None):
         help="also print a markdown section for docs/PERFORMANCE.md",
     )
     ap.add_argument("--strict", action="store_true", help="exit 1 if any target FAILs")
+    cluster.add_args(ap)
+    aof.add_args(ap)
     args = ap.parse_args(argv)
+    cluster.finish_args(ap, args)
+    aof.finish_args(ap, args)  # args.aof_repeat: --repeat, or 3 when not given
+    if args.repeat is None:
+        args.repeat = 1
     if args.requests is None:
         args.requests = 10_000 if args.quick else 100_000
     if args.memory_jobs is None:
@@ -836,11 +920,21 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
-    results: dict = {"meta": meta(args), "rows": [], "ping": [], "memory": None, "targets": []}
+    results: dict = {
+        "meta": meta(args),
+        "rows": [],
+        "ping": [],
+        "memory": None,
+        "cluster": None,
+        "aof": None,
+        "targets": [],
+    }
+    cluster_failed = aof_failed = False
     scratch = Path(tempfile.mkdtemp(prefix="disquepy-bench-"))
     try:
         build_loadgen()
-        if not shutil.which(shlex.split(args.redis_cmd)[0]):
+        needs_redis = args.only & {*WORKLOADS, "ping", "memory"}
+        if needs_redis and not shutil.which(shlex.split(args.redis_cmd)[0]):
             raise HarnessError(f"{args.redis_cmd} not found (apt-get install redis-server)")
         throughput = [w for w in WORKLOADS if w in args.only]
         ping = "ping" in args.only
@@ -863,7 +957,48 @@ def main(argv=None) -> int:
         if "memory" in args.only:
             results["memory"] = bench_memory(args, scratch)
             print_memory(results["memory"])
+        if "cluster" in args.only:
+            import cluster
+
+            try:
+                results["cluster"] = cluster.bench_cluster(args, scratch)
+            except HarnessError as e:
+                log(f"\nbench: cluster benchmark failed: {e}")
+                results["cluster"] = {"error": str(e)}
+                cluster_failed = True
+        if "aof" in args.only:
+            import aof
+
+            try:
+                results["aof"] = aof.bench_aof(args, scratch)
+                if results["aof"].get("failed"):
+                    log(f"\nbench: aof benchmark: {results['aof']['failed']}")
+                    aof_failed = True
+            except HarnessError as e:
+                log(f"\nbench: aof benchmark failed: {e}")
+                results["aof"] = {"error": str(e)}
+                aof_failed = True
         results["targets"] = evaluate_targets(results["rows"], results["memory"])
+        if results["cluster"]:
+            results["targets"] += results["cluster"].get("targets") or [
+                {
+                    "name": "cluster benchmark ran",
+                    "value": None,
+                    "pass": False,
+                    "shown": "error",
+                    "note": results["cluster"]["error"].splitlines()[0],
+                }
+            ]
+        if results["aof"]:
+            results["targets"] += results["aof"].get("targets") or [
+                {
+                    "name": "aof benchmark ran",
+                    "value": None,
+                    "pass": False,
+                    "shown": "error",
+                    "note": results["aof"]["error"].splitlines()[0],
+                }
+            ]
         print_targets(results["targets"])
         if args.markdown:
             print("\n" + markdown(results))
@@ -879,6 +1014,8 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
             log(f"results written to {args.json}")
         shutil.rmtree(scratch, ignore_errors=True)
+    if cluster_failed or aof_failed:
+        return 2
     if args.strict and not all(t["pass"] for t in results["targets"]):
         return 1
     return 0

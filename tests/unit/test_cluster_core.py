@@ -298,3 +298,17 @@ def test_importing_node_does_not_export_back(c3):
     c3.cmd(0, "GETJOB", "NOHANG", "FROM", "pp")  # node 0 asks: node 1 imports, refuses
     c3.run(100)
     assert states(c3, jid)[1] == "queued"
+
+
+def test_batched_messages_are_handled_in_order(c3):
+    from disquepy.core import messages as M
+
+    n0, n1 = c3.nodes[0], c3.nodes[1]
+    jid = c3.cmd(0, "ADDJOB", "bq", "b", 0, "REPLICATE", 2, "ASYNC")
+    c3.run(50)
+    holder = 1 if n1.jobs.get(jid) is not None else 2
+    hdr = [n0.myid, n0.port, 0]
+    batch = [M.BATCH, *hdr, [[M.WORKING, *hdr, jid], [M.DELJOB, *hdr, jid],
+                             [M.BATCH, *hdr, []], "junk"]]
+    c3.nodes[holder].handle_message(batch, "127.0.0.1", c3.now)
+    assert c3.nodes[holder].jobs.get(jid) is None  # DELJOB, after WORKING, was applied

@@ -298,6 +298,12 @@ class ClusterMixin:
     def handle_message(self, msg: list, peer_ip: str, now: int) -> None:
         """One message from the bus. Malformed input is dropped, never raised."""
         self.now = now
+        if type(msg) is list and msg and msg[0] == M.BATCH:
+            inner = msg[4] if len(msg) == 5 and type(msg[4]) is list else ()
+            for m in inner:
+                if type(m) is list and m and m[0] != M.BATCH:  # no nesting
+                    self.handle_message(m, peer_ip, now)
+            return
         self.msgs_received += 1
         try:
             mtype, sid, sport, sflags = msg[0], msg[1], msg[2], msg[3]

@@ -6,6 +6,8 @@ lists travel through the real bus and the simulator.
 
 Fields after the header, by type:
 
+    BATCH         [[message, ...]]  messages for one peer sent in one frame
+
     PING / PONG   [gossip, your_ip] gossip: [[id, ip, port, flags], ...]
     MEET          [gossip, your_ip] the address the sender used to reach us
     FAIL          [node_id]
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from .ids import is_valid_job_id
 
+BATCH = 0  # [BATCH, sender, port, flags, [message, ...]]: several messages, one frame
 PING = 1
 PONG = 2
 MEET = 3

@@ -3,12 +3,15 @@
 The node emits records (``node.aof_out``); the driver hands them here after each
 event. Policies:
 
-- ``always``: records are written and ``fdatasync``-ed before the replies of the
-  commands that produced them leave; every client served in one loop iteration shares
-  one fsync (group commit).
-- ``everysec``: written at once, ``fdatasync`` in a worker thread about once a second,
-  so a crash loses at most about a second of writes.
-- ``no``: written at once; the kernel flushes when it likes.
+Records of one loop iteration are written with a single ``write()`` at its end, and
+the replies of the commands that produced them are held until then, so a process
+crash never loses a job whose ADDJOB got an ID, whatever the policy. Then:
+
+- ``always``: the write is followed by ``fdatasync`` before the replies leave: every
+  client served in one loop iteration shares one fsync (group commit).
+- ``everysec``: ``fdatasync`` runs in a worker thread about once a second, so an OS
+  crash or power loss loses at most about a second of writes.
+- ``no``: the kernel flushes when it likes.
 
 A rewrite (BGREWRITEAOF, automatic growth, CONFIG SET appendonly yes) writes the live
 jobs to a temporary file a slice at a time between events, while new records go both
@@ -25,7 +28,7 @@ import time
 from ..codec import aof as codec
 from .log import log
 
-REWRITE_SLICE = 5000  # jobs serialized per loop iteration during a rewrite
+REWRITE_SLICE = 1000  # jobs serialized per loop iteration during a rewrite (~5 ms)
 
 
 class AofError(Exception):
@@ -78,7 +81,8 @@ class AofFile:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.base_size = self.size
-        self.held: list = []  # (conn, reply bytes) waiting for the group fsync
+        self.held: list = []  # (conn, reply bytes) waiting for the write (and fsync)
+        self.pending: list = []  # records of this loop iteration
         self._flush_scheduled = False
         self._fsync_running = False
         self._last_fsync = time.monotonic()
@@ -90,42 +94,42 @@ class AofFile:
 
     # ----------------------------------------------------------------- writes
     def append(self, records: list) -> None:
-        data = b"".join(records)
-        try:
-            write_all(self.fd, data)
-        except OSError as e:
-            self.last_write_ok = False
-            log.warning("Error writing to the AOF file: %s", e.strerror)
-            return
-        self.last_write_ok = True
-        self.size += len(data)
-        if self.rewrite is not None:
-            self.rewrite.buffer.append(data)
-        if self.fsync == "everysec":
-            self._maybe_background_fsync()
-        elif self.fsync == "always" and not self._flush_scheduled:
+        """Queue records; they are written (and synced, per policy) at the end of this
+        loop iteration, before the replies that depend on them are released."""
+        self.pending.extend(records)
+        if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._group_commit)
-        self._maybe_auto_rewrite()
+            self.loop.call_soon(self._flush)
 
     @property
     def holding(self) -> bool:
-        """True while replies must wait for the group fsync."""
+        """True while replies must wait for the records to be written (and synced)."""
         return self._flush_scheduled
 
     def hold(self, conn, data: bytes) -> None:
         self.held.append((conn, data))
 
-    def _group_commit(self) -> None:
+    def _flush(self) -> None:
         self._flush_scheduled = False
+        data = b"".join(self.pending)
+        self.pending.clear()
         try:
-            os.fdatasync(self.fd)
+            write_all(self.fd, data)
+            if self.fsync == "always":
+                os.fdatasync(self.fd)
+            self.last_write_ok = True
         except OSError as e:
             self.last_write_ok = False
-            log.warning("fdatasync of the AOF failed: %s", e.strerror)
+            log.warning("Error writing to the AOF file: %s", e.strerror)
+        self.size += len(data)
+        if self.rewrite is not None:
+            self.rewrite.buffer.append(data)
+        if self.fsync == "everysec":
+            self._maybe_background_fsync()
         held, self.held = self.held, []
-        for conn, data in held:
-            conn.write(data)
+        for conn, reply in held:
+            conn.write(reply)
+        self._maybe_auto_rewrite()
 
     def _maybe_background_fsync(self) -> None:
         now = time.monotonic()
@@ -149,6 +153,8 @@ class AofFile:
             self._maybe_background_fsync()
 
     def close(self) -> None:
+        if self.pending:
+            self._flush()
         if self.fd >= 0:
             try:
                 os.fsync(self.fd)
@@ -221,18 +227,36 @@ class Rewrite:
             if self.pos < len(self.jobs):
                 aof.loop.call_soon(self.step)
                 return
-            self.finish()
+            # the snapshot is written: sync it off the loop, then finish in the loop
+            fut = aof.loop.run_in_executor(None, os.fsync, self.fd)
+            fut.add_done_callback(self._synced)
         except OSError as e:
             log.warning("Background AOF rewrite failed: %s", e.strerror)
             self.abort()
         finally:
             aof.longest_slice_ms = max(aof.longest_slice_ms, (time.perf_counter() - t0) * 1000)
 
+    def _synced(self, fut) -> None:
+        t0 = time.perf_counter()
+        try:
+            if fut.exception() is not None:
+                raise fut.exception()
+            self.finish()
+        except OSError as e:
+            log.warning("Background AOF rewrite failed: %s", e.strerror)
+            self.abort()
+        finally:
+            self.aof.longest_slice_ms = max(self.aof.longest_slice_ms,
+                                            (time.perf_counter() - t0) * 1000)
+
     def finish(self) -> None:
+        """Append what changed during the rewrite (small), sync, rename over the AOF."""
         aof = self.aof
+        if aof.pending:
+            aof._flush()  # records not yet written go through the buffer too
         if self.buffer:
             write_all(self.fd, b"".join(self.buffer))
-        os.fsync(self.fd)
+        os.fdatasync(self.fd)
         os.close(self.fd)
         os.replace(self.tmp, aof.path)
         _fsync_dir(aof.path)

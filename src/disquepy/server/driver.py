@@ -17,6 +17,7 @@ from ..codec import resp
 from ..codec.bus import encode_frame
 from ..core.awake import NEVER
 from ..core.config import ConfigError
+from ..core.messages import BATCH
 from .log import log, set_level
 
 
@@ -142,13 +143,19 @@ class Driver:
             node.links_dirty = False
             bus.sync_links(node.peer_links())
         out, node.bus_out = node.bus_out, []
-        if bus is not None:
+        if bus is not None and out:
+            # everything for one peer in this iteration travels as one frame
+            per: dict = {}
             for dsts, msg in out:
-                frame = encode_frame(msg)
-                if len(dsts) == 1:
-                    bus.send(dsts[0], frame)
-                else:
-                    bus.send_many(dsts, frame)
+                for d in dsts:
+                    lst = per.get(d)
+                    if lst is None:
+                        per[d] = [msg]
+                    else:
+                        lst.append(msg)
+            for d, msgs in per.items():
+                bus.send(d, encode_frame(
+                    msgs[0] if len(msgs) == 1 else [BATCH, node.myid, node.port, 0, msgs]))
         if node.cluster_dirty:
             node.cluster_dirty = False
             self.save_nodes_conf()
