@@ -232,3 +232,30 @@ def test_config_set_appendonly_yes_at_runtime(server_factory):
     s.args += AOF
     s.start()
     assert present(s.client(), [*ids, later]) == 101
+
+
+def test_automatic_rewrite_on_growth(server_factory):
+    s = server_factory(*AOF, "--appendfsync", "no", "--auto-aof-rewrite-min-size", "1mb",
+                       "--auto-aof-rewrite-percentage", "100")
+    c = s.client()
+    keep = c.execute_command("ADDJOB", "ar", "keep", 0)
+    body = "x" * 200
+    for _ in range(10):
+        pipe = c.pipeline(transaction=False)
+        for _ in range(500):
+            pipe.execute_command("ADDJOB", "ar", body, 0)
+        ids = pipe.execute()
+        pipe = c.pipeline(transaction=False)
+        for jid in ids:
+            pipe.execute_command("ACKJOB", jid)
+        pipe.execute()
+    wait_for(lambda: "Starting automatic rewriting of AOF" in s.log(), what="auto rewrite")
+    wait_for(lambda: c.info("persistence")["aof_rewrite_in_progress"] == 0, what="rewrite end")
+    info = c.info("persistence")
+    assert info["aof_last_bgrewrite_status"] == "ok"
+    assert info["aof_current_size"] < 1024 * 1024  # compacted: acked jobs are gone
+    s.kill(signal.SIGKILL)
+    s.start()
+    c = s.client()
+    assert c.execute_command("SHOW", keep) is not None
+    assert c.info("jobs")["registered_jobs"] == 1
