@@ -89,7 +89,10 @@ class Driver:
             if node.outbox:  # resumed pipelines produced more
                 self.after_event()
                 return
-        if node.wake_hint() < self._timer_at:
+        # new timers only matter if earlier than the armed one (hints reset in arm())
+        t_at = self._timer_at
+        if node.awake.hint < t_at or node.block_hint < t_at:
+            node.wake_hint()
             self.arm()
 
     # ------------------------------------------------------------ persistence

@@ -10,6 +10,7 @@ other clients go on being served.
 from __future__ import annotations
 
 import asyncio
+from time import time as _time
 
 from ..codec import resp
 from ..codec.resp import ProtocolError, QueryBufferLimitError
@@ -77,9 +78,11 @@ class ClientProtocol(asyncio.Protocol):
         elif not self.paused and len(self.reader) > _PAUSE_READING_AT:
             self.paused = True
             self.transport.pause_reading()
-        held = len(self.reader)
-        if held != client.qbuf:
-            self.node.set_client_buffer(client, held)
+        # count buffered request bytes in used_memory; small chunks are consumed whole
+        if client.qbuf or len(data) >= 1024:
+            held = len(self.reader)
+            if held != client.qbuf:
+                self.node.set_client_buffer(client, held)
 
     def pause_writing(self) -> None:  # the peer reads slower than we write
         self.transport.pause_reading()
@@ -92,7 +95,7 @@ class ClientProtocol(asyncio.Protocol):
     def process(self) -> None:
         """Run every complete buffered command until done or the client blocks."""
         node, client, reader = self.node, self.client, self.reader
-        now = self.driver.now()
+        now = int(_time() * 1000)
         client.last_cmd_time = now
         out = []
         while True:
