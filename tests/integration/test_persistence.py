@@ -259,3 +259,4 @@ def test_automatic_rewrite_on_growth(server_factory):
     c = s.client()
     assert c.execute_command("SHOW", keep) is not None
     assert c.info("jobs")["registered_jobs"] == 1
+

@@ -79,11 +79,15 @@ class Driver:
             self._flush_cluster()
         if node.outbox:
             ob, node.outbox = node.outbox, []
+            aof = self.aof
             for client, data in ob:
                 conn = client.conn
                 if conn is None or client.closed:
                     continue
-                conn.write(data)
+                if aof is not None and aof.holding:
+                    aof.hold(conn, data)  # behind replies waiting for the AOF write
+                else:
+                    conn.write(data)
                 if client.blocked is None:
                     conn.resume()
             if node.outbox:  # resumed pipelines produced more

@@ -1,0 +1,83 @@
+"""The driver's delivery rules, with fake transports and a fake AOF (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from disquepy.core.config import Config
+from disquepy.core.node import Node
+from disquepy.server.driver import Driver
+from disquepy.server.protocol import ClientProtocol
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def get_extra_info(self, key):
+        return ("127.0.0.1", 1)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class HoldingAof:
+    """Stands for an AofFile whose write/fsync of this iteration is still pending."""
+
+    holding = True
+
+    def __init__(self) -> None:
+        self.held: list = []
+        self.records: list = []
+
+    def hold(self, conn, data: bytes) -> None:
+        self.held.append((conn, data))
+
+    def append(self, records: list) -> None:
+        self.records.extend(records)
+
+
+def make():
+    loop = asyncio.new_event_loop()
+    cfg = Config()
+    node = Node(cfg, "a" * 40, random.Random(1), Driver.now())
+    driver = Driver(node, cfg, None, loop)
+    return loop, node, driver
+
+
+def connect(driver):
+    p = ClientProtocol(driver)
+    t = FakeTransport()
+    p.connection_made(t)
+    return p, t
+
+
+def test_outbox_replies_wait_behind_held_replies():
+    loop, node, driver = make()
+    a, ta = connect(driver)
+    c, tc = connect(driver)
+    a.data_received(b"GETJOB FROM theirs\r\n")  # blocks
+    driver.aof = HoldingAof()
+    c.data_received(b"ADDJOB theirs y 0\r\n")  # serves A through the outbox
+    assert ta.written == []  # not written past replies the AOF holds
+    held_for_a = [d for conn, d in driver.aof.held if conn is a]
+    assert len(held_for_a) == 1 and held_for_a[0].startswith(b"*1\r\n*3\r\n$6\r\ntheirs")
+    loop.close()
+
+
+def test_replies_written_at_once_without_aof():
+    loop, node, driver = make()
+    a, ta = connect(driver)
+    a.data_received(b"PING\r\nECHO hi\r\n")
+    assert ta.written == [b"+PONG\r\n$2\r\nhi\r\n"]  # one write for the batch
+    loop.close()
