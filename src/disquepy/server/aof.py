@@ -137,7 +137,8 @@ class AofFile:
             return
         self._fsync_running = True
         self._last_fsync = now
-        fut = self.loop.run_in_executor(None, os.fdatasync, self.fd)
+        # the thread gets its own descriptor: a rewrite may close and replace self.fd
+        fut = self.loop.run_in_executor(None, _sync_and_close, os.dup(self.fd))
         fut.add_done_callback(self._fsync_done)
 
     def _fsync_done(self, fut) -> None:
@@ -300,6 +301,13 @@ def write_snapshot(node, path: str) -> int:
     os.replace(tmp, path)
     _fsync_dir(path)
     return size
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: str) -> None:
