@@ -312,3 +312,18 @@ def test_batched_messages_are_handled_in_order(c3):
                              [M.BATCH, *hdr, []], "junk"]]
     c3.nodes[holder].handle_message(batch, "127.0.0.1", c3.now)
     assert c3.nodes[holder].jobs.get(jid) is None  # DELJOB, after WORKING, was applied
+
+
+def test_working_on_an_acked_copy_keeps_its_garbage_collection(c3):
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "RETRY", 5, "ASYNC")
+    c3.run(50)
+    c3.partition({0}, {1, 2})
+    c3.cmd(0, "GETJOB", "FROM", "q")
+    assert c3.cmd(0, "ACKJOB", jid) == 1
+    assert c3.cmd(0, "WORKING", jid) == 5  # no error, as in Disque
+    show = c3.cmd(0, "SHOW", jid)
+    d = dict(zip(show[::2], show[1::2], strict=True))
+    assert d[b"state"] == b"acked" and d[b"next-requeue-within"] is None
+    c3.heal()
+    c3.run(5000)
+    assert states(c3, jid) == [None, None, None]

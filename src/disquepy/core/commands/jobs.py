@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
-from ..job import ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
+from ..job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
 from .args import job_ids, parse_int, parse_scan, parse_timeout
 
 DEFAULT_TTL = 24 * 3600  # seconds
@@ -108,7 +108,8 @@ def show_reply(node, job: Job, now: int, proto: int) -> bytes:
         b(b"additional-deliveries"), i(job.adeliv),
         b(b"nodes-delivered"), resp.bulk_array(node.delivered_ids(job)),
         b(b"nodes-confirmed"), resp.bulk_array(node.confirmed_ids(job)),
-        b(b"next-requeue-within"), i(max(0, job.qtime - now)) if job.qtime else null,
+        b(b"next-requeue-within"),
+        i(max(0, job.qtime - now)) if job.qtime and job.state != ACKED else null,
         b(b"next-awake-within"), i(max(0, job.awake - now)) if job.awake else null,
         b(b"body"), null if dummy else b(job.body),
     ])
@@ -159,6 +160,8 @@ def working(node, client, argv, now):
     lifetime = job.etime - born
     if lifetime > 0 and now - born > lifetime // 2:
         raise ReplyError(errors.TOOLATE)
+    if job.state == ACKED:
+        return resp.integer(job.retry)  # as Disque: no error, and nothing to postpone
     if job.state == QUEUED:
         node.dequeue(job)
     job.flags |= F_BCAST_WILLQUEUE
