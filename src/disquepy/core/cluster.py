@@ -80,7 +80,8 @@ class ClusterMixin:
         self.links_dirty = False
         self.cluster_dirty = False
         self.repl_waiting: dict[bytes, tuple] = {}  # job id -> (client, deadline ms)
-        self.askers: dict[bytes, dict] = {}  # queue -> {node id: until ms}
+        self.askers: dict[bytes, dict] = {}  # queue -> {node id: [until ms, jobs wanted]}
+        self.fed_watch: set = set()  # queues the federation cron must look at
         self.msgs_sent = 0
         self.msgs_received = 0
         self._next_ping = now
@@ -693,6 +694,7 @@ class ClusterMixin:
                 continue
             if took and not self._recent_sources(q, now):
                 continue
+            self.fed_watch.add(name)
             self._need_jobs(q, now, urgent=True)
 
     def _recent_sources(self, q, now: int) -> list:
@@ -716,9 +718,15 @@ class ClusterMixin:
                 NEEDJOBS_BCAST_MAX_MS, NEEDJOBS_BCAST_MIN_MS << min(q.needjobs_bcast_attempt, 4))
 
     def _federation_cron(self, now: int) -> None:
+        """Only queues in ``fed_watch`` need attention: consumers blocked, requests in
+        flight, or an import rate to measure. The rest cost nothing here."""
         if self.leaving:
             return
-        for q in self.queues.values():
+        for name in list(self.fed_watch):
+            q = self.queues.get(name)
+            if q is None:
+                self.fed_watch.discard(name)
+                continue
             if q.waiters and not q.jobs:
                 self._need_jobs(q, now)
             elif not q.waiters and (q.needjobs_bcast_attempt or q.needjobs_adhoc_attempt):
@@ -726,8 +734,10 @@ class ClusterMixin:
                 q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
             if q.import_window_start and now - q.import_window_start >= 1000:
                 q.import_rate = q.import_window_count * 1000 // (now - q.import_window_start)
-                q.import_window_start = now
+                q.import_window_start = now if q.import_window_count else 0
                 q.import_window_count = 0
+            if not q.waiters and not q.import_window_start and not q.needjobs_bcast_attempt:
+                self.fed_watch.discard(name)
         for name, askers in list(self.askers.items()):
             for n, (until, _) in list(askers.items()):
                 if until < now:
@@ -804,6 +814,7 @@ class ClusterMixin:
             q.needjobs_responders[p.id] = now
             if not q.import_window_start:
                 q.import_window_start = now
+                self.fed_watch.add(q.name)
             q.import_window_count += 1
             job = self.jobs.get(jid)
             if job is None:

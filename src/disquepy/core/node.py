@@ -583,6 +583,8 @@ class Node(ClusterMixin):
         client.blocked = blocked
         for name in blocked.queues:
             self.queue_for(name, now).waiters.append(client)
+            if self._peers:
+                self.fed_watch.add(name)
         if blocked.deadline:
             heapq.heappush(self._blocked_heap, (blocked.deadline, client.id, client))
             if blocked.deadline < self.block_hint:
