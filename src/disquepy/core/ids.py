@@ -82,7 +82,3 @@ def id_ttl_minutes(jid: bytes) -> int:
 def id_is_at_most_once(jid: bytes) -> bool:
     """True when the ID's TTL field is even, i.e. the job was created with RETRY 0."""
     return id_ttl_minutes(jid) % 2 == 0
-
-
-def id_node_prefix(jid: bytes) -> bytes:
-    return jid[2:10]

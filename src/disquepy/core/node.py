@@ -46,7 +46,6 @@ CLIENT_OVERHEAD = 2000
 QUEUE_MAX_IDLE_MS = (300_000, 10_000, 2_000)
 RETRY_JITTER_MS = 250  # re-queue times are spread by +-250 ms, as in Disque
 EVICT_CRON_MS = 100  # how often the housekeeping cron runs
-EVICT_BATCH = 1000  # jobs examined per eviction pass
 
 
 class Stats:
