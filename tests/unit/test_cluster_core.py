@@ -327,3 +327,20 @@ def test_working_on_an_acked_copy_keeps_its_garbage_collection(c3):
     c3.heal()
     c3.run(5000)
     assert states(c3, jid) == [None, None, None]
+
+
+def test_import_rate_in_qstat_and_qscan(c3):
+    consumer = c3.new_client(1)
+    for _ in range(30):  # a consumer on node 1, jobs produced on node 0, for a while
+        c3.cmd(1, "GETJOB", "TIMEOUT", 500, "FROM", "imp", client=consumer)
+        c3.cmd(0, "ADDJOB", "imp", "x", 0, "REPLICATE", 1)
+        c3.run(40)
+        for _c, reply in c3.outbox(1):
+            if reply:
+                c3.cmd(1, "ACKJOB", reply[0][1])
+    c3.run(1000)
+    st = c3.cmd(1, "QSTAT", "imp")
+    d = dict(zip(st[::2], st[1::2], strict=True))
+    assert d[b"import-rate"] > 0 and d[b"import-from"] == [c3.nodes[0].myid_b]
+    assert c3.cmd(1, "QSCAN", "BUSYLOOP", "IMPORTRATE", 1)[1] == [b"imp"]
+    assert c3.cmd(0, "QSCAN", "BUSYLOOP", "IMPORTRATE", 1)[1] == []
