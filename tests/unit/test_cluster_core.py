@@ -344,3 +344,13 @@ def test_import_rate_in_qstat_and_qscan(c3):
     assert d[b"import-rate"] > 0 and d[b"import-from"] == [c3.nodes[0].myid_b]
     assert c3.cmd(1, "QSCAN", "BUSYLOOP", "IMPORTRATE", 1)[1] == [b"imp"]
     assert c3.cmd(0, "QSCAN", "BUSYLOOP", "IMPORTRATE", 1)[1] == []
+
+
+def test_dummy_ack_for_a_job_nobody_knows_is_collected():
+    c = Cluster(3)
+    c.meet_all()
+    fake = b"D-12345678-" + b"Q" * 24 + b"-05a1"  # at-least-once ID, no such job anywhere
+    assert c.cmd(1, "ACKJOB", fake) == 0
+    assert c.nodes[1].jobs.get(fake) is not None  # the dummy ack is held...
+    c.run(3000)
+    assert c.nodes[1].jobs.get(fake) is None  # ...until every node said it doesn't know it

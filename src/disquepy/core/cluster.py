@@ -659,7 +659,10 @@ class ClusterMixin:
             self.cluster_ack(job, now)
         if known and job.delivered and p.id not in job.delivered:
             job.delivered = (*job.delivered, p.id)
-        if (known or job.delivered or p.id in job.delivered) and p.id not in job.confirmed:
+        # The README's rule would never confirm a node that does not know a dummy ack's
+        # job, so "nobody knows it" could never be reached; as Disque's code does, every
+        # answer confirms its sender (a node without the job has nothing to re-queue).
+        if p.id not in job.confirmed:
             job.confirmed = (*job.confirmed, p.id)
         if job.delivered and all(n in job.confirmed for n in job.delivered):
             self._gc_done(job)
