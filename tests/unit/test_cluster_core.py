@@ -354,3 +354,19 @@ def test_dummy_ack_for_a_job_nobody_knows_is_collected():
     assert c.nodes[1].jobs.get(fake) is not None  # the dummy ack is held...
     c.run(3000)
     assert c.nodes[1].jobs.get(fake) is None  # ...until every node said it doesn't know it
+
+
+def test_producer_answered_when_a_copy_is_acked_before_replication_completes(c3):
+    c3.partition({0, 1}, {2})  # node 2 still looks reachable: replication to 3 waits
+    producer = c3.new_client(0)
+    assert c3.cmd(0, "ADDJOB", "w", "b", 10_000, "REPLICATE", 3, "RETRY", 1,
+                  client=producer) == "BLOCKED"
+    c3.run(30)
+    jid = next(j for j in c3.nodes[1].jobs.parts for j in j.values()).id  # node 1's copy
+    c3.cmd(0, "WORKING", jid)  # a stray WORKING must not stop the replication timer
+    c3.run(1500)  # node 1's copy re-queues after its retry
+    got = c3.cmd(1, "GETJOB", "NOHANG", "FROM", "w")
+    assert got and got[0][1] == jid
+    assert c3.cmd(1, "ACKJOB", jid) == 1
+    c3.run(100)
+    assert c3.outbox(0) == [(producer, jid)]

@@ -595,6 +595,14 @@ class ClusterMixin:
     # ------------------------------------------------------------------ acks
     def cluster_ack(self, job: Job, now: int) -> None:
         """ACK-JOB with peers: mark acked; GC runs now and then with back-off."""
+        if job.state == WAIT_REPL:
+            # a copy was delivered and acked before all copies confirmed: the job
+            # exists and is done, so the producer still waiting gets its ID
+            waiting = self.repl_waiting.pop(job.id, None)
+            if waiting is not None and not waiting[0].closed:
+                waiting[0].blocked_add = None
+                self.outbox.append((waiting[0], b"+" + job.id + b"\r\n"))
+            job.state = ACTIVE
         if job.state == QUEUED:
             self.dequeue(job)
         if not job.delivered and not job.flags & F_DUMMY:

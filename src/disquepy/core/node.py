@@ -404,6 +404,8 @@ class Node(ClusterMixin):
 
     def schedule(self, job: Job) -> None:
         """Recompute when the job next needs attention: expiry, delay, retry, GC."""
+        if job.state == WAIT_REPL:
+            return  # its replication timer (cluster._repl_tick) stays in charge
         at = job.etime
         q = job.qtime
         if q and job.state != ACKED and job.state != WAIT_REPL:
