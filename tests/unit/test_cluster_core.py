@@ -370,3 +370,14 @@ def test_producer_answered_when_a_copy_is_acked_before_replication_completes(c3)
     assert c3.cmd(1, "ACKJOB", jid) == 1
     c3.run(100)
     assert c3.outbox(0) == [(producer, jid)]
+
+
+def test_jobs_still_being_replicated_are_never_queued():
+    from disquepy.core.job import WAIT_REPL, Job
+
+    c = Cluster(1)
+    n = c.nodes[0]
+    job = Job(b"D-12345678-" + b"R" * 24 + b"-05a1", b"q", b"b", 1, 60, 3, 0, 5)
+    job.state, job.qtime = WAIT_REPL, 1
+    n.register(job)
+    assert n.enqueue(job, c.now) is False and job.state == WAIT_REPL

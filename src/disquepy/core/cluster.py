@@ -833,8 +833,8 @@ class ClusterMixin:
                                           adeliv, delivered, now)
                 if job is None:
                     continue
-            elif job.state == ACKED:
-                continue
+            elif job.state == ACKED or job.state == WAIT_REPL:
+                continue  # done, or ours and still waiting for copies
             if job.state != QUEUED:
                 if job.retry == 0 and job.flags & F_DELIVERED:
                     continue

@@ -315,8 +315,9 @@ class Node(ClusterMixin):
     def enqueue(self, job: Job, now: int, nack: bool = False) -> bool:
         """ENQUEUE(job): put an active job in its queue. False if it can't be queued:
         already queued, or an at-most-once job that was queued (or delivered) before."""
-        if job.state == QUEUED or job.qtime == 0 or (job.retry == 0 and job.flags & F_DELIVERED):
-            return False
+        if (job.state == QUEUED or job.state == WAIT_REPL or job.qtime == 0
+                or (job.retry == 0 and job.flags & F_DELIVERED)):
+            return False  # queued already, still being replicated, or at most once
         requeue = job.flags & F_ENQUEUED_ONCE
         if nack:
             job.nacks += 1
