@@ -81,7 +81,9 @@ class ClusterMixin:
         self.cluster_dirty = False
         self.repl_waiting: dict[bytes, tuple] = {}  # job id -> (client, deadline ms)
         self.askers: dict[bytes, dict] = {}  # queue -> {node id: [until ms, jobs wanted]}
-        self.fed_watch: set = set()  # queues the federation cron must look at
+        # queues the federation cron must look at; a dict, not a set: iteration order
+        # must not depend on the hash seed (runs replay exactly in the simulator)
+        self.fed_watch: dict = {}
         self.msgs_sent = 0
         self.msgs_received = 0
         self._next_ping = now
@@ -705,7 +707,7 @@ class ClusterMixin:
                 continue
             if took and not self._recent_sources(q, now):
                 continue
-            self.fed_watch.add(name)
+            self.fed_watch[name] = None
             self._need_jobs(q, now, urgent=True)
 
     def _recent_sources(self, q, now: int) -> list:
@@ -736,7 +738,7 @@ class ClusterMixin:
         for name in list(self.fed_watch):
             q = self.queues.get(name)
             if q is None:
-                self.fed_watch.discard(name)
+                self.fed_watch.pop(name, None)
                 continue
             if q.waiters and not q.jobs:
                 self._need_jobs(q, now)
@@ -748,7 +750,7 @@ class ClusterMixin:
                 q.import_window_start = now if q.import_window_count else 0
                 q.import_window_count = 0
             if not q.waiters and not q.import_window_start and not q.needjobs_bcast_attempt:
-                self.fed_watch.discard(name)
+                self.fed_watch.pop(name, None)
         for name, askers in list(self.askers.items()):
             for n, (until, _) in list(askers.items()):
                 if until < now:
@@ -825,7 +827,7 @@ class ClusterMixin:
             q.needjobs_responders[p.id] = now
             if not q.import_window_start:
                 q.import_window_start = now
-                self.fed_watch.add(q.name)
+                self.fed_watch[q.name] = None
             q.import_window_count += 1
             job = self.jobs.get(jid)
             if job is None:

@@ -586,7 +586,7 @@ class Node(ClusterMixin):
         for name in blocked.queues:
             self.queue_for(name, now).waiters.append(client)
             if self._peers:
-                self.fed_watch.add(name)
+                self.fed_watch[name] = None
         if blocked.deadline:
             heapq.heappush(self._blocked_heap, (blocked.deadline, client.id, client))
             if blocked.deadline < self.block_hint:
