@@ -1,0 +1,133 @@
+"""Run many seeds, in parallel worker processes, and sum up what they found.
+
+Workers are started fresh (``spawn``) with ``PYTHONHASHSEED=0``: if anything in the
+core iterates a set of str/bytes, its order depends on the hash seed, and pinning it
+keeps every run identical to its one-line replay (which pins it too).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from contextlib import contextmanager
+
+from .config import SimConfig, faults_spec
+from .result import RunResult
+from .world import run
+
+HASHSEED = "0"
+
+
+def _run_one(cfg: SimConfig) -> RunResult:
+    return run(cfg)
+
+
+@contextmanager
+def _pinned_hashseed():
+    old = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = HASHSEED
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PYTHONHASHSEED"]
+        else:
+            os.environ["PYTHONHASHSEED"] = old
+
+
+def run_many(
+    configs: list,
+    jobs: int | None = None,
+    initializer=None,
+    initargs=(),
+    on_result=None,
+    stop_when=None,
+) -> list:
+    """Results in the order of ``configs``. ``initializer(*initargs)`` (an importable
+    function) runs once in each worker before any run, e.g. to patch the core in a test.
+    ``stop_when(result)`` true ends the sweep early (the results so far are returned)."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
+    ctx = multiprocessing.get_context("spawn")
+    with _pinned_hashseed(), ctx.Pool(jobs, initializer=initializer, initargs=initargs) as pool:
+        results = []
+        for r in pool.imap(_run_one, configs, chunksize=1):
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+            if stop_when is not None and stop_when(r):
+                break
+    return results
+
+
+class Summary:
+    """Totals over a sweep."""
+
+    __slots__ = ("results", "wall_s")
+
+    def __init__(self, results: list, wall_s: float) -> None:
+        self.results = results
+        self.wall_s = wall_s
+
+    def total(self, key: str) -> int:
+        return sum(r.stats.get(key, 0) or 0 for r in self.results)
+
+    def faults(self) -> dict:
+        out: dict = {}
+        for r in self.results:
+            for k, v in r.faults.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    @property
+    def failed(self) -> list:
+        return [r for r in self.results if not r.ok]
+
+    def duplicate_rate(self) -> float:
+        first = self.total("alo_delivered")
+        return (
+            (self.total("dup_after_ack") + self.total("dup_while_held")) / first if first else 0.0
+        )
+
+    def text(self) -> str:
+        rs = self.results
+        cfg = rs[0].config
+        f = self.faults()
+        first = self.total("alo_delivered")
+        pct = (lambda n: f"{100 * n / first:.2f}%") if first else (lambda n: "-")
+        lines = [
+            f"seeds run: {len(rs)} (nodes {cfg.nodes}, faults {faults_spec(cfg.faults)}, "
+            f"fsync {cfg.fsync}, "
+            f"{cfg.duration_s} s / {cfg.steps} commands of faults each, then heal and "
+            f"quiescence) in {self.wall_s:.0f} s",
+            "faults injected: "
+            + (" ".join(f"{k}={v}" for k, v in f.items() if v) or "none")
+            + f"; restarts={self.total('restarts')} aof_records_lost="
+            f"{self.total('aof_records_lost')} torn_tails={self.total('aof_torn_tails')}",
+            f"jobs: added {self.total('jobs_added')} (ID replies), delivered "
+            f"{self.total('jobs_delivered')} ({first} at-least-once), deliveries "
+            f"{self.total('deliveries')}, acks {self.total('acks')}",
+            f"lost = {self.total('lost')} (at-least-once jobs with an ID never delivered); "
+            f"excused by crashes: {self.total('excused_lost')} never delivered, "
+            f"{self.total('excused_unfinished')} never acked "
+            f"({self.total('copies_lost')} copies lost with their node's unsynced AOF)",
+            f"duplicate rate = {pct(self.total('dup_after_ack') + self.total('dup_while_held'))}"
+            f" of at-least-once jobs delivered: {self.total('dup_after_ack')} after a client acked "
+            f"({pct(self.total('dup_after_ack'))}), {self.total('dup_while_held')} while a "
+            f"consumer still held it ({pct(self.total('dup_while_held'))}); "
+            f"{self.total('redelivered_requested')} requested (NACK / consumer gone)",
+            f"failures: {len(self.failed)} seed(s)",
+        ]
+        for r in self.failed:
+            kinds = ",".join(f"{k}={v}" for k, v in sorted(r.fail_counts.items()))
+            lines.append(f"  seed {r.config.seed}: {kinds}")
+            if r.failures:
+                lines.append(f"    first: {r.failures[0]!r}"[:400])
+            lines.append(f"    replay: {r.config.replay_command()}")
+        return "\n".join(lines)
+
+
+def sweep(configs: list, jobs: int | None = None, on_result=None) -> Summary:
+    t = time.monotonic()
+    results = run_many(configs, jobs, on_result=on_result)
+    return Summary(results, time.monotonic() - t)

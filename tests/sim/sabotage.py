@@ -1,0 +1,105 @@
+"""Deliberately broken cores, to prove the checkers notice. Test code only: each
+function monkeypatches the core inside a simulator worker process (run_many's
+initializer), never in the test process itself."""
+
+from __future__ import annotations
+
+
+def gotjob_without_copy() -> None:
+    """Replicas confirm REPLJOB with GOTJOB but keep no copy."""
+    from disquepy.core import cluster, messages
+
+    def _on_repljob(self, p, fields, now):
+        self.send([p.id], messages.GOTJOB, fields[0][0])
+
+    cluster._HANDLERS[messages.REPLJOB] = _on_repljob
+
+
+def reload_requeues_at_most_once() -> None:
+    """A restart queues RETRY 0 jobs again (they may have been delivered already)."""
+    from disquepy.core import node
+
+    orig = node.Node.load_aof
+
+    def load_aof(self, records, now, enqueue):
+        n = orig(self, records, now, enqueue)
+        for job in list(self.jobs.values()):
+            if job.retry == 0 and job.state == node.ACTIVE:
+                job.qtime = now
+                self.enqueue(job, now)
+        return n
+
+    node.Node.load_aof = load_aof
+
+
+def delivery_cancels_retry() -> None:
+    """Delivering a job cancels its re-queue: if the consumer never acks, only other
+    copies (if any) can bring it back."""
+    from disquepy.core import node
+
+    orig = node.Node.fetch
+
+    def fetch(self, q, now):
+        job = orig(self, q, now)
+        job.qtime = 0
+        job.flags &= ~node.F_BCAST_WILLQUEUE
+        return job
+
+    node.Node.fetch = fetch
+
+
+def requeue_refused() -> None:
+    """enqueue() refuses delivered jobs, though their retry timer is due: the node
+    spins on a timer that never moves."""
+    from disquepy.core import node
+
+    orig = node.Node.enqueue
+
+    def enqueue(self, job, now, nack=False):
+        if job.flags & node.F_DELIVERED and not nack:
+            return False
+        return orig(self, job, now, nack)
+
+    node.Node.enqueue = enqueue
+
+
+def gc_keeps_acked_jobs() -> None:
+    """Garbage collection of acked jobs tells the others but never frees the job here."""
+    from disquepy.core import cluster
+
+    def _gc_done(self, job):
+        self.send([n for n in job.delivered if n != self.myid], cluster.M.DELJOB, job.id)
+
+    cluster.ClusterMixin._gc_done = _gc_done
+
+
+def fetch_resets_counters() -> None:
+    """Delivering a job zeroes its nacks / additional-deliveries counters."""
+    from disquepy.core import node
+
+    orig = node.Node.fetch
+
+    def fetch(self, q, now):
+        job = orig(self, q, now)
+        job.nacks = job.adeliv = 0
+        return job
+
+    node.Node.fetch = fetch
+
+
+def unregister_leaks_memory() -> None:
+    """Deleted jobs are not subtracted from used_memory."""
+    from disquepy.core import node
+
+    orig = node.Node.unregister
+
+    def unregister(self, job):
+        before = self.used_memory
+        orig(self, job)
+        self.used_memory = before
+
+    node.Node.unregister = unregister
+
+
+def apply(name: str) -> None:
+    globals()[name]()
