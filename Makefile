@@ -14,7 +14,7 @@ PORT ?= 7711
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 # pydisque 0.1.5 was released against redis-py 3.x: test it there too.
