@@ -1,0 +1,39 @@
+"""``disque analytics PATH``: the Spark job analytics (``disquepy.spark.analytics``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import click
+
+from .conn import CliError, Target
+
+
+def load_analytics():  # -> module
+    """Import ``disquepy.spark.analytics``, or raise CliError saying what is missing."""
+    try:
+        importlib.import_module("pyspark")
+    except ImportError:
+        raise CliError("disque analytics needs PySpark: pip install 'disquepy[spark]'") from None
+    try:
+        return importlib.import_module("disquepy.spark.analytics")
+    except ImportError as e:
+        raise CliError(f"disque analytics is not available: cannot import "
+                       f"disquepy.spark.analytics ({e})") from None
+
+
+@click.command("analytics")
+@click.argument("path")
+@click.option("-o", "--out", default="analytics-out", show_default=True,
+              help="Directory for the results.")
+@click.pass_obj
+def command(target: Target, path: str, out: str) -> None:
+    """Run the Spark analytics on PATH (job data exported from Disque) into --out."""
+    mod = load_analytics()
+    run = getattr(mod, "run_analytics", None)
+    if run is None:
+        raise CliError("disquepy.spark.analytics has no run_analytics(path, out)")
+    result = run(path, out)
+    if result:
+        click.echo(json.dumps(result, indent=2, default=str, sort_keys=True))

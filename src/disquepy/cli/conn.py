@@ -1,0 +1,123 @@
+"""Where the command line connects, and the raw command path (redis-cli's layer)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import redis
+
+from .reply import ReplyParser, ServerError
+
+CONNECT_TIMEOUT = 5.0
+
+
+class CliError(click.ClickException):
+    """A failure reported as one line on stderr with exit code 1, never a traceback."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.format_message(), err=True)
+
+
+def connection_reason(exc: BaseException) -> str:
+    """The useful part of a redis-py connection error (``Connection refused``)."""
+    text = str(exc.args[0]) if exc.args else str(exc) or type(exc).__name__
+    m = re.match(r"Error (?:-?\d+ )?connecting to \S+?:\d+\.\s*(.*)", text)
+    if m and m.group(1):
+        text = m.group(1)
+    return text.rstrip(".") or type(exc).__name__
+
+
+def parse_addr(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """``host:port``, ``:port`` or ``port`` to ``(host, port)``; raises CliError if bad."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = default_host, text
+    host = host.strip("[]") or default_host
+    try:
+        p = int(port)
+    except ValueError:
+        raise CliError(f"Bad address {text!r}: expected HOST:PORT") from None
+    if not 0 < p < 65536:
+        raise CliError(f"Bad address {text!r}: port out of range")
+    return host, p
+
+
+@dataclass
+class Target:
+    """The node the command line talks to (from ``-h``, ``-p``, ``-a``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 7711
+    password: str | None = None
+    raw: bool = False
+    _clients: list[redis.Redis] = field(default_factory=list, repr=False)
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def redis(self, host: str | None = None, port: int | None = None,
+              socket_timeout: float | None = 10.0) -> redis.Redis:
+        """A redis-py client (RESP2) on this node or on ``host:port``; closed at exit."""
+        c = redis.Redis(host=host or self.host, port=port or self.port,
+                        password=self.password, protocol=2,
+                        socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
+        self._clients.append(c)
+        return c
+
+    def close(self) -> None:
+        for c in self._clients:
+            c.close()
+        self._clients.clear()
+
+
+class RawSession:
+    """One connection sending commands as typed and returning replies unconverted.
+
+    Replies keep status and error text apart (see :mod:`disquepy.cli.reply`); error replies
+    are returned, not raised. A connection the server closed meanwhile (a restart) is
+    noticed before the next command and opened again, so a command is never sent twice.
+    """
+
+    def __init__(self, host: str, port: int, password: str | None = None) -> None:
+        self.host, self.port = host, port
+        self.conn = redis.Connection(host=host, port=port, password=password, protocol=2,
+                                     parser_class=ReplyParser,
+                                     socket_connect_timeout=CONNECT_TIMEOUT)
+
+    @property
+    def connected(self) -> bool:
+        return getattr(self.conn, "_sock", None) is not None
+
+    def connect(self) -> None:
+        """Open the connection now (raises ``redis.ConnectionError``)."""
+        if not self.connected:
+            self.conn.connect()
+
+    def call(self, *args: bytes) -> Any:
+        """Send one command and return its reply (a :class:`ServerError` for ``-ERR``;
+        None when SHUTDOWN closed the connection)."""
+        if self.connected:
+            try:
+                stale = self.conn.can_read(timeout=0)  # data or EOF before we asked: stale
+            except redis.ConnectionError:
+                stale = True
+            if stale:
+                self.conn.disconnect()
+        self.conn.send_command(*args)
+        try:
+            return self.conn.read_response()
+        except ServerError as e:
+            return e
+        except redis.ConnectionError:
+            # SHUTDOWN's only answer is the connection closing: that is success
+            if args and bytes(args[0]).lower() == b"shutdown":
+                self.conn.disconnect()
+                return None
+            raise
+
+    def close(self) -> None:
+        self.conn.disconnect()

@@ -1,0 +1,184 @@
+"""The interactive prompt: ``127.0.0.1:7711> ``, history, redis-cli quoting, reconnects."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import click
+import redis
+
+from .conn import RawSession, Target, connection_reason
+from .reply import render
+
+log = logging.getLogger(__name__)
+
+_DQ_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "a": "\a"}
+
+
+class SplitError(ValueError):
+    """Unbalanced quotes, or a closing quote not followed by a space."""
+
+
+def split_args(line: str) -> list[str]:
+    """Split a command line as redis-cli does.
+
+    Words are separated by spaces; ``"..."`` understands ``\\n \\r \\t \\b \\a \\\\ \\"`` and
+    ``\\xHH``; ``'...'`` understands only ``\\'``. A closing quote must end the word.
+    """
+    args: list[str] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i].isspace():
+            i += 1
+        if i >= n:
+            return args
+        word: list[str] = []
+        in_dq = in_sq = False
+        while True:
+            if i >= n:
+                if in_dq or in_sq:
+                    raise SplitError("unbalanced quotes")
+                break
+            ch = line[i]
+            if in_dq:
+                if ch == "\\" and i + 1 < n:
+                    nxt = line[i + 1]
+                    hexd = line[i + 2:i + 4]
+                    if nxt == "x" and len(hexd) == 2 and all(c in "0123456789abcdefABCDEF"
+                                                             for c in hexd):
+                        b = int(hexd, 16)  # a byte: bytes >= 0x80 as surrogate escapes
+                        word.append(chr(b) if b < 0x80 else chr(0xDC00 + b))
+                        i += 4
+                        continue
+                    word.append(_DQ_ESCAPES.get(nxt, nxt))
+                    i += 2
+                    continue
+                if ch == '"':
+                    if i + 1 < n and not line[i + 1].isspace():
+                        raise SplitError("closing quote must be followed by a space")
+                    i += 1
+                    break
+                word.append(ch)
+            elif in_sq:
+                if ch == "\\" and line[i + 1:i + 2] == "'":
+                    word.append("'")
+                    i += 2
+                    continue
+                if ch == "'":
+                    if i + 1 < n and not line[i + 1].isspace():
+                        raise SplitError("closing quote must be followed by a space")
+                    i += 1
+                    break
+                word.append(ch)
+            else:
+                if ch.isspace():
+                    break
+                if ch == '"':
+                    in_dq = True
+                elif ch == "'":
+                    in_sq = True
+                else:
+                    word.append(ch)
+            i += 1
+        args.append("".join(word))
+
+
+def to_wire(arg: str) -> bytes:
+    """An argument as bytes: ``\\xHH`` escapes become those bytes, the rest UTF-8."""
+    return arg.encode("utf-8", "surrogateescape")
+
+
+def history_path() -> Path:
+    """``$DISQUE_HISTFILE`` or ``~/.disque_history``."""
+    return Path(os.environ.get("DISQUE_HISTFILE") or Path.home() / ".disque_history")
+
+
+class _History:
+    """readline history kept in a file, when the prompt talks to a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.readline = None
+        if not enabled:
+            return
+        try:
+            import readline
+        except ImportError:  # pragma: no cover - platforms without readline
+            return
+        self.readline = readline
+        self.path = history_path()
+        with contextlib.suppress(OSError):
+            readline.read_history_file(self.path)
+        readline.set_history_length(1000)
+
+    def save(self) -> None:
+        if self.readline is None:
+            return
+        try:
+            self.readline.write_history_file(self.path)
+        except OSError as e:
+            log.warning("cannot write history file %s: %s", self.path, e)
+
+
+def run_repl(target: Target, stdin: TextIO | None = None) -> int:
+    """Read commands from the prompt (or piped stdin) until ``quit``/``exit`` or EOF.
+
+    With a terminal: a prompt ``host:port> `` and readline history. With piped input:
+    no prompt, one reply per command, for scripts. Errors are printed, never fatal; a
+    server that went away is reconnected to on the next command.
+    """
+    stdin = stdin or sys.stdin
+    interactive = stdin.isatty()
+    history = _History(interactive and stdin is sys.stdin)
+    session = RawSession(target.host, target.port, target.password)
+    try:
+        session.connect()
+    except redis.ConnectionError as e:
+        click.echo(f"Could not connect to Disque at {target.addr}: {connection_reason(e)}",
+                   err=True)
+    try:
+        while True:
+            prompt = f"{target.addr}> " if session.connected else "not connected> "
+            try:
+                if interactive and history.readline is not None:
+                    line = input(prompt)
+                else:
+                    if interactive:
+                        click.echo(prompt, nl=False)
+                    line = stdin.readline()
+                    if not line:
+                        raise EOFError
+            except EOFError:
+                if interactive:
+                    click.echo()
+                return 0
+            except KeyboardInterrupt:
+                click.echo()
+                continue
+            try:
+                args = split_args(line)
+            except SplitError:
+                click.echo("Invalid argument(s)")
+                continue
+            if not args:
+                continue
+            if args[0].lower() in ("quit", "exit"):
+                return 0
+            try:
+                reply = session.call(*[to_wire(a) for a in args])
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+                session.close()
+                click.echo(f"Could not connect to Disque at {target.addr}: "
+                           f"{connection_reason(e)}", err=True)
+                continue
+            if reply is None and args[0].lower() == "shutdown":
+                continue  # the server is going away: the next prompt says not connected
+            click.echo(render(reply, args, target.raw))
+            sys.stdout.flush()
+    finally:
+        history.save()
+        session.close()
