@@ -228,11 +228,21 @@ def test_decode_rejects_invalid_fields(name, value, word):
 
 @pytest.mark.parametrize(
     "obj",
-    [fields(1)[:13], fields(1) + [0], {"id": 1}, 5, None, b"x" * 14, []],
+    [fields(1)[:13], fields(1) + [b"k", 0], {"id": 1}, 5, None, b"x" * 14, []],
 )
 def test_decode_rejects_wrong_shapes(obj):
     with pytest.raises(AofFormatError, match="14 items"):
         decode_loadjob_blob(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_fifteenth_field_is_the_idempotency_key():
+    f = fields(1) + [b"batch-7/part-3/row-12"]
+    rec = encode_loadjob(f)
+    res = scan(rec)
+    assert res.status == "ok" and res.records[0][2] == f
+    for bad in (0, b"", b"k" * 257, "text"):
+        with pytest.raises(AofFormatError, match="idempotency key"):
+            decode_loadjob_blob(msgpack.packb(fields(1) + [bad], use_bin_type=True))
 
 
 @pytest.mark.parametrize(

@@ -164,8 +164,8 @@ def test_other_defaults():
     assert cfg.client_query_buffer_limit == GB
     assert cfg.proto_max_bulk_len == 512 * MB
     assert cfg.protected_mode is True
-    assert cfg.eventlog == ""
-    assert cfg.eventlog_max_size == 64 * MB
+    assert cfg.event_log is False
+    assert cfg.event_log_max_size == 64 * MB
 
 
 def test_table_is_consistent_with_attributes():
@@ -425,7 +425,7 @@ def test_error_block_format():
         ("client-output-buffer-limit normal 1x 0 0", "Invalid client-output-buffer-limit value"),
         ("hz fast", "Invalid hz value"),
         ("watchdog-period -1", "Invalid watchdog-period value"),
-        ("eventlog-max-size -1", "Invalid eventlog-max-size value"),
+        ("event-log-max-size -1", "Invalid event-log-max-size value"),
     ],
 )
 def test_parse_errors(line, reason):
@@ -493,10 +493,10 @@ def test_memory_round_trip(n):
 
 
 def test_memory_directives_accept_units_in_file():
-    cfg = Config.from_text("maxmemory 100mb\nauto-aof-rewrite-min-size 1g\neventlog-max-size 0\n")
+    cfg = Config.from_text("maxmemory 100mb\nauto-aof-rewrite-min-size 1g\nevent-log-max-size 0\n")
     assert cfg.maxmemory == 100 * MB
     assert cfg.auto_aof_rewrite_min_size == 10**9
-    assert cfg.eventlog_max_size == 0
+    assert cfg.event_log_max_size == 0
 
 
 # ---------------------------------------------------------------------------
@@ -632,7 +632,8 @@ def test_get_patterns():
         "aof-rewrite-incremental-fsync",
     ]
     assert [n for n, _ in cfg.get("h?")] == ["hz"]
-    assert [n for n, _ in cfg.get("[bd]*")] == ["daemonize", "bind", "databases", "dir"]
+    assert [n for n, _ in cfg.get("[bd]*")] == [
+        "daemonize", "bind", "databases", "dir", "delivery-token-ttl"]
     assert [n for n, _ in cfg.get("[^a-z]*")] == []
 
 
@@ -670,7 +671,7 @@ def test_set_changes_and_reports():
     assert cfg.set("dir", "/var/lib/disque") == ["dir"]
     assert cfg.set("protected-mode", "no") == ["protected-mode"]
     assert cfg.set("cluster-node-timeout", "3000") == ["cluster-node-timeout"]
-    assert cfg.set("eventlog-max-size", "1gb") == ["eventlog-max-size"]
+    assert cfg.set("event-log-max-size", "1gb") == ["event-log-max-size"]
 
 
 def test_set_hz_is_clamped():
@@ -704,7 +705,6 @@ def test_set_client_output_buffer_limit():
         "daemonize",
         "appendfilename",
         "rename-command",
-        "eventlog",
         "cluster-config-file",
         "logfile",
     ],
@@ -816,13 +816,13 @@ def test_rewrite_appends_non_default_directives_after_signature():
     cfg.set("timeout", "300")  # present in file: in place
     cfg.set("latency-monitor-threshold", "100")  # present: in place
     cfg.set("maxmemory-samples", "10")  # absent: appended
-    cfg.set("eventlog-max-size", "1mb")  # absent: appended
+    cfg.set("event-log-max-size", "1mb")  # absent: appended
     cfg.set("protected-mode", "yes")  # default, absent: not added
     out = cfg.rewrite(SAMPLE_CONF)
     body = SAMPLE_CONF.replace("timeout 0", "timeout 300").replace(
         "latency-monitor-threshold 0", "latency-monitor-threshold 100"
     )
-    assert out == body + f"{REWRITE_SIGNATURE}\nmaxmemory-samples 10\neventlog-max-size 1mb\n"
+    assert out == body + f"{REWRITE_SIGNATURE}\nmaxmemory-samples 10\nevent-log-max-size 1mb\n"
     assert Config.from_text(out) == cfg
     # a second rewrite reuses the tail rather than adding another signature
     cfg.set("watchdog-period", "200")
@@ -1008,7 +1008,10 @@ SET_VALUES: dict[str, st.SearchStrategy[str]] = {
     ).map(lambda t: f"normal {t[0]} {t[1]} {t[2]}"),
     "hz": _int_values(0, 1000),
     "watchdog-period": _int_values(0, 1000),
-    "eventlog-max-size": _memory_values(0),
+    "event-log-max-size": _memory_values(0),
+    "event-log": st.sampled_from(["yes", "no"]),
+    "event-log-dir": _SAFE_TEXT,
+    "delivery-token-ttl": _int_values(1, 10**6),
 }
 
 SET_OPS = st.lists(

@@ -87,7 +87,9 @@ _JOB_ID_LEN = 40
 _LENS = {b"%d" % n: n for n in range(1, 4096)}  # parsed blob lengths, in canonical form
 _LOWER_HEX = frozenset(b"0123456789abcdef")
 _DIGITS = frozenset(b"0123456789")
-_FIXARRAY_14 = 0x90 | NFIELDS  # first byte of every valid blob
+_FIXARRAY_14 = 0x90 | NFIELDS  # first byte of a valid blob
+_FIXARRAY_15 = _FIXARRAY_14 + 1  # ... of one with a 15th field, the idempotency key
+_MAX_IDEM_KEY = 256
 
 _unpackb = msgpack.unpackb
 # One Packer for the write path: packb() builds a new one per call, which costs
@@ -158,9 +160,16 @@ def encode_deljob(jid: bytes) -> bytes:
 
 
 def validate_fields(f: Any) -> None:
-    """Raise AofFormatError unless ``f`` is a valid 14-item job field list."""
-    if type(f) is not list or len(f) != NFIELDS:
-        raise AofFormatError(f"job fields: expected a list of {NFIELDS} items")
+    """Raise AofFormatError unless ``f`` is a valid job field list: 14 items, or 15
+    when the job has an idempotency key (ADDJOB IDEMPOTENT), bytes of 1..256."""
+    if type(f) is not list or not NFIELDS <= len(f) <= NFIELDS + 1:
+        raise AofFormatError(f"job fields: expected a list of {NFIELDS} items "
+                             "(15 with an idempotency key)")
+    if len(f) > NFIELDS:
+        key = f[NFIELDS]
+        if type(key) is not bytes or not 0 < len(key) <= _MAX_IDEM_KEY:
+            raise AofFormatError(f"idempotency key: expected 1..{_MAX_IDEM_KEY} bytes")
+        f = f[:NFIELDS]
     jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, deliv, state, qtime, flags = f
     # One expression for the common, valid case; the details only on failure.
     if (
@@ -464,10 +473,10 @@ def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, 
 
 
 def _blob_prefix_ok(part: memoryview) -> bool:
-    """Whether ``part`` can be the start of a msgpack-encoded 14-item list."""
+    """Whether ``part`` can be the start of a msgpack-encoded 14- or 15-item list."""
     if not len(part):
         return True
-    if part[0] != _FIXARRAY_14:
+    if part[0] != _FIXARRAY_14 and part[0] != _FIXARRAY_15:
         return False
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(part), 1 << 16))
     unpacker.feed(part)

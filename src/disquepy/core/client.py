@@ -11,13 +11,15 @@ from __future__ import annotations
 class BlockedGet:
     """A GETJOB waiting for jobs: its queues, options, and when it gives up (ms)."""
 
-    __slots__ = ("queues", "count", "withcounters", "deadline")
+    __slots__ = ("queues", "count", "withcounters", "deadline", "token")
 
-    def __init__(self, queues: list, count: int, withcounters: bool, deadline: int) -> None:
+    def __init__(self, queues: list, count: int, withcounters: bool, deadline: int,
+                 token: bytes | None = None) -> None:
         self.queues = queues
         self.count = count
         self.withcounters = withcounters
         self.deadline = deadline  # 0 = forever
+        self.token = token  # GETJOB TOKEN: remember the job this delivers
 
 
 class Client:

@@ -412,7 +412,7 @@ class ClusterMixin:
         targets = others[:need]
         job.delivered = tuple(targets) if extrepl else (self.myid, *targets)
         job.confirmed = () if extrepl else (self.myid,)
-        wire = M.job_to_wire(job)
+        wire = M.job_to_wire(job, self.idem_of.get(job.id))
         self.send(targets, M.REPLJOB, wire)
         if is_async or not targets:
             job.state = ACTIVE
@@ -455,7 +455,7 @@ class ClusterMixin:
         spare = [n for n in self.reachable_peers() if n not in job.delivered]
         if spare:
             job.delivered = (*job.delivered, self.rng.choice(spare))
-        wire = M.job_to_wire(job)
+        wire = M.job_to_wire(job, self.idem_of.get(job.id))
         self.send([n for n in job.delivered if n != self.myid and n not in job.confirmed],
                   M.REPLJOB, wire)
         at = now + REPL_RETRY_MS
@@ -473,7 +473,7 @@ class ClusterMixin:
 
     def _on_repljob(self, p: Peer, fields, now) -> None:
         (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-         delivered) = M.job_from_wire(fields[0])
+         delivered, idem) = M.job_from_wire(fields[0])
         job = self.jobs.get(jid)
         if job is not None:
             job.delivered = tuple(dict.fromkeys((*job.delivered, *delivered)))
@@ -486,13 +486,13 @@ class ClusterMixin:
         if self.memory_level() >= 1:  # near the limit: let other nodes hold it
             return
         job = self._job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl, nacks,
-                                  adeliv, delivered, now)
+                                  adeliv, delivered, now, idem)
         if job is None:
             return
         self.send([p.id], M.GOTJOB, jid)
 
     def _job_from_wire(self, jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-                       delivered, now):
+                       delivered, now, idem=None):
         job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
         if job.etime <= now:
             return None
@@ -508,6 +508,8 @@ class ClusterMixin:
             job.qtime = 0
         if not self.register(job):
             return None
+        if idem is not None:
+            self.idem_bind(idem, job)
         self.schedule(job)
         if self.aof_on:
             self.aof_created(job)
@@ -792,7 +794,7 @@ class ClusterMixin:
             if nid not in delivered:
                 delivered = (*delivered, nid)
             job.delivered = delivered
-            out.append(M.job_to_wire(job))
+            out.append(M.job_to_wire(job, self.idem_of.get(job.id)))
             if job.retry == 0:
                 self.unregister(job)  # at most once: the copy moves, none stays
             else:
@@ -822,7 +824,7 @@ class ClusterMixin:
     def _on_yourjobs(self, p: Peer, fields, now) -> None:
         for w in fields[0]:
             (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-             delivered) = M.job_from_wire(w)
+             delivered, idem) = M.job_from_wire(w)
             q = self.queue_for(queue, now)
             q.needjobs_responders[p.id] = now
             if not q.import_window_start:
@@ -832,7 +834,7 @@ class ClusterMixin:
             job = self.jobs.get(jid)
             if job is None:
                 job = self._job_from_wire(jid, queue, body, ctime, ttl, 0, retry, repl, nacks,
-                                          adeliv, delivered, now)
+                                          adeliv, delivered, now, idem)
                 if job is None:
                     continue
             elif job.state == ACKED or job.state == WAIT_REPL:

@@ -953,6 +953,36 @@ DIRECTIVES: tuple[Directive, ...] = (
         mutable=True,
         doc="Next start: load the AOF with queue state, then turn this off.",
     ),
+    # --- disquepy extensions -------------------------------------------
+    Directive(
+        "delivery-token-ttl",
+        _Int(1, INT_MAX),
+        3600,
+        mutable=True,
+        error="delivery-token-ttl must be 1 or greater",
+        doc="disquepy: seconds a GETJOB TOKEN remembers the jobs it delivered.",
+    ),
+    Directive(
+        "event-log",
+        _BOOL,
+        False,
+        mutable=True,
+        doc="disquepy: write the job-lifecycle event log (JSON lines).",
+    ),
+    Directive(
+        "event-log-dir",
+        _String(),
+        "events",
+        mutable=True,
+        doc="disquepy: directory of the event log files, relative to dir.",
+    ),
+    Directive(
+        "event-log-max-size",
+        _Memory(0),
+        64 * MB,
+        mutable=True,
+        doc="disquepy: start a new event log file past this size (0 = never).",
+    ),
     # --- cluster --------------------------------------------------------
     Directive(
         "cluster-config-file",
@@ -1014,15 +1044,6 @@ DIRECTIVES: tuple[Directive, ...] = (
         mutable=True,
         doc="Software watchdog period in milliseconds (0 = off).",
     ),
-    # --- disquepy extensions --------------------------------------------
-    Directive("eventlog", _String(), "", doc="disquepy: event log path; empty disables it."),
-    Directive(
-        "eventlog-max-size",
-        _Memory(0),
-        64 * MB,
-        mutable=True,
-        doc="disquepy: event log size limit (0 = unlimited).",
-    ),
 )
 
 _BY_NAME: dict[str, Directive] = {d.name: d for d in DIRECTIVES}
@@ -1071,6 +1092,10 @@ class Config:
     maxmemory_samples: int
     client_query_buffer_limit: int
     proto_max_bulk_len: int
+    delivery_token_ttl: int
+    event_log: bool
+    event_log_dir: str
+    event_log_max_size: int
     appendonly: bool
     appendfilename: str
     appendfsync: str
@@ -1089,8 +1114,6 @@ class Config:
     client_output_buffer_limit: OutputBufferLimit
     hz: int
     watchdog_period: int
-    eventlog: str
-    eventlog_max_size: int
 
     def __init__(self) -> None:
         for d in DIRECTIVES:

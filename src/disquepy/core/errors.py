@@ -41,6 +41,12 @@ OUT_OF_RANGE = "ERR value is out of range"
 BAD_CURSOR = "ERR invalid cursor or option name"
 BAD_STATE = "ERR Invalid job state name"
 BAD_REPLY_TYPE = "ERR Invalid REPLY type, try ID or ALL"
+# disquepy extensions (ADDJOB IDEMPOTENT, GETJOB TOKEN)
+IDEM_RANGE = "ERR IDEMPOTENT key must be 1 to 256 bytes"
+IDEM_BUSY = (
+    "TRYAGAIN The job added with this IDEMPOTENT key is still being replicated, try again later"
+)
+TOKEN_RANGE = "ERR TOKEN must be 1 to 256 bytes"
 TOOLATE = (
     "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the "
     "next delivery."

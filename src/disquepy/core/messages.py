@@ -68,23 +68,32 @@ def valid_node_id(nid) -> bool:
     return type(nid) is str and len(nid) == 40 and not set(nid) - _HEX
 
 
-def job_to_wire(job) -> list:
-    """A job as REPLJOB / YOURJOBS carry it."""
-    return [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
-            job.nacks, job.adeliv, list(job.delivered)]
+MAX_IDEM_KEY = 256  # longest ADDJOB IDEMPOTENT key
+
+
+def job_to_wire(job, idem: bytes | None = None) -> list:
+    """A job as REPLJOB / YOURJOBS carry it; a 12th item is its idempotency key."""
+    w = [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
+         job.nacks, job.adeliv, list(job.delivered)]
+    if idem is not None:
+        w.append(idem)
+    return w
 
 
 def job_from_wire(w: list):
-    """(id, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered)."""
-    if type(w) is not list or len(w) != 11:
+    """(id, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered, idem)."""
+    if type(w) is not list or not 11 <= len(w) <= 12:
         raise ValueError("bad job on the wire")
-    jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered = w
+    jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered = w[:11]
+    idem = w[11] if len(w) == 12 else None
     if not (type(jid) is bytes and is_valid_job_id(jid) and type(queue) is bytes
             and type(body) is bytes and type(ctime) is int and type(ttl) is int
             and type(delay) is int and type(retry) is int and type(repl) is int
             and type(nacks) is int and type(adeliv) is int and type(delivered) is list
             and ttl > 0 and delay >= 0 and retry >= 0 and 0 < repl < 65536
             and nacks >= 0 and adeliv >= 0 and ctime >= 0
-            and all(valid_node_id(n) for n in delivered)):
+            and all(valid_node_id(n) for n in delivered)
+            and (idem is None or (type(idem) is bytes and 0 < len(idem) <= MAX_IDEM_KEY))):
         raise ValueError("bad job on the wire")
-    return jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, tuple(delivered)
+    return (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, tuple(delivered),
+            idem)

@@ -40,6 +40,8 @@ from .queue import PAUSED_IN, PAUSED_OUT, Queue
 JOB_OVERHEAD = 400
 QUEUE_OVERHEAD = 1200
 CLIENT_OVERHEAD = 2000
+IDEM_OVERHEAD = 200  # an ADDJOB IDEMPOTENT key entry (plus the key's length)
+TOKEN_OVERHEAD = 200  # a GETJOB TOKEN entry (plus the token and 8 bytes per job)
 
 # empty, unblocked, unpaused queues are dropped after this idle time; sooner when
 # memory is short (over 75% / over 95% of maxmemory)
@@ -126,6 +128,17 @@ class Node(ClusterMixin):
         # jobs that may be evicted under memory pressure without breaking safety:
         # acked jobs and delivered at-most-once jobs, oldest first
         self.evictable: dict[bytes, Job] = {}
+        # ADDJOB IDEMPOTENT: key -> [job id, expiry ms]; the key outlives its job (acked,
+        # deleted) until the job's lifetime ends. idem_of: job id -> key for live jobs.
+        self.idem_keys: dict[bytes, list] = {}
+        self.idem_of: dict[bytes, bytes] = {}
+        self._idem_heap: list = []  # (expiry, key) of keys whose job is gone
+        # GETJOB TOKEN: token -> (expiry ms, ids of the jobs it delivered)
+        self.tokens: dict[bytes, tuple] = {}
+        self._token_heap: list = []
+        # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
+        self.events_on = False
+        self.events_out: list = []
 
     # ------------------------------------------------------------------ clients
     def new_client(self, conn=None, addr: str = "", now: int = 0) -> Client:
@@ -208,9 +221,14 @@ class Node(ClusterMixin):
         """A job as a LOADJOB record stores it. Only snapshots (rewrites) record the
         queued state; the running log says ACTIVE, so a reload never re-queues a job
         that may have been delivered since (RETRY 0 jobs stay at most once)."""
-        return [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
-                job.nacks, job.adeliv, list(job.delivered),
-                ACTIVE if state is None else state, job.qtime, job.flags & F_DELIVERED]
+        f = [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
+             job.nacks, job.adeliv, list(job.delivered),
+             ACTIVE if state is None else state, job.qtime, job.flags & F_DELIVERED]
+        if self.idem_of:
+            key = self.idem_of.get(job.id)
+            if key is not None:
+                f.append(key)
+        return f
 
     def aof_created(self, job: Job) -> None:
         self.aof_out.append(aof.encode_loadjob(self.aof_job_fields(job)))
@@ -222,21 +240,43 @@ class Node(ClusterMixin):
             return None
         return aof.encode_loadjob(self.aof_job_fields(job, job.state))
 
+    def aof_retained_keys(self, now: int) -> list:
+        """Rewrite records for idempotency keys whose job is gone but whose window is
+        open: a key-only stub (LOADJOB, empty body, expiring with the window) followed
+        by its DELJOB, so a reload keeps the key and no job."""
+        out = []
+        for key, (jid, etime) in self.idem_keys.items():
+            if jid in self.idem_of or etime <= now + 1000:
+                continue
+            stub = [jid, b"", b"", (etime - 1000) * 1_000_000, 1, 0, 0, 1, 0, 0, [], ACTIVE, 0,
+                    0, key]
+            out.append(aof.encode_loadjob(stub))
+            out.append(aof.encode_deljob(jid))
+        return out
+
     def load_aof(self, records, now: int, enqueue: bool) -> int:
         """Rebuild the jobs from AOF records (scan order). Jobs come back active and
         re-queue when their retry time comes; with ``enqueue`` (aof-enqueue-jobs-once,
         after SHUTDOWN REWRITE-AOF) jobs recorded as queued are queued again. At-most-
         once jobs are never queued by a reload otherwise. Returns the jobs loaded."""
         loaded: dict[bytes, list] = {}
+        gone_keys: dict[bytes, tuple] = {}  # idempotency keys of deleted jobs
         for _, kind, payload in records:
             if kind == "LOADJOB":
                 loaded[payload[0]] = payload
             else:
-                loaded.pop(payload, None)
+                f = loaded.pop(payload, None)
+                if f is not None and len(f) > aof.NFIELDS:
+                    gone_keys[f[aof.NFIELDS]] = (payload, f[3] // 1_000_000 + f[4] * 1000)
+        for key, (jid, etime) in gone_keys.items():
+            if etime > now and key not in self.idem_keys:
+                self.idem_keys[key] = [jid, etime]
+                self.used_memory += IDEM_OVERHEAD + len(key)
+                heapq.heappush(self._idem_heap, (etime, key))
         count = 0
         for f in loaded.values():
             (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered,
-             state, qtime, flags) = f
+             state, qtime, flags) = f[:aof.NFIELDS]
             old = self.jobs.get(jid)
             if old is not None:
                 self.unregister(old)
@@ -249,6 +289,8 @@ class Node(ClusterMixin):
             job.state = ACTIVE
             if not self.register(job):
                 continue
+            if len(f) > aof.NFIELDS:
+                self.idem_bind(f[aof.NFIELDS], job)
             count += 1
             if enqueue and state == QUEUED:
                 job.qtime = now  # allowed once more, even for RETRY 0: queues were saved
@@ -265,6 +307,13 @@ class Node(ClusterMixin):
     def unregister(self, job: Job) -> None:
         if self.aof_on and job.state != WAIT_REPL and not job.flags & F_DUMMY:
             self.aof_out.append(aof.encode_deljob(job.id))
+        if self.idem_of:
+            key = self.idem_of.pop(job.id, None)
+            if key is not None:
+                if job.state == WAIT_REPL:  # never confirmed to its producer: forget it
+                    self._idem_forget(key)
+                else:
+                    heapq.heappush(self._idem_heap, (job.etime, key))
         if job.state == WAIT_REPL and job.id in self.repl_waiting:
             client = self.repl_waiting.pop(job.id)[0]
             if not client.closed:
@@ -281,6 +330,69 @@ class Node(ClusterMixin):
             self.evictable.pop(job.id, None)
         if self.jobs.remove(job):
             self.used_memory -= JOB_OVERHEAD + len(job.body)
+
+    # ----------------------------------------------- idempotency keys, tokens
+    def idem_lookup(self, key: bytes, now: int) -> bytes | None:
+        """The ID of the job added with ``key`` while its lifetime lasts, else None.
+        A job still waiting for its copies cannot be confirmed yet: TRYAGAIN."""
+        e = self.idem_keys.get(key)
+        if e is None:
+            return None
+        if e[1] <= now:
+            self._idem_forget(key)
+            return None
+        job = self.jobs.get(e[0])
+        if job is not None and job.state == WAIT_REPL:
+            raise ReplyError(errors.IDEM_BUSY)
+        return e[0]
+
+    def idem_bind(self, key: bytes, job: Job) -> None:
+        if key in self.idem_keys:
+            self._idem_forget(key)
+        self.idem_keys[key] = [job.id, job.etime]
+        self.idem_of[job.id] = key
+        self.used_memory += IDEM_OVERHEAD + len(key)
+
+    def _idem_forget(self, key: bytes) -> None:
+        e = self.idem_keys.pop(key, None)
+        if e is None:
+            return
+        if self.idem_of.get(e[0]) == key:
+            del self.idem_of[e[0]]
+        self.used_memory -= IDEM_OVERHEAD + len(key)
+
+    def token_get(self, token: bytes, now: int):
+        """The job IDs a GETJOB TOKEN delivered, or None for a new (or expired) token."""
+        e = self.tokens.get(token)
+        if e is None or e[0] <= now:
+            return None
+        return e[1]
+
+    def token_record(self, token: bytes, ids: tuple, now: int) -> None:
+        old = self.tokens.get(token)
+        if old is not None:
+            self.used_memory -= 8 * len(old[1])
+        else:
+            self.used_memory += TOKEN_OVERHEAD + len(token)
+        exp = now + self.config.delivery_token_ttl * 1000
+        self.tokens[token] = (exp, ids)
+        self.used_memory += 8 * len(ids)
+        heapq.heappush(self._token_heap, (exp, token))
+
+    def _expire_keys(self, now: int) -> None:
+        h = self._idem_heap
+        while h and h[0][0] <= now:
+            _, key = heapq.heappop(h)
+            e = self.idem_keys.get(key)
+            if e is not None and e[1] <= now and e[0] not in self.idem_of:
+                self._idem_forget(key)
+        h = self._token_heap
+        while h and h[0][0] <= now:
+            exp, token = heapq.heappop(h)
+            e = self.tokens.get(token)
+            if e is not None and e[0] == exp:
+                del self.tokens[token]
+                self.used_memory -= TOKEN_OVERHEAD + len(token) + 8 * len(e[1])
 
     def jitter(self) -> int:
         return int(self._random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
@@ -323,6 +435,10 @@ class Node(ClusterMixin):
             job.nacks += 1
         elif requeue:
             job.adeliv += 1
+        if self.events_on:
+            if nack:
+                self.events_out.append((now, "nacked", job.id, job.queue, None))
+            self.events_out.append((now, "queued", job.id, job.queue, None))
         job.flags |= F_ENQUEUED_ONCE
         job.state = QUEUED
         if job.retry:
@@ -367,6 +483,9 @@ class Node(ClusterMixin):
             self.evictable[job.id] = job
         q.atime = now
         self.stats.jobs_delivered += 1
+        if self.events_on:
+            self.events_out.append((now, "delivered", job.id, job.queue,
+                                    (job.nacks, job.adeliv)))
         return job
 
     def ack(self, job: Job, now: int) -> None:
@@ -420,6 +539,8 @@ class Node(ClusterMixin):
         """A job's timer fired: expire it, queue it (delay / retry) or push qtime."""
         if job.etime <= now:
             self.stats.jobs_expired += 1
+            if self.events_on and not job.flags & F_DUMMY:
+                self.events_out.append((now, "expired", job.id, job.queue, None))
             self.unregister(job)
             return
         state = job.state
@@ -448,9 +569,11 @@ class Node(ClusterMixin):
         self.schedule(job)
 
     def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
-                   repl: int, timeout: int, is_async: bool, maxlen: int, client, now: int):
+                   repl: int, timeout: int, is_async: bool, maxlen: int, client, now: int,
+                   idem: bytes | None = None):
         """ADDJOB after its arguments were parsed: the checks that need node state,
-        then a new job, queued at once unless delayed. Returns the reply."""
+        then a new job, queued at once unless delayed. Returns the reply (None while a
+        synchronous replication is pending). ``idem``: the IDEMPOTENT key, if any."""
         extrepl = self._peers and (self.leaving or self.memory_level() >= 1)
         if (repl if extrepl else repl - 1) > self.reachable:
             if extrepl and repl - 1 == self.reachable:
@@ -478,6 +601,11 @@ class Node(ClusterMixin):
         self.jobs.count += 1
         self.used_memory += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
+        if idem is not None:
+            self.idem_bind(idem, job)
+        if self.events_on:
+            self.events_out.append((now, "added", jid, qname,
+                                    (ttl, retry, delay, repl, len(body))))
         if self._peers and (repl > 1 or extrepl):
             return self.replicate_new_job(job, client, now, timeout, is_async, extrepl)
         if delay:
@@ -506,6 +634,8 @@ class Node(ClusterMixin):
                 q.jobs.add(job)
             q.jobs_in += 1
             q.atime = now
+            if self.events_on:
+                self.events_out.append((now, "queued", jid, qname, None))
             if q.waiters and not q.flags & PAUSED_OUT:
                 self.ready.append(q)
         if self.aof_on:
@@ -568,6 +698,11 @@ class Node(ClusterMixin):
         self.jobs.clear()
         self.queues.clear()
         self.evictable.clear()
+        self.idem_keys.clear()
+        self.idem_of.clear()
+        self._idem_heap.clear()
+        self.tokens.clear()
+        self._token_heap.clear()
         self.awake = AwakeIndex()
         self.used_memory = CLIENT_OVERHEAD * len(self.clients) + sum(
             c.qbuf for c in self.clients.values())
@@ -614,6 +749,8 @@ class Node(ClusterMixin):
                 b = c.blocked
                 self.unblock(c)
                 job = self.fetch(q, now)
+                if b.token is not None:
+                    self.token_record(b.token, (job.id,), now)
                 self.outbox.append((c, b"*1\r\n" + job_reply(job, b.withcounters)))
 
     def reply_blocked_clients(self, reply: bytes) -> None:
@@ -665,6 +802,8 @@ class Node(ClusterMixin):
 
     def _cron(self, now: int) -> None:
         self.cluster_cron(now)
+        if self._idem_heap or self._token_heap:
+            self._expire_keys(now)
         level = self.memory_level()
         if level >= 2:
             self._evict(self.config.maxmemory * 95 // 100)

@@ -228,6 +228,9 @@ class Rewrite:
             if self.pos < len(self.jobs):
                 aof.loop.call_soon(self.step)
                 return
+            keys = node.aof_retained_keys(int(time.time() * 1000))
+            if keys:
+                write_all(self.fd, b"".join(keys))
             # the snapshot is written: sync it off the loop, then finish in the loop
             fut = aof.loop.run_in_executor(None, os.fsync, self.fd)
             fut.add_done_callback(self._synced)
@@ -293,6 +296,7 @@ def write_snapshot(node, path: str) -> int:
                 if len(batch) >= 10_000:
                     size += write_all(fd, b"".join(batch))
                     batch.clear()
+        batch += node.aof_retained_keys(int(time.time() * 1000))
         if batch:
             size += write_all(fd, b"".join(batch))
         os.fsync(fd)

@@ -41,6 +41,8 @@ class Driver:
         self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)
         node.config_hooks.append(self._config_changed)
         node.host_info = self.host_info
+        self.events = None  # server.eventlog.EventLog, opened at the first events
+        node.events_on = config.event_log
 
     @staticmethod
     def now() -> int:
@@ -75,6 +77,8 @@ class Driver:
         node = self.node
         if node.aof_out:
             self.flush_aof()
+        if node.events_out:
+            self.flush_events()
         if node.bus_out or node.links_dirty or node.cluster_dirty:
             self._flush_cluster()
         if node.outbox:
@@ -104,6 +108,23 @@ class Driver:
         out, self.node.aof_out = self.node.aof_out, []
         if self.aof is not None and out:
             self.aof.append(out)
+
+    def flush_events(self) -> None:
+        out, self.node.events_out = self.node.events_out, []
+        if self.events is None:
+            from .eventlog import EventLog
+
+            cfg = self.config
+            self.events = EventLog(os.path.join(cfg.dir, cfg.event_log_dir), self.node.myid,
+                                   cfg.event_log_max_size)
+        self.events.write(out)
+
+    def stop_events(self) -> None:
+        if self.node.events_out:
+            self.flush_events()
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
     def start_aof(self, rewrite: bool) -> None:
         """Open the AOF for appending; with ``rewrite`` it is rebuilt from the live jobs
@@ -288,6 +309,9 @@ class Driver:
         if "appendfsync" in names and self.aof is not None:
             self.flush_aof()
             self.aof.fsync = self.config.appendfsync
+        if {"event-log", "event-log-dir", "event-log-max-size", "dir"} & set(names):
+            self.stop_events()  # reopened with the new settings at the next events
+            self.node.events_on = self.config.event_log
 
     def shutdown(self, how: str = "") -> None:
         log.warning("User requested shutdown...")
@@ -307,6 +331,7 @@ class Driver:
             log.warning("AOF rewritten for the restart (%d bytes, queues included)", size)
         else:
             self.stop_aof()
+        self.stop_events()
         self.stopping.set()
 
 

@@ -15,6 +15,8 @@ def ackjob(node, client, argv, now):
             job = node.dummy_ack(jid, now)
         elif job.state != ACKED:
             known += 1
+            if node.events_on:
+                node.events_out.append((now, "acked", jid, job.queue, None))
             node.ack(job, now)
         if job is not None and job.state == ACKED:
             node.start_gc(job, now)
@@ -27,6 +29,8 @@ def fastack(node, client, argv, now):
         job = node.jobs.get(jid)
         if job is not None:
             known += 1
+            if node.events_on and job.state != ACKED:
+                node.events_out.append((now, "acked", jid, job.queue, None))
             node.fast_ack(job)
         else:
             node.fast_ack_unknown(jid)

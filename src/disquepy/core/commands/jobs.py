@@ -6,6 +6,7 @@ from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
 from ..job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
+from ..messages import MAX_IDEM_KEY
 from .args import job_ids, parse_int, parse_scan, parse_timeout
 
 DEFAULT_TTL = 24 * 3600  # seconds
@@ -22,13 +23,15 @@ def default_retry(ttl: int) -> int:
 
 
 def addjob(node, client, argv, now):
-    """ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]"""
+    """ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
+    [IDEMPOTENT key] (disquepy: the job already added with ``key`` answers instead)"""
     replicate = 0
     delay = 0
     retry = -1
     ttl = DEFAULT_TTL
     maxlen = 0
     is_async = False
+    idem = None
     n = len(argv)
     if n == 4:  # the common case: no options, all defaults
         t = argv[3]
@@ -66,6 +69,11 @@ def addjob(node, client, argv, now):
             j += 1
         elif opt == b"async":
             is_async = True
+        elif opt == b"idempotent" and not last:
+            idem = argv[j + 1]
+            if not 0 < len(idem) <= MAX_IDEM_KEY:
+                raise ReplyError(errors.IDEM_RANGE)
+            j += 1
         else:
             raise ReplyError(errors.SYNTAX)
         j += 1
@@ -78,8 +86,12 @@ def addjob(node, client, argv, now):
         raise ReplyError(errors.DELAY_GE_TTL)
     if retry == -1:
         retry = default_retry(ttl)
+    if idem is not None:
+        jid = node.idem_lookup(idem, now)
+        if jid is not None:
+            return b"+" + jid + b"\r\n"
     return node.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout, is_async,
-                           maxlen, client, now)
+                           maxlen, client, now, idem)
 
 
 def show(node, client, argv, now):
@@ -120,6 +132,8 @@ def deljob(node, client, argv, now):
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
         if job is not None:
+            if node.events_on and not job.flags & F_DUMMY:
+                node.events_out.append((now, "deleted", jid, job.queue, None))
             node.unregister(job)
             deleted += 1
     return resp.integer(deleted)

@@ -6,6 +6,7 @@ from ...codec import resp
 from .. import errors
 from ..client import BlockedGet
 from ..errors import ReplyError
+from ..job import ACKED
 from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT
 from .args import parse_int, parse_scan, parse_timeout
 
@@ -24,8 +25,13 @@ def job_reply(job, withcounters: bool) -> bytes:
 
 
 def getjob(node, client, argv, now):
-    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM q1 ... qN"""
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [TOKEN t] FROM q1 ... qN
+
+    TOKEN (disquepy): the first GETJOB with a token remembers the jobs it delivers;
+    a later one with the same token takes nothing new and returns those of them
+    that still exist here, so a consumer replaying a read gets the same jobs."""
     nohang = False
+    token = None
     withcounters = False
     timeout = 0
     count = 1
@@ -46,6 +52,11 @@ def getjob(node, client, argv, now):
             if count <= 0:
                 raise ReplyError(errors.COUNT_RANGE)
             j += 1
+        elif opt == b"token" and not last:
+            token = argv[j + 1]
+            if not 0 < len(token) <= 256:
+                raise ReplyError(errors.TOKEN_RANGE)
+            j += 1
         elif opt == b"from":
             j += 1
             break
@@ -57,23 +68,33 @@ def getjob(node, client, argv, now):
     names = argv[j:]
     if not names:
         raise ReplyError(errors.SYNTAX)
+    if token is not None:
+        ids = node.token_get(token, now)
+        if ids is not None:
+            return _token_replay(node, ids, withcounters, client.proto)
 
     queues = node.queues
     for name in names:  # as in Disque, asking for a queue creates it
         if name not in queues:
             node.queue_for(name, now)
     out = []
+    taken = [] if token is not None else None  # IDs the token will remember
     while True:
         got = 0
         for name in names:
             q = queues[name]
             if q.jobs and not q.flags & PAUSED_OUT:
-                out.append(job_reply(node.fetch(q, now), withcounters))
+                job = node.fetch(q, now)
+                out.append(job_reply(job, withcounters))
+                if taken is not None:
+                    taken.append(job.id)
                 got += 1
                 if len(out) == count:
                     break
         if got == 0 or len(out) == count:
             break
+    if taken is not None:
+        node.token_record(token, tuple(taken), now)
     if out:
         if node._peers:
             node.queues_drained(names, now, took=True)
@@ -83,10 +104,22 @@ def getjob(node, client, argv, now):
         return resp.null_array(client.proto)
     if node.leaving:
         return resp.error(errors.LEAVING)
-    node.block(client, BlockedGet(names, count, withcounters, now + timeout if timeout else 0),
-               now)
+    node.block(client, BlockedGet(names, count, withcounters, now + timeout if timeout else 0,
+                                  token), now)
     node.queues_drained(names, now)
     return None
+
+
+def _token_replay(node, ids: tuple, withcounters: bool, proto: int) -> bytes:
+    """What a replayed GETJOB TOKEN returns: its jobs still known here, any state."""
+    out = []
+    for jid in ids:
+        job = node.jobs.get(jid)
+        if job is not None and job.state != ACKED:
+            out.append(job_reply(job, withcounters))
+    if not out:
+        return resp.null_array(proto)
+    return b"*%d\r\n" % len(out) + b"".join(out)
 
 
 def qlen(node, client, argv, now):
