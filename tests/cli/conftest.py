@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
 
-ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "disquepy.cli"]
-NODE_TIMEOUT_MS = 1500
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-@dataclass
-class Result:
-    """A finished ``disque`` process."""
-
-    rc: int
-    out: str
-    err: str
-
-
-def cli_env(home: Path) -> dict[str, str]:
-    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
-    env.pop("DISQUE_AUTH", None)
-    env.pop("DISQUE_HISTFILE", None)
-    return env
+from cli_support import CLI, NODE_TIMEOUT_MS, Result, cli_env, hello_ok, wait_for  # noqa: E402
 
 
 @pytest.fixture
@@ -46,26 +26,6 @@ def run_cli(tmp_path):
 
     run.home = home
     return run
-
-
-def wait_for(pred, timeout: float = 15.0, step: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-def hello_ok(c: redis.Redis, n: int) -> bool:
-    """HELLO on ``c`` lists ``n`` nodes, all reachable (priority 1)."""
-    try:
-        h = c.execute_command("HELLO")
-    except redis.RedisError:
-        return False
-    return len(h) == 2 + n and all(e[3] == b"1" for e in h[2:])
 
 
 @pytest.fixture
@@ -93,12 +53,3 @@ def make_cluster(fresh_nodes):
         return servers, clients
 
     return make
-
-
-def table_rows(out: str) -> list[list[str]]:
-    """The cells of the body rows of the rich tables in ``out`` (box-drawing borders)."""
-    rows = []
-    for line in out.splitlines():
-        if line.startswith("│") and line.rstrip().endswith("│"):
-            rows.append([cell.strip() for cell in line.strip()[1:-1].split("│")])
-    return rows
