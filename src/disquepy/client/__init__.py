@@ -1,0 +1,46 @@
+"""disquepy's client library: a sync (:class:`Disque`) and an asyncio (:class:`AsyncDisque`)
+client for Disque, cluster-aware, built on redis-py's connection pools (RESP2).
+
+```python
+from disquepy.client import Disque
+
+with Disque(["127.0.0.1:7711", "127.0.0.1:7712"]) as c:
+    jid = c.add_job("emails", b'{"to": "tom@example.net"}', retry=60)
+    for job in c.get_jobs("emails", timeout_ms=1000, with_counters=True):
+        print(job.json())
+        c.ack(job.id)
+```
+"""
+
+from ._common import (
+    Affinity,
+    DisqueError,
+    Hello,
+    Job,
+    LeavingError,
+    NodeInfo,
+    NoJobError,
+    NoNodesError,
+    NoReplError,
+    PausedError,
+    ResponseError,
+    TryAgainError,
+)
+from .sync import Disque, Pipeline
+
+__all__ = [
+    "Affinity",
+    "Disque",
+    "DisqueError",
+    "Hello",
+    "Job",
+    "LeavingError",
+    "NoJobError",
+    "NoNodesError",
+    "NoReplError",
+    "NodeInfo",
+    "PausedError",
+    "Pipeline",
+    "ResponseError",
+    "TryAgainError",
+]

@@ -1,0 +1,142 @@
+"""One method per Disque command, shared by :class:`Disque`, :class:`AsyncDisque` and the
+pipelines: each builds the arguments and names the reply parser, then hands both to
+``self._run(args, parser)`` — which runs it now (sync), returns an awaitable (asyncio) or
+queues it (pipeline)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._common import (
+    addjob_args,
+    getjob_args,
+    parse_id,
+    parse_info,
+    parse_int,
+    parse_jobs,
+    parse_kv,
+    parse_ping,
+    parse_show,
+    parse_str,
+)
+
+
+class Commands:
+    """The Disque command set. ``_run`` and ``_parse_jobs`` come from the concrete class."""
+
+    __slots__ = ()
+
+    def _run(self, args: list, parser: Any) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _parse_jobs(self, reply: Any) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _parse_hello(self, reply: Any) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # -- jobs
+
+    def add_job(self, queue: str, body: bytes | str, timeout_ms: int = 0, *,
+                replicate: int | None = None, delay: int | None = None,
+                retry: int | None = None, ttl: int | None = None, maxlen: int | None = None,
+                async_: bool = False, idempotent: str | bytes | None = None) -> str:
+        """ADDJOB: add ``body`` to ``queue``; returns the job ID.
+
+        ``timeout_ms`` bounds the wait for synchronous replication (0: no limit).
+        ``delay``, ``retry`` and ``ttl`` are in seconds. ``async_=True`` replicates in the
+        background. ``idempotent=key`` makes a retry with the same key on the same node
+        return the first job's ID instead of adding a second job; after a connection
+        error the client retries such an add on the same node first.
+        """
+        return self._run(addjob_args(queue, body, timeout_ms, replicate, delay, retry, ttl,
+                                     maxlen, async_, idempotent), parse_id)
+
+    def get_jobs(self, queues: str | Sequence[str], *, count: int = 1,
+                 timeout_ms: int | None = None, nohang: bool = False,
+                 with_counters: bool = False, token: str | bytes | None = None) -> list:
+        """GETJOB: up to ``count`` jobs from ``queues`` (served left to right); ``[]`` when
+        none arrived in ``timeout_ms`` (``None``: block until a job arrives; ``nohang``:
+        never block). ``with_counters`` fills ``Job.nacks`` and
+        ``Job.additional_deliveries``. ``token``: a retry of a GETJOB whose reply was lost,
+        sent with the same token to the same node, returns the same jobs again instead of
+        new ones (the client retries on the same node first after a connection error).
+        """
+        return self._run(getjob_args(queues, count, timeout_ms, nohang, with_counters, token),
+                         self._parse_jobs)
+
+    def ack(self, *ids: str) -> int:
+        """ACKJOB: acknowledge jobs (cluster-wide, replicated); returns how many were known."""
+        return self._run(["ACKJOB", *ids], parse_int)
+
+    def fast_ack(self, *ids: str) -> int:
+        """FASTACK: best-effort cluster-wide delete; returns how many were known here."""
+        return self._run(["FASTACK", *ids], parse_int)
+
+    def nack(self, *ids: str) -> int:
+        """NACK: put jobs back in their queue now, counting a nack; returns how many."""
+        return self._run(["NACK", *ids], parse_int)
+
+    def working(self, id: str) -> int:
+        """WORKING: postpone the next delivery; returns the seconds postponed (the retry).
+        Raises :class:`NoJobError` if this node does not know the job."""
+        return self._run(["WORKING", id], parse_int)
+
+    def enqueue(self, *ids: str) -> int:
+        """ENQUEUE: queue jobs not already queued; returns how many were queued."""
+        return self._run(["ENQUEUE", *ids], parse_int)
+
+    def dequeue(self, *ids: str) -> int:
+        """DEQUEUE: take jobs out of their queue; returns how many were dequeued."""
+        return self._run(["DEQUEUE", *ids], parse_int)
+
+    def del_job(self, *ids: str) -> int:
+        """DELJOB: delete jobs from this node only; returns how many were deleted."""
+        return self._run(["DELJOB", *ids], parse_int)
+
+    def show(self, id: str) -> dict | None:
+        """SHOW: the job's fields as a dict (keys str, ``"body"`` bytes), ``None`` if this
+        node does not know it."""
+        return self._run(["SHOW", id], parse_show)
+
+    # -- queues
+
+    def qlen(self, queue: str) -> int:
+        """QLEN: jobs queued in ``queue`` on this node."""
+        return self._run(["QLEN", queue], parse_int)
+
+    def qstat(self, queue: str) -> dict | None:
+        """QSTAT: the queue's fields as a dict (str keys), ``None`` if it does not exist."""
+        return self._run(["QSTAT", queue], parse_kv)
+
+    def qpeek(self, queue: str, count: int) -> list:
+        """QPEEK: up to ``count`` queued jobs without taking them (negative: newest first)."""
+        return self._run(["QPEEK", queue, count], self._parse_jobs_plain)
+
+    def pause(self, queue: str, *flags: str) -> str:
+        """PAUSE: change or read (``"state"``) a queue's pause state; returns it
+        (``"none"``, ``"in"``, ``"out"`` or ``"all"``)."""
+        return self._run(["PAUSE", queue, *flags], parse_str)
+
+    # -- server
+
+    def hello(self) -> Any:
+        """HELLO: :class:`Hello` (version, this node's ID, every node with its priority)."""
+        return self._run(["HELLO"], self._parse_hello)
+
+    def info(self, section: str | None = None) -> dict:
+        """INFO: the fields as a flat dict (numbers converted)."""
+        args = ["INFO"] if section is None else ["INFO", section]
+        return self._run(args, parse_info)
+
+    def ping(self) -> bool:
+        """PING: ``True`` when the node answers."""
+        return self._run(["PING"], parse_ping)
+
+    def execute_command(self, *args: Any) -> Any:
+        """Any command, raw reply (as redis-py returns it), on the current node."""
+        return self._run(list(args), None)
+
+    def _parse_jobs_plain(self, reply: Any) -> Any:
+        return parse_jobs(reply, self._decode_bodies)

@@ -1,0 +1,418 @@
+"""The synchronous, cluster-aware Disque client, on redis-py's connection pools."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+import redis.exceptions as rexc
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ._commands import Commands
+from ._common import (
+    FAILOVER_CODES,
+    Address,
+    Affinity,
+    Hello,
+    LeavingError,
+    NodeSpec,
+    NoNodesError,
+    ResponseError,
+    Topology,
+    TryAgainError,
+    convert_error,
+    fmt_addr,
+    job_node_prefix,
+    jscan_args,
+    parse_hello,
+    parse_jobs,
+    parse_nodes,
+    parse_show,
+    qscan_args,
+    wait_backoff,
+)
+
+log = logging.getLogger("disquepy.client")
+
+_NET_ERRORS = (rexc.ConnectionError, rexc.TimeoutError)
+TRYAGAIN_LIMIT = 100  # -TRYAGAIN retries (50 ms apart) before giving up
+
+
+class Disque(Commands):
+    """A Disque client, cluster-aware as the Disque spec asks of client libraries.
+
+    ``nodes`` is a seed list (``"host:port"`` or ``(host, port)``). On first use the client
+    connects to a seed (in random order, skipping those that refuse), runs ``HELLO`` to
+    learn every node and its priority, and moves to the best-priority node. On a
+    connection error (or ``-LEAVING``) it marks the node, reconnects to the next best node
+    and runs the command again — so a command can run twice when the connection broke
+    after the node executed it (an ADDJOB may then add two jobs: Disque is at-least-once;
+    use ``idempotent=`` to make that safe).
+
+    ``affinity=True`` makes the client follow the jobs it receives: it counts them by the
+    node that created them (the ID prefix) and moves its connection to the node producing
+    most of them (see :class:`Affinity` for the hysteresis). ``decode_bodies=True`` gives
+    ``str`` bodies. Thread-safe: each thread borrows its own connection from the pool.
+    """
+
+    def __init__(self, nodes: NodeSpec | Sequence[NodeSpec] | None = None, *,
+                 password: str | None = None, socket_timeout: float | None = None,
+                 affinity: bool = False, decode_bodies: bool = False,
+                 socket_connect_timeout: float = 2.0, shuffle: bool = True,
+                 affinity_window: int = 32, affinity_ratio: float = 2.0,
+                 max_connections: int | None = None) -> None:
+        self._seeds = parse_nodes(nodes)
+        self._password = password
+        self._socket_timeout = socket_timeout
+        self._connect_timeout = socket_connect_timeout
+        self._decode_bodies = decode_bodies
+        self._shuffle = shuffle
+        self._max_connections = max_connections
+        self.topology = Topology(self._seeds)
+        self._affinity = Affinity(affinity_window, affinity_ratio) if affinity else None
+        self._lock = threading.RLock()
+        self._clients: dict[Address, redis.Redis] = {}
+        self._r: redis.Redis | None = None
+        self._addr: Address | None = None
+        self._my_id: str | None = None
+        self._pending_move: Address | None = None
+        self.moves = 0  # how many times the client changed node (failover or affinity)
+
+    # ------------------------------------------------------------------ connections
+
+    def _client_for(self, addr: Address) -> redis.Redis:
+        r = self._clients.get(addr)
+        if r is None:
+            r = redis.Redis(host=addr[0], port=addr[1], password=self._password,
+                            socket_timeout=self._socket_timeout,
+                            socket_connect_timeout=self._connect_timeout, protocol=2,
+                            retry=Retry(NoBackoff(), 0), max_connections=self._max_connections)
+            r.response_callbacks.pop("INFO", None)  # our parser keeps strings as strings
+            self._clients[addr] = r
+        return r
+
+    def _try(self, addr: Address) -> tuple[redis.Redis, Hello] | None:
+        """Connect to ``addr`` and HELLO; ``None`` (node marked failed) if it does not answer."""
+        r = self._client_for(addr)
+        try:
+            reply = r.execute_command("HELLO")
+        except rexc.AuthenticationError:
+            raise
+        except rexc.ResponseError as e:
+            err = convert_error(e)
+            if err.code in ("NOAUTH", "WRONGPASS"):
+                raise err from None
+            log.debug("node %s answered HELLO with %s", fmt_addr(addr), err)
+            self.topology.mark_failed(addr)
+            return None
+        except (*_NET_ERRORS, OSError) as e:
+            log.debug("node %s unreachable: %s", fmt_addr(addr), e)
+            self.topology.mark_failed(addr)
+            r.connection_pool.disconnect()
+            return None
+        hello = parse_hello(reply, addr)
+        self.topology.mark_ok(addr)
+        self.topology.update(hello)
+        return r, hello
+
+    def _connect(self, prefer: Address | None = None) -> redis.Redis:
+        """Pick and connect to a node (``prefer`` first, then by priority); sets current."""
+        with self._lock:
+            cands = self.topology.candidates(self._shuffle)
+            if prefer is not None:
+                cands = [prefer] + [a for a in cands if a != prefer]
+            for addr in cands:
+                got = self._try(addr)
+                if got is None:
+                    continue
+                r, hello = got
+                if prefer is None:
+                    # HELLO may reveal a better node (e.g. this one is leaving): one hop
+                    best = self.topology.candidates(self._shuffle)[0]
+                    if (best != addr and self.topology.priority_of(best)
+                            < self.topology.priority_of(addr)):
+                        moved = self._try(best)
+                        if moved is not None:
+                            addr, (r, hello) = best, moved
+                self._set_current(addr, r, hello)
+                return r
+            raise NoNodesError("no Disque node reachable (tried "
+                               + ", ".join(fmt_addr(a) for a in cands) + ")")
+
+    def _set_current(self, addr: Address, r: redis.Redis, hello: Hello) -> None:
+        if self._addr is not None and self._addr != addr:
+            self.moves += 1
+            log.info("disque client now on %s (was %s)", fmt_addr(addr), fmt_addr(self._addr))
+        self._addr = addr
+        self._my_id = hello.my_id
+        self._r = r
+
+    def connect(self) -> Disque:
+        """Connect now (otherwise the first command does); returns ``self``."""
+        self._ensure()
+        return self
+
+    def _ensure(self) -> redis.Redis:
+        with self._lock:
+            return self._r if self._r is not None else self._connect()
+
+    def _prepare(self) -> redis.Redis:
+        move = self._pending_move
+        if move is not None:
+            self._pending_move = None
+            with self._lock:
+                if move != self._addr:
+                    got = self._try(move)
+                    if got is not None:
+                        self._set_current(move, *got)
+        return self._ensure()
+
+    @property
+    def node(self) -> str:
+        """``"host:port"`` of the node the client uses now."""
+        self._ensure()
+        return fmt_addr(self._addr)
+
+    @property
+    def node_id(self) -> str:
+        """The ID of the node the client uses now."""
+        self._ensure()
+        return self._my_id
+
+    def close(self) -> None:
+        """Close every connection."""
+        with self._lock:
+            for r in self._clients.values():
+                r.close()
+                r.connection_pool.disconnect()
+            self._clients.clear()
+            self._r = None
+
+    def __enter__(self) -> Disque:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ running commands
+
+    def _run(self, args: list, parser: Any) -> Any:
+        r = self._r
+        if r is None or self._pending_move is not None:
+            r = self._prepare()
+        try:
+            reply = r.execute_command(*args)
+        except (rexc.ResponseError, *_NET_ERRORS) as e:
+            return self._recover(args, parser, e, r)
+        return reply if parser is None else parser(reply)
+
+    def _recover(self, args: list, parser: Any, exc: Exception, r: redis.Redis) -> Any:
+        """Error path of ``_run``: -TRYAGAIN waits, -LEAVING and connection errors fail over."""
+        sticky = "IDEMPOTENT" in args or "TOKEN" in args
+        tries = 0
+        limit = 2 * len(self.topology.candidates(False)) + 2
+        while True:
+            if isinstance(exc, rexc.AuthenticationError):
+                raise exc
+            if isinstance(exc, rexc.ResponseError):
+                err = convert_error(exc)
+                if isinstance(err, TryAgainError) and tries < TRYAGAIN_LIMIT:
+                    time.sleep(0.05)
+                elif err.code in FAILOVER_CODES and tries < limit:
+                    r = self._failover(r, leaving=True, sticky=False)
+                else:
+                    raise err from None
+            else:
+                if tries >= limit:
+                    raise NoNodesError(f"{args[0]} failed on every node: {exc}") from exc
+                log.warning("disque node %s failed (%s); failing over",
+                            fmt_addr(self._addr) if self._addr else "?", exc)
+                r = self._failover(r, leaving=False, sticky=sticky and tries == 0)
+            tries += 1
+            try:
+                reply = r.execute_command(*args)
+            except (rexc.ResponseError, *_NET_ERRORS) as e:
+                exc = e
+                continue
+            return reply if parser is None else parser(reply)
+
+    def _failover(self, failed: redis.Redis, *, leaving: bool, sticky: bool) -> redis.Redis:
+        with self._lock:
+            if self._r is not None and self._r is not failed:
+                return self._r  # another thread already moved
+            addr = self._addr
+            self._r = None
+            if sticky and addr is not None:
+                return self._connect(prefer=addr)
+            if addr is not None:
+                if leaving:
+                    self.topology.mark_leaving(addr)
+                else:
+                    self.topology.mark_failed(addr)
+                    self._clients[addr].connection_pool.disconnect()
+            return self._connect()
+
+    # ------------------------------------------------------------------ parsers with state
+
+    def _parse_jobs(self, reply: Any) -> list:
+        jobs = parse_jobs(reply, self._decode_bodies)
+        if self._affinity is not None and jobs:
+            target = self._affinity.observe(jobs, self._my_id[:8] if self._my_id else None)
+            if target is not None:
+                addr = self.topology.address_of(target)
+                if addr is not None and addr != self._addr:
+                    log.info("affinity: moving to %s (node %s produces most jobs)",
+                             fmt_addr(addr), target)
+                    self._pending_move = addr
+        return jobs
+
+    def _parse_hello(self, reply: Any) -> Hello:
+        hello = parse_hello(reply, self._addr)
+        self.topology.update(hello)
+        return hello
+
+    # ------------------------------------------------------------------ multi-step commands
+
+    def qscan(self, *, count: int | None = None, busyloop: bool = False,
+              minlen: int | None = None, maxlen: int | None = None,
+              importrate: int | None = None) -> Iterator[str]:
+        """QSCAN with the cursor loop hidden: yields queue names (maybe repeated)."""
+        cursor = 0
+        while True:
+            reply = self._run(qscan_args(cursor, count, busyloop, minlen, maxlen, importrate),
+                              None)
+            cursor = int(reply[0])
+            for q in reply[1]:
+                yield q.decode("utf-8", "surrogateescape")
+            if cursor == 0:
+                return
+
+    def jscan(self, *, count: int | None = None, busyloop: bool = False,
+              queue: str | None = None, state: str | Sequence[str] | None = None,
+              reply: str = "id") -> Iterator[Any]:
+        """JSCAN with the cursor loop hidden: yields job IDs (``reply="all"``: SHOW dicts)."""
+        cursor = 0
+        while True:
+            res = self._run(jscan_args(cursor, count, busyloop, queue, state, reply), None)
+            cursor = int(res[0])
+            for item in res[1]:
+                yield item.decode("ascii") if reply == "id" else parse_show(item)
+            if cursor == 0:
+                return
+
+    def wait_for_ack(self, id: str, timeout: float) -> bool:
+        """Wait until job ``id`` is acknowledged; ``True`` if it was within ``timeout``
+        seconds, ``False`` otherwise.
+
+        Polls ``SHOW`` on the node that created the job (found by the ID prefix among the
+        nodes HELLO lists; the current node if unknown), every 5 ms at first and backing
+        off to 250 ms. Done means SHOW says ``state: acked`` or returns nil: the creating
+        node always holds a copy until the job's acknowledgement is garbage-collected, so
+        nil means acked-and-collected — but also expired (TTL), deleted with
+        DELJOB/FASTACK, or lost by a restart of that node without AOF; the function cannot
+        tell these apart. While the creating node is unreachable it keeps polling (and
+        returns ``False`` at the deadline).
+        """
+        prefix = job_node_prefix(id)
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            addr = self.topology.address_of(prefix)
+            try:
+                if addr is None or addr == self._addr:
+                    reply = self.execute_command("SHOW", id)
+                else:
+                    reply = self._client_for(addr).execute_command("SHOW", id)
+                if reply is None or parse_show(reply).get("state") == "acked":
+                    return True
+            except (*_NET_ERRORS, NoNodesError) as e:
+                log.debug("wait_for_ack: %s", e)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(wait_backoff(attempt), left))
+            attempt += 1
+
+    def pipeline(self) -> Pipeline:
+        """A pipeline: queue commands, ``execute()`` sends them in one round trip and
+        returns the replies in order (errors as exception instances)."""
+        return Pipeline(self)
+
+
+class Pipeline(Commands):
+    """Commands queued on a :class:`Disque` and sent together by :meth:`execute`.
+
+    Methods return the pipeline (so calls chain). ``execute()`` returns the parsed replies
+    in order; error replies come back as :class:`ResponseError` instances, not raised. On
+    a connection error the client fails over and sends the whole batch again (commands
+    that had run may run twice).
+    """
+
+    def __init__(self, client: Disque) -> None:
+        self._client = client
+        self._decode_bodies = client._decode_bodies
+        self._queued: list[tuple[list, Any]] = []
+
+    def _run(self, args: list, parser: Any) -> Pipeline:
+        self._queued.append((args, parser))
+        return self
+
+    def _parse_jobs(self, reply: Any) -> list:
+        return parse_jobs(reply, self._decode_bodies)
+
+    def _parse_hello(self, reply: Any) -> Hello:
+        return parse_hello(reply)
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._queued.clear()
+
+    def execute(self) -> list:
+        """Send the queued commands; their replies in order (errors as instances)."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return []
+        c = self._client
+        limit = 2 * len(c.topology.candidates(False)) + 2
+        for tries in range(limit + 1):
+            r = c._prepare()
+            p = r.pipeline(transaction=False)
+            for args, _ in queued:
+                p.execute_command(*args)
+            try:
+                replies = p.execute(raise_on_error=False)
+            except _NET_ERRORS as e:
+                if tries >= limit:
+                    raise NoNodesError(f"pipeline failed on every node: {e}") from e
+                c._failover(r, leaving=False, sticky=False)
+                continue
+            finally:
+                p.reset()
+            out = []
+            leaving = False
+            for (_, parser), rep in zip(queued, replies, strict=True):
+                if isinstance(rep, rexc.ResponseError):
+                    rep = convert_error(rep)
+                    leaving = leaving or isinstance(rep, LeavingError)
+                elif isinstance(rep, Exception):
+                    pass
+                elif parser is not None:
+                    rep = parser(rep)
+                out.append(rep)
+            if leaving:  # next commands go elsewhere; this batch's replies stand
+                c._failover(r, leaving=True, sticky=False)
+            return out
+        raise NoNodesError("pipeline failed")  # pragma: no cover
+
+
+__all__ = ["Disque", "Pipeline", "ResponseError"]
