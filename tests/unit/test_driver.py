@@ -43,6 +43,9 @@ class HoldingAof:
     def hold(self, conn, data: bytes) -> None:
         self.held.append((conn, data))
 
+    def hold_call(self, write, data: bytes) -> None:
+        self.held.append((write, data))
+
     def append(self, records: list) -> None:
         self.records.extend(records)
 
@@ -80,4 +83,35 @@ def test_replies_written_at_once_without_aof():
     a, ta = connect(driver)
     a.data_received(b"PING\r\nECHO hi\r\n")
     assert ta.written == [b"+PONG\r\n$2\r\nhi\r\n"]  # one write for the batch
+    loop.close()
+
+
+class FakeBus:
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send(self, node_id: str, frame: bytes) -> None:
+        self.sent.append((node_id, frame))
+
+    def sync_links(self, links) -> None:
+        pass
+
+
+def test_bus_frames_wait_behind_the_aof_write():
+    """A replica's GOTJOB promises a copy: with records of this iteration not yet
+    written (and fsynced, under always), the frame is held with the replies."""
+    loop, node, driver = make()
+    driver.bus = FakeBus()
+    node.bus_out.append((["b" * 40], [1, node.myid, node.port, 0]))
+    driver.aof = HoldingAof()
+    driver.after_event()
+    assert driver.bus.sent == []
+    (write, frame), = driver.aof.held
+    write(frame)
+    assert driver.bus.sent == [("b" * 40, frame)]
+    # nothing pending in the AOF: frames go at once
+    driver.aof.holding = False
+    node.bus_out.append((["b" * 40], [1, node.myid, node.port, 0]))
+    driver.after_event()
+    assert len(driver.bus.sent) == 2
     loop.close()

@@ -81,7 +81,9 @@ class AofFile:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.base_size = self.size
-        self.held: list = []  # (conn, reply bytes) waiting for the write (and fsync)
+        # (write function, bytes) waiting for the write (and fsync): replies to clients
+        # and cluster bus frames (a replica's GOTJOB must not promise an unsynced copy)
+        self.held: list = []
         self.pending: list = []  # records of this loop iteration
         self._flush_scheduled = False
         self._fsync_running = False
@@ -107,7 +109,10 @@ class AofFile:
         return self._flush_scheduled
 
     def hold(self, conn, data: bytes) -> None:
-        self.held.append((conn, data))
+        self.held.append((conn.write, data))
+
+    def hold_call(self, write, data: bytes) -> None:
+        self.held.append((write, data))
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -127,8 +132,8 @@ class AofFile:
         if self.fsync == "everysec":
             self._maybe_background_fsync()
         held, self.held = self.held, []
-        for conn, reply in held:
-            conn.write(reply)
+        for write, data in held:
+            write(data)
         self._maybe_auto_rewrite()
 
     def _maybe_background_fsync(self) -> None:

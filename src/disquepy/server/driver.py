@@ -12,6 +12,7 @@ import gc
 import os
 import sys
 import time
+from functools import partial
 
 from ..codec import resp
 from ..codec.bus import encode_frame
@@ -181,9 +182,15 @@ class Driver:
                         per[d] = [msg]
                     else:
                         lst.append(msg)
+            aof = self.aof
+            hold = aof is not None and aof.holding  # frames leave after the AOF write
             for d, msgs in per.items():
-                bus.send(d, encode_frame(
-                    msgs[0] if len(msgs) == 1 else [BATCH, node.myid, node.port, 0, msgs]))
+                frame = encode_frame(
+                    msgs[0] if len(msgs) == 1 else [BATCH, node.myid, node.port, 0, msgs])
+                if hold:
+                    aof.hold_call(partial(bus.send, d), frame)
+                else:
+                    bus.send(d, frame)
         if node.cluster_dirty:
             node.cluster_dirty = False
             self.save_nodes_conf()
