@@ -26,10 +26,13 @@ from ._common import (
     ResponseError,
     TryAgainError,
 )
+from .aio import AsyncDisque, AsyncPipeline
 from .sync import Disque, Pipeline
 
 __all__ = [
     "Affinity",
+    "AsyncDisque",
+    "AsyncPipeline",
     "Disque",
     "DisqueError",
     "Hello",

@@ -1,0 +1,388 @@
+"""The asyncio Disque client: :class:`Disque`'s behaviour on ``redis.asyncio``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import redis.asyncio as aredis
+import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ._commands import Commands
+from ._common import (
+    FAILOVER_CODES,
+    Address,
+    Affinity,
+    Hello,
+    LeavingError,
+    NodeSpec,
+    NoNodesError,
+    Topology,
+    TryAgainError,
+    convert_error,
+    fmt_addr,
+    job_node_prefix,
+    jscan_args,
+    parse_hello,
+    parse_jobs,
+    parse_nodes,
+    parse_show,
+    qscan_args,
+    wait_backoff,
+)
+from .sync import TRYAGAIN_LIMIT
+
+log = logging.getLogger("disquepy.client")
+
+_NET_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, asyncio.TimeoutError)
+
+
+class AsyncDisque(Commands):
+    """The asyncio twin of :class:`~disquepy.client.Disque`: the same constructor, the same
+    methods (awaitable), the same cluster behaviour (HELLO, priority, failover on
+    connection errors and ``-LEAVING``, affinity), on ``redis.asyncio`` pools.
+
+    ``qscan``/``jscan`` are async iterators (``async for q in c.qscan(): ...``);
+    ``async with AsyncDisque(...) as c:`` closes it at the end.
+    """
+
+    def __init__(self, nodes: NodeSpec | Sequence[NodeSpec] | None = None, *,
+                 password: str | None = None, socket_timeout: float | None = None,
+                 affinity: bool = False, decode_bodies: bool = False,
+                 socket_connect_timeout: float = 2.0, shuffle: bool = True,
+                 affinity_window: int = 32, affinity_ratio: float = 2.0,
+                 max_connections: int | None = None) -> None:
+        self._seeds = parse_nodes(nodes)
+        self._password = password
+        self._socket_timeout = socket_timeout
+        self._connect_timeout = socket_connect_timeout
+        self._decode_bodies = decode_bodies
+        self._shuffle = shuffle
+        self._max_connections = max_connections
+        self.topology = Topology(self._seeds)
+        self._affinity = Affinity(affinity_window, affinity_ratio) if affinity else None
+        self._lock: asyncio.Lock | None = None
+        self._clients: dict[Address, aredis.Redis] = {}
+        self._r: aredis.Redis | None = None
+        self._addr: Address | None = None
+        self._my_id: str | None = None
+        self._pending_move: Address | None = None
+        self.moves = 0
+
+    # ------------------------------------------------------------------ connections
+
+    def _get_lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def _client_for(self, addr: Address) -> aredis.Redis:
+        r = self._clients.get(addr)
+        if r is None:
+            r = aredis.Redis(host=addr[0], port=addr[1], password=self._password,
+                             socket_timeout=self._socket_timeout,
+                             socket_connect_timeout=self._connect_timeout, protocol=2,
+                             retry=Retry(NoBackoff(), 0),
+                             max_connections=self._max_connections)
+            r.response_callbacks.pop("INFO", None)
+            self._clients[addr] = r
+        return r
+
+    async def _try(self, addr: Address) -> tuple[aredis.Redis, Hello] | None:
+        r = self._client_for(addr)
+        try:
+            reply = await r.execute_command("HELLO")
+        except rexc.AuthenticationError:
+            raise
+        except rexc.ResponseError as e:
+            err = convert_error(e)
+            if err.code in ("NOAUTH", "WRONGPASS"):
+                raise err from None
+            self.topology.mark_failed(addr)
+            return None
+        except (*_NET_ERRORS, OSError) as e:
+            log.debug("node %s unreachable: %s", fmt_addr(addr), e)
+            self.topology.mark_failed(addr)
+            await r.connection_pool.disconnect()
+            return None
+        hello = parse_hello(reply, addr)
+        self.topology.mark_ok(addr)
+        self.topology.update(hello)
+        return r, hello
+
+    async def _connect_locked(self, prefer: Address | None = None) -> aredis.Redis:
+        cands = self.topology.candidates(self._shuffle)
+        if prefer is not None:
+            cands = [prefer] + [a for a in cands if a != prefer]
+        for addr in cands:
+            got = await self._try(addr)
+            if got is None:
+                continue
+            r, hello = got
+            if prefer is None:
+                best = self.topology.candidates(self._shuffle)[0]
+                if (best != addr and self.topology.priority_of(best)
+                        < self.topology.priority_of(addr)):
+                    moved = await self._try(best)
+                    if moved is not None:
+                        addr, (r, hello) = best, moved
+            self._set_current(addr, r, hello)
+            return r
+        raise NoNodesError("no Disque node reachable (tried "
+                           + ", ".join(fmt_addr(a) for a in cands) + ")")
+
+    def _set_current(self, addr: Address, r: aredis.Redis, hello: Hello) -> None:
+        if self._addr is not None and self._addr != addr:
+            self.moves += 1
+            log.info("disque client now on %s (was %s)", fmt_addr(addr), fmt_addr(self._addr))
+        self._addr = addr
+        self._my_id = hello.my_id
+        self._r = r
+
+    async def connect(self) -> AsyncDisque:
+        """Connect now (otherwise the first command does); returns ``self``."""
+        await self._ensure()
+        return self
+
+    async def _ensure(self) -> aredis.Redis:
+        async with self._get_lock():
+            return self._r if self._r is not None else await self._connect_locked()
+
+    async def _prepare(self) -> aredis.Redis:
+        move = self._pending_move
+        if move is not None:
+            self._pending_move = None
+            async with self._get_lock():
+                if move != self._addr:
+                    got = await self._try(move)
+                    if got is not None:
+                        self._set_current(move, *got)
+        return await self._ensure()
+
+    @property
+    def node(self) -> str | None:
+        """``"host:port"`` of the node in use (``None`` before the first command)."""
+        return fmt_addr(self._addr) if self._addr is not None else None
+
+    @property
+    def node_id(self) -> str | None:
+        """The ID of the node in use (``None`` before the first command)."""
+        return self._my_id
+
+    async def close(self) -> None:
+        """Close every connection."""
+        for r in self._clients.values():
+            await r.aclose()
+            await r.connection_pool.disconnect()
+        self._clients.clear()
+        self._r = None
+
+    async def __aenter__(self) -> AsyncDisque:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ running commands
+
+    async def _run(self, args: list, parser: Any) -> Any:
+        r = self._r
+        if r is None or self._pending_move is not None:
+            r = await self._prepare()
+        try:
+            reply = await r.execute_command(*args)
+        except (rexc.ResponseError, *_NET_ERRORS) as e:
+            return await self._recover(args, parser, e, r)
+        return reply if parser is None else parser(reply)
+
+    async def _recover(self, args: list, parser: Any, exc: BaseException,
+                       r: aredis.Redis) -> Any:
+        sticky = "IDEMPOTENT" in args or "TOKEN" in args
+        tries = 0
+        limit = 2 * len(self.topology.candidates(False)) + 2
+        while True:
+            if isinstance(exc, rexc.AuthenticationError):
+                raise exc
+            if isinstance(exc, rexc.ResponseError):
+                err = convert_error(exc)
+                if isinstance(err, TryAgainError) and tries < TRYAGAIN_LIMIT:
+                    await asyncio.sleep(0.05)
+                elif err.code in FAILOVER_CODES and tries < limit:
+                    r = await self._failover(r, leaving=True, sticky=False)
+                else:
+                    raise err from None
+            else:
+                if tries >= limit:
+                    raise NoNodesError(f"{args[0]} failed on every node: {exc}") from exc
+                log.warning("disque node %s failed (%s); failing over",
+                            fmt_addr(self._addr) if self._addr else "?", exc)
+                r = await self._failover(r, leaving=False, sticky=sticky and tries == 0)
+            tries += 1
+            try:
+                reply = await r.execute_command(*args)
+            except (rexc.ResponseError, *_NET_ERRORS) as e:
+                exc = e
+                continue
+            return reply if parser is None else parser(reply)
+
+    async def _failover(self, failed: aredis.Redis, *, leaving: bool,
+                        sticky: bool) -> aredis.Redis:
+        async with self._get_lock():
+            if self._r is not None and self._r is not failed:
+                return self._r
+            addr = self._addr
+            self._r = None
+            if sticky and addr is not None:
+                return await self._connect_locked(prefer=addr)
+            if addr is not None:
+                if leaving:
+                    self.topology.mark_leaving(addr)
+                else:
+                    self.topology.mark_failed(addr)
+                    await self._clients[addr].connection_pool.disconnect()
+            return await self._connect_locked()
+
+    def _parse_jobs(self, reply: Any) -> list:
+        jobs = parse_jobs(reply, self._decode_bodies)
+        if self._affinity is not None and jobs:
+            target = self._affinity.observe(jobs, self._my_id[:8] if self._my_id else None)
+            if target is not None:
+                addr = self.topology.address_of(target)
+                if addr is not None and addr != self._addr:
+                    log.info("affinity: moving to %s (node %s produces most jobs)",
+                             fmt_addr(addr), target)
+                    self._pending_move = addr
+        return jobs
+
+    def _parse_hello(self, reply: Any) -> Hello:
+        hello = parse_hello(reply, self._addr)
+        self.topology.update(hello)
+        return hello
+
+    # ------------------------------------------------------------------ multi-step commands
+
+    async def qscan(self, *, count: int | None = None, busyloop: bool = False,
+                    minlen: int | None = None, maxlen: int | None = None,
+                    importrate: int | None = None) -> AsyncIterator[str]:
+        """QSCAN with the cursor loop hidden: an async iterator of queue names."""
+        cursor = 0
+        while True:
+            reply = await self._run(
+                qscan_args(cursor, count, busyloop, minlen, maxlen, importrate), None)
+            cursor = int(reply[0])
+            for q in reply[1]:
+                yield q.decode("utf-8", "surrogateescape")
+            if cursor == 0:
+                return
+
+    async def jscan(self, *, count: int | None = None, busyloop: bool = False,
+                    queue: str | None = None, state: str | Sequence[str] | None = None,
+                    reply: str = "id") -> AsyncIterator[Any]:
+        """JSCAN with the cursor loop hidden: an async iterator of job IDs (or SHOW dicts)."""
+        cursor = 0
+        while True:
+            res = await self._run(jscan_args(cursor, count, busyloop, queue, state, reply),
+                                  None)
+            cursor = int(res[0])
+            for item in res[1]:
+                yield item.decode("ascii") if reply == "id" else parse_show(item)
+            if cursor == 0:
+                return
+
+    async def wait_for_ack(self, id: str, timeout: float) -> bool:
+        """Wait until job ``id`` is acknowledged; same semantics and limits as
+        :meth:`disquepy.client.Disque.wait_for_ack` (polls SHOW on the creating node)."""
+        prefix = job_node_prefix(id)
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            addr = self.topology.address_of(prefix)
+            try:
+                if addr is None or addr == self._addr:
+                    reply = await self.execute_command("SHOW", id)
+                else:
+                    reply = await self._client_for(addr).execute_command("SHOW", id)
+                if reply is None or parse_show(reply).get("state") == "acked":
+                    return True
+            except (*_NET_ERRORS, NoNodesError) as e:
+                log.debug("wait_for_ack: %s", e)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(wait_backoff(attempt), left))
+            attempt += 1
+
+    def pipeline(self) -> AsyncPipeline:
+        """A pipeline: queue commands, ``await execute()`` sends them in one round trip."""
+        return AsyncPipeline(self)
+
+
+class AsyncPipeline(Commands):
+    """Commands queued on an :class:`AsyncDisque`, sent by ``await execute()``; replies in
+    order, errors as instances (like :class:`disquepy.client.Pipeline`)."""
+
+    def __init__(self, client: AsyncDisque) -> None:
+        self._client = client
+        self._decode_bodies = client._decode_bodies
+        self._queued: list[tuple[list, Any]] = []
+
+    def _run(self, args: list, parser: Any) -> AsyncPipeline:
+        self._queued.append((args, parser))
+        return self
+
+    def _parse_jobs(self, reply: Any) -> list:
+        return parse_jobs(reply, self._decode_bodies)
+
+    def _parse_hello(self, reply: Any) -> Hello:
+        return parse_hello(reply)
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    async def __aenter__(self) -> AsyncPipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._queued.clear()
+
+    async def execute(self) -> list:
+        """Send the queued commands; their replies in order (errors as instances)."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return []
+        c = self._client
+        limit = 2 * len(c.topology.candidates(False)) + 2
+        for tries in range(limit + 1):
+            r = await c._prepare()
+            p = r.pipeline(transaction=False)
+            for args, _ in queued:
+                p.execute_command(*args)
+            try:
+                replies = await p.execute(raise_on_error=False)
+            except _NET_ERRORS as e:
+                if tries >= limit:
+                    raise NoNodesError(f"pipeline failed on every node: {e}") from e
+                await c._failover(r, leaving=False, sticky=False)
+                continue
+            finally:
+                await p.reset()
+            out = []
+            leaving = False
+            for (_, parser), rep in zip(queued, replies, strict=True):
+                if isinstance(rep, rexc.ResponseError):
+                    rep = convert_error(rep)
+                    leaving = leaving or isinstance(rep, LeavingError)
+                elif isinstance(rep, Exception):
+                    pass
+                elif parser is not None:
+                    rep = parser(rep)
+                out.append(rep)
+            if leaving:
+                await c._failover(r, leaving=True, sticky=False)
+            return out
+        raise NoNodesError("pipeline failed")  # pragma: no cover

@@ -1,0 +1,84 @@
+"""The asyncio client on real nodes: the same commands, pipelines, failover on kill -9 and
+on -LEAVING."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from disquepy.client import AsyncDisque, Job, NoJobError, ResponseError
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_async_commands(server):
+    async def main():
+        async with AsyncDisque(f"127.0.0.1:{server.port}") as c:
+            jid = await c.add_job("q", b"hello", retry=9)
+            assert c.node == f"127.0.0.1:{server.port}"
+            assert (await c.show(jid))["retry"] == 9
+            assert await c.qlen("q") == 1
+            assert [j.id for j in await c.qpeek("q", 5)] == [jid]
+            assert (await c.qstat("q"))["len"] == 1
+            assert [x async for x in c.jscan()] == [jid]
+            assert [x async for x in c.qscan()] == ["q"]
+            jobs = await c.get_jobs(["nothing", "q"], with_counters=True)
+            assert jobs == [Job(jid, "q", b"hello", 0, 0)]
+            assert await c.working(jid) == 9
+            assert await c.nack(jid) == 1
+            (again,) = await c.get_jobs("q", with_counters=True)
+            assert again.nacks == 1
+            assert await c.get_jobs("q", timeout_ms=50) == []
+            assert await c.wait_for_ack(jid, 0.1) is False
+            assert await c.ack(jid) == 1
+            assert await c.wait_for_ack(jid, 5) is True
+            with pytest.raises(NoJobError):
+                await c.working("D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1")
+            assert await c.ping() is True
+            assert (await c.hello()).my_id == c.node_id
+            assert (await c.info())["tcp_port"] == server.port
+            assert await c.pause("q", "state") == "none"
+            async with c.pipeline() as p:
+                p.add_job("q", "a").add_job("q", "b", ttl=0).qlen("q")
+                out = await p.execute()
+            assert isinstance(out[0], str) and isinstance(out[1], ResponseError)
+            assert out[2] == 1
+
+    run(main())
+
+
+@pytest.mark.timeout(90)
+def test_async_failover_kill9_and_leaving(make_cluster):
+    servers, raws = make_cluster(3)
+
+    def srv(addr):
+        return next(s for s in servers if f"127.0.0.1:{s.port}" == addr)
+
+    async def main():
+        c = AsyncDisque([f"127.0.0.1:{s.port}" for s in servers])
+        await c.ping()
+        first = c.node
+        srv(first).kill(signal.SIGKILL)
+        jid = await c.add_job("q", "x", replicate=2, timeout_ms=5000)
+        assert c.node != first and c.moves == 1
+        second = c.node
+        # now make the current node leave: a GETJOB that would block gets -LEAVING and the
+        # client goes to the remaining node
+        raw2 = srv(second).client()
+        assert raw2.execute_command("CLUSTER", "LEAVING", "yes") == b"OK"
+        # take the job queued on the leaving node first, so the next GETJOB would block
+        got = await c.get_jobs("q", timeout_ms=100)
+        assert [j.id for j in got] == [jid]
+        await c.ack(jid)
+        third = next(s for s in servers if f"127.0.0.1:{s.port}" not in (first, second))
+        j2 = third.client().execute_command("ADDJOB", "q", "y", 5000, "REPLICATE", 1).decode()
+        got = await c.get_jobs("q", timeout_ms=10000)
+        assert c.node == f"127.0.0.1:{third.port}"
+        assert [j.id for j in got] == [j2]
+        await c.close()
+
+    run(main())
