@@ -189,3 +189,24 @@ def test_no_events_when_off(h):
     h("ADDJOB", "q", "x", 0)
     h("GETJOB", "FROM", "q")
     assert h.node.events_out == []
+
+
+# ------------------------------------------------------------- AOF counters
+def test_counters_survive_an_aof_reload(h):
+    """NACKs and re-deliveries are logged, so a reloaded copy keeps its counters
+    (counters never go back, as the simulator's checker demands)."""
+    h.node.aof_on = True
+    jid = h("ADDJOB", "q", "x", 0, "RETRY", 1)
+    h("GETJOB", "FROM", "q")
+    h("NACK", jid)
+    h("GETJOB", "FROM", "q")
+    h.advance(1_500)  # not acked within its retry: re-queued, one more delivery
+    show = h("SHOW", jid)
+    assert show[show.index(b"nacks") + 1] == 1
+    assert show[show.index(b"additional-deliveries") + 1] == 1
+    fresh = Harness()
+    fresh.now = h.now
+    fresh.node.load_aof(aof.scan(b"".join(h.node.aof_out)).records, h.now, enqueue=False)
+    again = fresh("SHOW", jid)
+    assert again[again.index(b"nacks") + 1] == 1
+    assert again[again.index(b"additional-deliveries") + 1] == 1

@@ -578,6 +578,8 @@ class ClusterMixin:
             job.nacks += 1
         elif incr == M.QUEUED_INCR_DELIV:
             job.adeliv += 1
+        if incr and self.aof_on and job.state != WAIT_REPL:
+            self.aof_created(job)  # keep the counters across a reload
         if job.state == QUEUED and _xor_rank(p.id, job.id) > _xor_rank(self.myid, job.id):
             self.dequeue(job)
         if job.retry:

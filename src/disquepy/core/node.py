@@ -435,6 +435,8 @@ class Node(ClusterMixin):
             job.nacks += 1
         elif requeue:
             job.adeliv += 1
+        if (nack or requeue) and self.aof_on:
+            self.aof_created(job)  # the counters moved: a reload must not roll them back
         if self.events_on:
             if nack:
                 self.events_out.append((now, "nacked", job.id, job.queue, None))
