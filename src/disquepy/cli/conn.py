@@ -53,7 +53,7 @@ class Target:
     port: int = 7711
     password: str | None = None
     raw: bool = False
-    _clients: list[redis.Redis] = field(default_factory=list, repr=False)
+    _clients: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def addr(self) -> str:
@@ -65,6 +65,19 @@ class Target:
         c = redis.Redis(host=host or self.host, port=port or self.port,
                         password=self.password, protocol=2,
                         socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
+        self._clients.append(c)
+        return c
+
+    def client(self, host: str | None = None, port: int | None = None) -> Any:
+        """A :class:`disquepy.client.Disque` seeded with this node only; closed at exit.
+
+        Its node is checked with a PING first, so an unreachable node is reported as
+        such (the client would say "no node reachable")."""
+        from disquepy.client import Disque
+
+        self.redis(host, port, socket_timeout=CONNECT_TIMEOUT).ping()
+        c = Disque([f"{host or self.host}:{port or self.port}"], password=self.password,
+                   socket_timeout=10.0, socket_connect_timeout=CONNECT_TIMEOUT)
         self._clients.append(c)
         return c
 

@@ -11,17 +11,19 @@ from rich.text import Text
 
 from .conn import Target
 from .reply import quote
-from .ui import console, human_age, pairs, text
+from .ui import console, human_age
 
 
 def show_body(body: bytes, limit: int = 2000) -> str:
-    """A body for display: JSON objects and arrays pretty-printed, other UTF-8 as is,
-    binary quoted like redis-cli; cut at ``limit`` characters."""
+    """A body for display: JSON objects and arrays pretty-printed, other printable UTF-8
+    as is, anything else quoted like redis-cli; cut at ``limit`` characters."""
     try:
         s = body.decode("utf-8")
     except UnicodeDecodeError:
         s = quote(body)
     else:
+        if not s.replace("\n", "").replace("\t", "").isprintable():
+            s = quote(body)
         try:
             doc = json.loads(s)
         except ValueError:
@@ -52,20 +54,19 @@ def age_of(show: dict, now_s: float) -> str:
 def command(target: Target, queue: str, count: int, newest: bool, max_body: int) -> None:
     """Peek at QUEUE on the connected node (QPEEK, nothing is consumed): IDs, ages,
     counters (SHOW) and bodies, JSON pretty-printed."""
-    c = target.redis()
-    peeked = c.execute_command("QPEEK", queue, -count if newest else count)
-    qlen = c.execute_command("QLEN", queue)
+    c = target.client()
+    peeked = c.qpeek(queue, -count if newest else count)
+    qlen = c.qlen(queue)
     now = time.time()
-    table = Table(title=Text(f"{queue} on {target.addr}: {qlen} queued, "
-                             f"showing {len(peeked)}"), title_justify="left", show_lines=True)
+    table = Table(title=Text(f"{queue} on {c.node}: {qlen} queued, showing {len(peeked)}"),
+                  title_justify="left", show_lines=True)
     for col, just in (("ID", "left"), ("Age", "right"), ("Nacks", "right"),
                       ("Add. deliveries", "right"), ("Retry", "right"), ("Body", "left")):
         table.add_column(col, justify=just, no_wrap=(col == "ID"))
-    for entry in peeked:
-        jid, body = text(entry[1]), entry[2]
-        info = pairs(c.execute_command("SHOW", jid))
-        table.add_row(Text(jid), age_of(info, now), str(info.get("nacks", "-")),
+    for job in peeked:
+        info = c.show(job.id) or {}  # acked or expired since the peek: no counters
+        table.add_row(Text(job.id), age_of(info, now), str(info.get("nacks", "-")),
                       str(info.get("additional-deliveries", "-")),
                       f"{info['retry']}s" if "retry" in info else "-",
-                      Text(show_body(body, max_body)))
+                      Text(show_body(job.body, max_body)))
     console().print(table)
