@@ -1,0 +1,430 @@
+"""The worker: fetch jobs, run handlers in threads, heartbeat, ack, retry, dead-letter."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import Disque, DisqueError, Job, NoJobError
+from ..client._common import NodeSpec
+from .backoff import Backoff
+from .deadletter import DEAD_TTL, DEFAULT_DLQ, dead_letter_body, dead_queue_name
+from .envelope import unwrap, wrap
+
+log = logging.getLogger("disquepy.worker")
+
+HEARTBEAT_PROBE = 0.2  # a handler running longer than this gets its job's retry from SHOW
+HEARTBEAT_FRACTION = 0.8  # WORKING at 80 % of the retry
+
+
+class RetryLater(Exception):  # noqa: N818 - it is a request, not an error
+    """Raise from a handler to try the job again later: it is re-added with
+    ``DELAY delay`` seconds (``None``: the queue's back-off policy, or exponential)."""
+
+    def __init__(self, delay: float | None = None, reason: str = "") -> None:
+        super().__init__(reason or "retry later")
+        self.delay = delay
+
+
+@dataclass(slots=True)
+class Route:
+    """How the jobs of one queue are handled."""
+
+    handler: Callable[[Any], Any]
+    body: str = "json"  # "json" | "bytes" | "text"
+    backoff: Backoff | None = None
+    dead_letter_after: int | None = None  # failures (nacks + back-off attempts)
+    dead_letter_deliveries: int | None = None  # additional deliveries
+    add_options: dict = field(default_factory=dict)  # for re-added jobs (ttl, retry...)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    job: Job
+    attempt: int
+    start: float
+    retry: float | None = None  # seconds; 0: at-most-once, no heartbeats
+    next_hb: float = 0.0
+    heartbeats: int = 0
+    abandoned: bool = False  # NACKed by shutdown: the handler's result is ignored
+
+
+_local = threading.local()
+
+
+def current_job() -> Job | None:
+    """The job the calling handler thread is processing (``None`` outside a handler)."""
+    return getattr(_local, "job", None)
+
+
+def current_attempt() -> int:
+    """Which attempt of the current job this is (1 = first; grows with back-off re-adds)."""
+    return getattr(_local, "attempt", 0)
+
+
+def _decode(body: bytes, mode: str) -> Any:
+    if mode == "bytes":
+        return body
+    if mode == "text":
+        return body.decode("utf-8")
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body  # not JSON: the handler gets the bytes
+
+
+class Worker:
+    """A pool of handler threads consuming Disque queues.
+
+    ``Worker(client_or_nodes, queues=[...], concurrency=N, handler=fn)``: ``N`` threads each
+    run ``GETJOB WITHCOUNTERS FROM q1 q2 ...`` (queues are served left to right, so list
+    them by priority) and call ``fn(payload)`` — the body decoded as JSON by default
+    (``body="bytes"``/``"text"`` to get it raw; a body that is not JSON arrives as bytes).
+
+    - Success: ACKJOB. While a handler runs longer than 0.2 s the worker reads the job's
+      retry with SHOW (once) and sends WORKING at 80 % of it, so long jobs are not
+      re-delivered.
+    - Failure (exception): NACK; or, with a ``backoff`` policy (or when the handler raises
+      :class:`RetryLater`), re-add the body to the queue with a growing ``DELAY`` and the
+      attempt number in an envelope, then ACK the original.
+    - Dead letters: after ``dead_letter_after`` failures (nacks + back-off attempts), or
+      when a job arrives with ``dead_letter_deliveries`` additional deliveries (crashing
+      workers), it is added to ``Q:dead`` (see :mod:`disquepy.worker.deadletter`) and the
+      original ACKed.
+    - Shutdown: :meth:`run` handles SIGTERM/SIGINT: stop fetching, let running handlers
+      finish within ``shutdown_timeout`` seconds, NACK the jobs still running then (and
+      any job fetched after the stop). A second signal stops at once.
+    - Logs: one line per job outcome on logger ``disquepy.worker``
+      (``event=job job=<id> queue=<q> outcome=acked attempt=1 duration_ms=3.1``), the
+      same fields in ``record.disque``.
+
+    ``routes`` (queue -> :class:`Route`) lets each queue have its own handler and policy
+    (that is what :class:`~disquepy.worker.Tasks` builds).
+    """
+
+    def __init__(self, client_or_nodes: Disque | NodeSpec | Sequence[NodeSpec] | None = None,
+                 queues: Sequence[str] | None = None, concurrency: int = 1,
+                 handler: Callable[[Any], Any] | None = None, *,
+                 routes: Mapping[str, Route] | None = None, body: str = "json",
+                 backoff: Backoff | None = None, dead_letter_after: int | None = None,
+                 dead_letter_deliveries: int | None = None,
+                 dead_letter_queue: str = DEFAULT_DLQ, shutdown_timeout: float = 30.0,
+                 poll_timeout_ms: int = 1000, heartbeat: bool = True,
+                 ack: str = "ack", add_options: Mapping[str, Any] | None = None,
+                 logger: logging.Logger | None = None) -> None:
+        if isinstance(client_or_nodes, Disque):
+            self.client = client_or_nodes
+            self._own_client = False
+        else:
+            self.client = Disque(client_or_nodes)
+            self._own_client = True
+        self.routes: dict[str, Route] = dict(routes or {})
+        if handler is not None:
+            if not queues:
+                raise ValueError("a handler needs queues=[...]")
+            for q in queues:
+                self.routes.setdefault(q, Route(handler, body, backoff, dead_letter_after,
+                                                dead_letter_deliveries,
+                                                dict(add_options or {})))
+        self.queues = list(queues) if queues else list(self.routes)
+        missing = [q for q in self.queues if q not in self.routes]
+        if missing or not self.queues:
+            raise ValueError(f"no handler for queues {missing or '(none given)'}")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if ack not in ("ack", "fastack"):
+            raise ValueError("ack must be 'ack' or 'fastack'")
+        self.concurrency = concurrency
+        self.dead_letter_queue = dead_letter_queue
+        self.shutdown_timeout = shutdown_timeout
+        self.poll_timeout_ms = poll_timeout_ms
+        self.heartbeat = heartbeat
+        self._ack = self.client.fast_ack if ack == "fastack" else self.client.ack
+        self.log = logger or log
+        self.stats: Counter = Counter()
+        self._stats_lock = threading.Lock()
+        self._inflight: dict[str, _InFlight] = {}
+        self._inflight_lock = threading.Lock()
+        self._stop = threading.Event()  # stop fetching
+        self._done = threading.Event()  # every fetch thread has exited
+        self._threads: list[threading.Thread] = []
+        self._hb_thread: threading.Thread | None = None
+        self._hb_wake = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Worker:
+        """Start the fetch threads (and the heartbeat thread) and return."""
+        if self._threads:
+            raise RuntimeError("worker already started")
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._fetch_loop, name=f"disque-worker-{i}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.heartbeat:
+            self._hb_thread = threading.Thread(target=self._heartbeat_loop,
+                                               name="disque-heartbeat", daemon=True)
+            self._hb_thread.start()
+        self.log.info("worker started: queues=%s concurrency=%d", ",".join(self.queues),
+                      self.concurrency)
+        return self
+
+    def request_stop(self) -> None:
+        """Stop fetching new jobs (running handlers go on); safe from signal handlers."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Graceful stop: no new jobs, wait up to ``timeout`` (default
+        ``shutdown_timeout``) for running handlers, then NACK the jobs still running.
+        Returns ``True`` if every handler finished in time."""
+        self._stop.set()
+        deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        clean = not any(t.is_alive() for t in self._threads)
+        if not clean:
+            self._abandon_inflight()
+        self._done.set()
+        self._hb_wake.set()
+        if self._hb_thread is not None:
+            self._hb_thread.join(2)
+        if self._own_client:
+            self.client.close()
+        self.log.info("worker stopped: %s", " ".join(f"{k}={v}" for k, v in
+                                                      sorted(self.stats.items())))
+        return clean
+
+    def run(self, install_signals: bool = True) -> bool:
+        """Start and block until SIGTERM/SIGINT (or :meth:`request_stop`), then stop
+        gracefully (see :meth:`stop`). A second signal NACKs running jobs at once."""
+        forced = threading.Event()
+        old = {}
+
+        def on_signal(signum, frame):
+            if self._stop.is_set():
+                forced.set()
+            self.log.info("signal %d: stopping (running jobs get %.1fs)", signum,
+                          self.shutdown_timeout)
+            self._stop.set()
+
+        if install_signals and threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGTERM, signal.SIGINT):
+                old[s] = signal.signal(s, on_signal)
+        try:
+            self.start()
+            while not self._stop.wait(0.2):
+                if not any(t.is_alive() for t in self._threads):
+                    break
+            deadline = time.monotonic() + self.shutdown_timeout
+            while time.monotonic() < deadline and not forced.is_set():
+                if not any(t.is_alive() for t in self._threads):
+                    break
+                time.sleep(0.05)
+            return self.stop(timeout=0)
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # ------------------------------------------------------------------ fetching
+
+    def _fetch_loop(self) -> None:
+        queues = self.queues
+        get = self.client.get_jobs
+        errors = 0
+        while not self._stop.is_set():
+            try:
+                jobs = get(queues, timeout_ms=self.poll_timeout_ms, with_counters=True)
+                errors = 0
+            except DisqueError as e:
+                errors += 1
+                self.log.warning("event=fetch-error error=%r", e)
+                self._stop.wait(min(0.1 * 2 ** errors, 5.0))
+                continue
+            for job in jobs:
+                if self._stop.is_set():
+                    self._nack_unstarted(job)
+                else:
+                    self._process(job)
+
+    def _nack_unstarted(self, job: Job) -> None:
+        try:
+            self.client.nack(job.id)
+        except DisqueError as e:
+            self.log.warning("event=nack-error job=%s error=%r", job.id, e)
+        self._emit(job, 0, "requeued-on-stop", 0.0)
+
+    # ------------------------------------------------------------------ one job
+
+    def _process(self, job: Job) -> None:
+        t0 = time.monotonic()
+        route = self.routes[job.queue]
+        raw = job.body if isinstance(job.body, bytes) else job.body.encode()
+        env = unwrap(raw)
+        attempt = env.attempt
+        prior_failures = (attempt - 1) + (job.nacks or 0)
+        if (route.dead_letter_deliveries is not None
+                and (job.additional_deliveries or 0) >= route.dead_letter_deliveries):
+            err = (f"delivered {job.additional_deliveries} extra times without an "
+                   "acknowledgement (worker crashes or timeouts)")
+            self._dead_letter(job, route, env.body, err, prior_failures, attempt, t0)
+            return
+        rec = _InFlight(job, attempt, t0)
+        with self._inflight_lock:
+            self._inflight[job.id] = rec
+        _local.job = job
+        _local.attempt = attempt
+        exc: BaseException | None = None
+        try:
+            route.handler(_decode(env.body, route.body))
+        except Exception as e:  # the handler's failure is the job's outcome
+            exc = e
+        finally:
+            _local.job = None
+            _local.attempt = 0
+            with self._inflight_lock:
+                self._inflight.pop(job.id, None)
+        if rec.abandoned:
+            self._emit(job, attempt, "finished-after-nack", t0, failed=exc is not None)
+            return
+        if exc is None:
+            try:
+                self._ack(job.id)
+            except DisqueError as e:
+                self._emit(job, attempt, "ack-failed", t0, error=repr(e))
+                return
+            self._emit(job, attempt, "acked", t0, heartbeats=rec.heartbeats)
+            return
+        self._failed(job, route, env.body, exc, prior_failures + 1, attempt, t0)
+
+    def _failed(self, job: Job, route: Route, body: bytes, exc: BaseException,
+                failures: int, attempt: int, t0: float) -> None:
+        err = repr(exc)
+        if route.dead_letter_after is not None and failures >= route.dead_letter_after:
+            self._dead_letter(job, route, body, err, failures, attempt, t0)
+            return
+        delay = None
+        if isinstance(exc, RetryLater):
+            delay = exc.delay
+            if delay is None:
+                delay = (route.backoff or Backoff()).delay(attempt)
+        elif route.backoff is not None:
+            delay = route.backoff.delay(attempt)
+        if delay is not None:
+            delay = max(1, int(round(delay)))
+            try:
+                new_id = self.client.add_job(job.queue, wrap(body, attempt + 1, job.id),
+                                             delay=delay, **route.add_options)
+                self._ack(job.id)
+            except DisqueError as e:
+                self.log.warning("event=retry-error job=%s error=%r", job.id, e)
+            else:
+                self._emit(job, attempt, "retry-later", t0, delay=delay, new_id=new_id,
+                           error=err)
+                return
+        try:
+            self.client.nack(job.id)
+        except DisqueError as e:
+            self._emit(job, attempt, "nack-failed", t0, error=repr(e))
+            return
+        self._emit(job, attempt, "nacked", t0, error=err)
+
+    def _dead_letter(self, job: Job, route: Route, body: bytes, err: str, failures: int,
+                     attempt: int, t0: float) -> None:
+        dq = dead_queue_name(job.queue, self.dead_letter_queue)
+        dl = dead_letter_body(job.queue, job.id, body, err, failures,
+                              job.additional_deliveries or 0, attempts=attempt)
+        try:
+            dead_id = self.client.add_job(dq, dl, ttl=DEAD_TTL)
+            self._ack(job.id)
+        except DisqueError as e:
+            self.log.warning("event=dead-letter-error job=%s error=%r", job.id, e)
+            with contextlib.suppress(DisqueError):
+                self.client.nack(job.id)
+            return
+        self._emit(job, attempt, "dead-lettered", t0, dead_queue=dq, dead_id=dead_id,
+                   error=err, level=logging.WARNING)
+
+    def _emit(self, job: Job, attempt: int, outcome: str, t0: float, *,
+              level: int = logging.INFO, **fields: Any) -> None:
+        with self._stats_lock:
+            self.stats[outcome] += 1
+        if not self.log.isEnabledFor(level):
+            return
+        d = {"event": "job", "job": job.id, "queue": job.queue, "outcome": outcome,
+             "attempt": attempt,
+             "duration_ms": round((time.monotonic() - t0) * 1000, 3) if t0 else 0.0}
+        d.update(fields)
+        self.log.log(level, " ".join(f"{k}={v}" if " " not in str(v) else f"{k}={str(v)!r}"
+                                     for k, v in d.items()), extra={"disque": d})
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def _heartbeat_loop(self) -> None:
+        while not self._done.is_set():
+            now = time.monotonic()
+            with self._inflight_lock:
+                recs = list(self._inflight.values())
+            wake = now + 0.1
+            for rec in recs:
+                if rec.abandoned or rec.retry == 0:
+                    continue
+                if rec.retry is None:
+                    if now - rec.start < HEARTBEAT_PROBE:
+                        wake = min(wake, rec.start + HEARTBEAT_PROBE)
+                        continue
+                    rec.retry = self._job_retry(rec.job)
+                    if not rec.retry:
+                        continue
+                    rec.next_hb = rec.start + HEARTBEAT_FRACTION * rec.retry
+                if now >= rec.next_hb:
+                    try:
+                        secs = self.client.working(rec.job.id)
+                    except DisqueError as e:
+                        self.log.warning("event=heartbeat-error job=%s error=%r",
+                                         rec.job.id, e)
+                        rec.retry = 0
+                        continue
+                    rec.heartbeats += 1
+                    rec.next_hb = time.monotonic() + HEARTBEAT_FRACTION * (secs or rec.retry)
+                    self.log.debug("event=heartbeat job=%s queue=%s postponed_s=%s",
+                                   rec.job.id, rec.job.queue, secs)
+                wake = min(wake, rec.next_hb)
+            self._hb_wake.wait(max(0.01, wake - time.monotonic()))
+
+    def _job_retry(self, job: Job) -> float:
+        try:
+            s = self.client.show(job.id)
+        except (DisqueError, NoJobError) as e:
+            self.log.warning("event=show-error job=%s error=%r", job.id, e)
+            return 0
+        if s is None:
+            return 0
+        return float(s.get("retry") or 0)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def _abandon_inflight(self) -> None:
+        with self._inflight_lock:
+            recs = list(self._inflight.values())
+            for rec in recs:
+                rec.abandoned = True
+        for rec in recs:
+            try:
+                self.client.nack(rec.job.id)
+            except DisqueError as e:
+                self.log.warning("event=nack-error job=%s error=%r", rec.job.id, e)
+            self._emit(rec.job, rec.attempt, "nacked-on-shutdown", rec.start,
+                       level=logging.WARNING)

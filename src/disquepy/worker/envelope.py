@@ -1,0 +1,51 @@
+"""The envelope of a job re-added for a later attempt: the original body plus its attempt
+number, as JSON (``{"_disquepy": {"attempt": n, "first_id": id}, "body": ...}``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+PREFIX = b'{"_disquepy":'
+
+
+def body_to_json(body: bytes) -> str | dict:
+    """A body as JSON: the text if it is UTF-8, else ``{"base64": ...}``."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(body).decode("ascii")}
+
+
+def body_from_json(v: str | dict) -> bytes:
+    if isinstance(v, dict):
+        return base64.b64decode(v["base64"])
+    return v.encode("utf-8")
+
+
+@dataclass(slots=True)
+class Envelope:
+    """What the worker reads from a job: the user's body and which attempt this is."""
+
+    body: bytes
+    attempt: int = 1
+    first_id: str | None = None
+
+
+def wrap(body: bytes, attempt: int, first_id: str) -> bytes:
+    return json.dumps({"_disquepy": {"attempt": attempt, "first_id": first_id},
+                       "body": body_to_json(body)}, separators=(",", ":")).encode()
+
+
+def unwrap(raw: bytes) -> Envelope:
+    """The envelope of ``raw`` (a plain body is attempt 1 of itself)."""
+    if raw.startswith(PREFIX):
+        try:
+            d = json.loads(raw)
+            meta = d["_disquepy"]
+            return Envelope(body_from_json(d["body"]), int(meta["attempt"]),
+                            meta.get("first_id"))
+        except (ValueError, KeyError, TypeError):
+            pass
+    return Envelope(raw)

@@ -1,0 +1,21 @@
+"""Handlers run by worker subprocesses in the tests (imported as ``handlers:<name>``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def slow(payload: dict) -> None:
+    """Mark ``started-<n>`` in ``payload["dir"]``, sleep ``payload["sleep"]`` seconds,
+    mark ``done-<n>``."""
+    d = Path(payload["dir"])
+    (d / f"started-{payload['n']}").write_text("1")
+    deadline = time.monotonic() + payload["sleep"]
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+    (d / f"done-{payload['n']}").write_text("1")
+
+
+def noop(payload) -> None:
+    """Do nothing (benchmarks)."""

@@ -1,0 +1,292 @@
+"""The worker in-process against a real node: acks, queue priority, NACK, back-off,
+dead letters, heartbeats, logs, decorated tasks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+
+import pytest
+from conftest import wait_for
+
+from disquepy.worker import (
+    Backoff,
+    RetryLater,
+    Tasks,
+    Worker,
+    current_attempt,
+    current_job,
+    list_dead,
+    requeue_dead,
+)
+from disquepy.worker.envelope import unwrap, wrap
+
+
+def start(w: Worker) -> Worker:
+    return w.start()
+
+
+def test_success_acks_json_payloads(dq):
+    got = []
+    ids = [dq.add_job("q", json.dumps({"n": i})) for i in range(5)]
+    w = Worker(dq, ["q"], 2, lambda p: got.append(p), poll_timeout_ms=100).start()
+    wait_for(lambda: len(got) == 5, what="5 jobs handled")
+    wait_for(lambda: w.stats["acked"] == 5, what="acks")
+    assert w.stop(5)
+    assert sorted(p["n"] for p in got) == list(range(5))
+    assert all(dq.show(i) is None for i in ids)  # acked and collected on a single node
+
+
+def test_bytes_and_text_bodies(dq):
+    got = []
+    dq.add_job("b", b"\xff\x00raw")
+    dq.add_job("b", b"not json {")
+    w = Worker(dq, ["b"], 1, got.append, body="bytes", poll_timeout_ms=100).start()
+    wait_for(lambda: len(got) == 2)
+    w.stop(5)
+    assert got == [b"\xff\x00raw", b"not json {"]
+    # json mode: a body that is not JSON arrives as bytes
+    got.clear()
+    dq.add_job("j", b"plain words")
+    w = Worker(dq, ["j"], 1, got.append, poll_timeout_ms=100).start()
+    wait_for(lambda: len(got) == 1)
+    w.stop(5)
+    assert got == [b"plain words"]
+
+
+def test_queues_are_served_in_priority_order(dq):
+    for i in range(3):
+        dq.add_job("low", json.dumps(f"low{i}"))
+    for i in range(3):
+        dq.add_job("high", json.dumps(f"high{i}"))
+    order = []
+    w = Worker(dq, ["high", "low"], 1, order.append, poll_timeout_ms=100).start()
+    wait_for(lambda: len(order) == 6)
+    w.stop(5)
+    assert order == ["high0", "high1", "high2", "low0", "low1", "low2"]
+
+
+def test_failure_nacks_and_the_job_comes_back(dq):
+    seen = []
+
+    def h(p):
+        job = current_job()
+        seen.append((job.id, job.nacks))
+        if len(seen) == 1:
+            raise ValueError("first try fails")
+
+    jid = dq.add_job("q", "{}")
+    w = Worker(dq, ["q"], 1, h, poll_timeout_ms=100).start()
+    wait_for(lambda: w.stats["acked"] == 1)
+    w.stop(5)
+    assert seen == [(jid, 0), (jid, 1)]
+    assert w.stats["nacked"] == 1
+
+
+def test_backoff_delays_grow(dq, r):
+    delays = []
+    attempts = []
+
+    def h(p):
+        job = current_job()
+        attempts.append(current_attempt())
+        # the DELAY the re-added job was created with, as the server reports it
+        shown = r.execute_command("SHOW", job.id)
+        delays.append(dict(zip(shown[::2], shown[1::2], strict=True))[b"delay"])
+        if current_attempt() < 4:
+            raise RuntimeError("not yet")
+
+    dq.add_job("q", json.dumps({"x": 1}))
+    w = Worker(dq, ["q"], 1, h, backoff=Backoff.exponential(base=1, factor=2, jitter=0),
+               poll_timeout_ms=100).start()
+    wait_for(lambda: w.stats["acked"] == 1, timeout=30)
+    w.stop(5)
+    assert attempts == [1, 2, 3, 4]
+    assert delays == [0, 1, 2, 4]
+    assert w.stats["retry-later"] == 3 and w.stats["nacked"] == 0
+
+
+def test_retry_later_exception_sets_the_delay(dq, r):
+    seen = []
+
+    def h(p):
+        job = current_job()
+        shown = r.execute_command("SHOW", job.id)
+        seen.append((p, dict(zip(shown[::2], shown[1::2], strict=True))[b"delay"]))
+        if len(seen) == 1:
+            raise RetryLater(delay=1)
+
+    dq.add_job("q", json.dumps({"k": "v"}))
+    w = Worker(dq, ["q"], 1, h, poll_timeout_ms=100).start()  # no back-off policy
+    wait_for(lambda: w.stats["acked"] == 1, timeout=20)
+    w.stop(5)
+    assert seen == [({"k": "v"}, 0), ({"k": "v"}, 1)]  # the payload survives the envelope
+
+
+def test_dead_letter_after_n_failures_then_requeue(dq):
+    calls = []
+
+    def h(p):
+        calls.append(p)
+        raise ValueError(f"bad payload {p['n']}")
+
+    jid = dq.add_job("q", json.dumps({"n": 7}))
+    w = Worker(dq, ["q"], 1, h, dead_letter_after=3, poll_timeout_ms=100).start()
+    wait_for(lambda: w.stats["dead-lettered"] == 1, timeout=20)
+    w.stop(5)
+    assert len(calls) == 3 and w.stats["nacked"] == 2
+    assert dq.show(jid) is None  # the original is acknowledged
+    (dl,) = list_dead(dq, "q")
+    assert dl.dead_queue == "q:dead" and dl.queue == "q" and dl.original_id == jid
+    assert dl.json() == {"n": 7} and dl.nacks == 3 and dl.additional_deliveries == 0
+    assert "ValueError" in dl.error and "bad payload 7" in dl.error
+    assert abs(dl.failed_at / 1000 - time.time()) < 600
+    raw = json.loads(dq.show(dl.id)["body"])
+    assert set(raw) >= {"queue", "id", "body", "error", "nacks", "additional_deliveries",
+                        "failed_at"}
+    assert dq.qlen("q:dead") == 1 and dq.qlen("q") == 0
+    # re-queue: the original body goes back to q, the dead letter is acknowledged
+    assert requeue_dead(dq, "q") == 1
+    assert dq.qlen("q:dead") == 0 and dq.show(dl.id) is None
+    (back,) = dq.get_jobs("q", nohang=True)
+    assert json.loads(back.body) == {"n": 7}
+
+
+def test_requeue_dead_by_id_and_binary_bodies(dq):
+    def h(p):
+        raise KeyError("nope")
+
+    a = dq.add_job("q", b"\xff\xfe")
+    b = dq.add_job("q", b"\x00\x01")
+    w = Worker(dq, ["q"], 1, h, body="bytes", dead_letter_after=1, poll_timeout_ms=100)
+    w.start()
+    wait_for(lambda: w.stats["dead-lettered"] == 2)
+    w.stop(5)
+    dls = list_dead(dq, "q")
+    assert sorted(d.body for d in dls) == [b"\x00\x01", b"\xff\xfe"]
+    assert requeue_dead(dq, "q", ids=[a]) == 1  # by original ID
+    assert [d.original_id for d in list_dead(dq, "q")] == [b]
+    assert [j.body for j in dq.get_jobs("q", nohang=True)] == [b"\xff\xfe"]
+
+
+def test_dead_letter_after_additional_deliveries(dq, r):
+    calls = []
+    jid = dq.add_job("q", "{}", retry=1)
+    # a consumer takes it and never acks (a crashed worker): it comes back after RETRY
+    assert [j.id for j in dq.get_jobs("q")] == [jid]
+    wait_for(lambda: dq.qlen("q") == 1, timeout=10, what="re-queue after retry")
+    w = Worker(dq, ["q"], 1, calls.append, dead_letter_deliveries=1, poll_timeout_ms=100)
+    w.start()
+    wait_for(lambda: w.stats["dead-lettered"] == 1)
+    w.stop(5)
+    assert calls == []  # never handed to the handler
+    (dl,) = list_dead(dq, "q")
+    assert dl.original_id == jid and dl.additional_deliveries == 1
+    assert "delivered 1 extra times" in dl.error
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("heartbeat", [True, False])
+def test_heartbeats_keep_a_long_job_from_redelivery(dq, server, heartbeat):
+    """RETRY 1 and a 3.5 s handler: with heartbeats no other consumer ever sees the job;
+    without them (the control) it is re-queued and taken by the other consumer."""
+    release = threading.Event()
+    jid = dq.add_job("q", "{}", retry=1)
+
+    def h(p):
+        release.wait(3.5)
+
+    w = Worker(dq, ["q"], 1, h, heartbeat=heartbeat, poll_timeout_ms=100).start()
+    wait_for(lambda: (dq.show(jid) or {}).get("state") == "active", what="job taken")
+    other = server.client()
+    stolen = []
+    deadline = time.monotonic() + 3.3
+    while time.monotonic() < deadline and not stolen:
+        rep = other.execute_command("GETJOB", "NOHANG", "FROM", "q")
+        if rep:
+            stolen.append(rep[0][1].decode())
+        time.sleep(0.05)
+    release.set()
+    w.stop(5)
+    if heartbeat:
+        assert stolen == []
+        assert w.stats["acked"] == 1
+    else:
+        assert stolen == [jid]
+
+
+def test_structured_log_line_per_job(dq, caplog):
+    caplog.set_level(logging.INFO, logger="disquepy.worker")
+
+    def h(p):
+        if p == "bad":
+            raise ValueError("x")
+
+    ok = dq.add_job("q", '"good"')
+    bad = dq.add_job("q", '"bad"')
+    w = Worker(dq, ["q"], 1, h, dead_letter_after=1, poll_timeout_ms=100).start()
+    wait_for(lambda: w.stats["acked"] + w.stats["dead-lettered"] == 2)
+    w.stop(5)
+    recs = {rec.disque["job"]: rec for rec in caplog.records if hasattr(rec, "disque")}
+    assert recs[ok].disque["outcome"] == "acked" and recs[ok].disque["queue"] == "q"
+    assert recs[bad].disque["outcome"] == "dead-lettered"
+    for jid in (ok, bad):
+        line = recs[jid].getMessage()
+        assert "\n" not in line and f"job={jid}" in line and "queue=q" in line
+        assert "duration_ms=" in line and recs[jid].disque["duration_ms"] >= 0
+
+
+def test_decorated_tasks(server):
+    app = Tasks([f"127.0.0.1:{server.port}"], dead_letter_after=2)
+    done = []
+
+    @app.task("emails", priority=1)
+    def send_email(payload):
+        """Send one email."""
+        done.append(("email", payload["to"]))
+
+    @app.task("urgent")
+    def page(payload):
+        done.append(("page", payload))
+
+    assert send_email({"to": "direct"}) is None and done == [("email", "direct")]
+    done.clear()
+    send_email.delay({"to": "tom@example.net"})
+    page.delay("wake up")
+    assert app.queues() == ["urgent", "emails"]
+    w = app.worker(concurrency=1, poll_timeout_ms=100).start()
+    wait_for(lambda: len(done) == 2)
+    w.stop(5)
+    assert done == [("page", "wake up"), ("email", "tom@example.net")]
+    assert send_email.__doc__ == "Send one email."
+    app.client.close()
+
+
+# -------------------------------------------------------------------- pure parts
+
+
+def test_backoff_policy():
+    b = Backoff.exponential(base=1, factor=2, max=30, jitter=0)
+    assert [b.delay(a) for a in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    assert [Backoff.fixed(5, jitter=0).delay(a) for a in (1, 5)] == [5, 5]
+    rng = random.Random(1)
+    j = Backoff.exponential(base=10, jitter=0.2)
+    ds = [j.delay(1, rng) for _ in range(200)]
+    assert min(ds) >= 8 and max(ds) <= 12 and len(set(ds)) > 1
+    seq = [Backoff.exponential(base=1, jitter=0.3).delay(a, rng) for a in range(1, 10)]
+    assert seq == sorted(seq)
+    assert Backoff.parse("fixed:3") == Backoff.fixed(3)
+    assert Backoff.parse("exponential:2:3:60;jitter=0") == Backoff.exponential(2, 3, 60, 0)
+    with pytest.raises(ValueError):
+        Backoff.parse("linear")
+
+
+def test_envelope_roundtrip():
+    for body in (b"plain", b"\xff\x00", b'{"_disquepy": "user data"}'):
+        env = unwrap(wrap(body, 3, "D-1"))
+        assert (env.body, env.attempt, env.first_id) == (body, 3, "D-1")
+    assert unwrap(b'{"a": 1}').attempt == 1
+    assert unwrap(b'{"_disquepy":broken').body == b'{"_disquepy":broken'

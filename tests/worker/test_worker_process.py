@@ -1,0 +1,68 @@
+"""Worker processes (``python -m disquepy.worker``) on a real node: a crash mid-job is
+re-delivered after RETRY, SIGTERM/SIGINT drain the running jobs, the shutdown deadline
+NACKs what did not finish."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+from conftest import wait_for
+
+from disquepy.worker import Worker
+
+
+def slow_job(dq, tmp_path, n: int, sleep: float, **opts) -> str:
+    return dq.add_job("q", json.dumps({"n": n, "sleep": sleep, "dir": str(tmp_path)}), **opts)
+
+
+@pytest.mark.timeout(60)
+def test_crashed_worker_job_is_redelivered_after_retry(dq, server, spawn_worker, tmp_path):
+    jid = slow_job(dq, tmp_path, 1, 30, retry=2)
+    p = spawn_worker(server.port, "handlers:slow", "--queues", "q")
+    wait_for(lambda: (tmp_path / "started-1").exists(), what="the worker to start the job")
+    p.kill()  # SIGKILL mid-job: no ACK, no NACK
+    p.wait(10)
+    assert dq.show(jid)["state"] == "active"
+    got = []
+    w = Worker(dq, ["q"], 1, lambda payload: got.append(payload), poll_timeout_ms=100)
+    w.start()
+    wait_for(lambda: w.stats["acked"] == 1, timeout=20, what="re-delivery after RETRY")
+    w.stop(5)
+    assert [g["n"] for g in got] == [1]
+    assert dq.show(jid) is None  # acknowledged by the second worker
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_drains_running_jobs(dq, server, spawn_worker, tmp_path, sig):
+    running = [slow_job(dq, tmp_path, n, 2.0) for n in (1, 2)]
+    waiting = [slow_job(dq, tmp_path, n, 0.0) for n in (3, 4, 5)]
+    p = spawn_worker(server.port, "handlers:slow", "--queues", "q", "--concurrency", "2",
+                     "--poll-timeout-ms", "200")
+    wait_for(lambda: (tmp_path / "started-1").exists() and (tmp_path / "started-2").exists(),
+             what="two jobs running")
+    assert dq.qlen("q") == 3
+    p.send_signal(sig)
+    assert p.wait(20) == 0, p.log_path.read_text()
+    # the running jobs finished and were acknowledged; nothing else was taken
+    assert (tmp_path / "done-1").exists() and (tmp_path / "done-2").exists()
+    assert all(dq.show(j) is None for j in running)
+    assert not any((tmp_path / f"started-{n}").exists() for n in (3, 4, 5))
+    assert dq.qlen("q") == 3
+    assert all(dq.show(j)["state"] == "queued" for j in waiting)
+    assert "outcome=acked" in p.log_path.read_text()
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_deadline_nacks_unfinished_jobs(dq, server, spawn_worker, tmp_path):
+    jid = slow_job(dq, tmp_path, 1, 30.0)
+    p = spawn_worker(server.port, "handlers:slow", "--queues", "q", "--shutdown-timeout", "1")
+    wait_for(lambda: (tmp_path / "started-1").exists(), what="job running")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 3  # exit status 3: some jobs did not finish
+    shown = dq.show(jid)
+    assert shown["state"] == "queued" and shown["nacks"] == 1  # back in the queue now
+    assert not (tmp_path / "done-1").exists()
+    assert "outcome=nacked-on-shutdown" in p.log_path.read_text()
