@@ -119,6 +119,26 @@ def test_fastack_deletes_everywhere(c3):
     assert states(c3, jid) == [None, None, None]
 
 
+def test_fastack_reaches_a_copy_the_acking_node_did_not_know(c3):
+    """A replica moved a copy to a third node by federation (YOURJOBS): the origin
+    does not know that node, the replica does and forwards the FASTACK's DELJOB."""
+    from disquepy.core import messages as M
+
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 2, "ASYNC")
+    c3.run(50)
+    r = next(i for i in (1, 2) if c3.nodes[i].jobs.get(jid) is not None)
+    t = 3 - r
+    rn, tn = c3.nodes[r], c3.nodes[t]
+    job = rn.jobs.get(jid)
+    job.delivered = (*job.delivered, tn.myid)  # what _send_jobs records when exporting
+    tn.handle_message([M.YOURJOBS, rn.myid, rn.port, 0, [M.job_to_wire(job)]], "127.0.0.1",
+                      c3.now)
+    assert tn.jobs.get(jid) is not None and tn.myid not in c3.nodes[0].jobs.get(jid).delivered
+    assert c3.cmd(0, "FASTACK", jid) == 1
+    c3.run(20)
+    assert states(c3, jid) == [None, None, None]
+
+
 def test_unacked_job_requeued_once_cluster_wide(c3):
     jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "RETRY", 2, "ASYNC")
     c3.run(50)

@@ -689,10 +689,18 @@ class ClusterMixin:
             return
         if job.state == WAIT_REPL and job.id in self.repl_waiting:
             return  # our own job being replicated: a stale DELJOB
+        if len(fields) > 1 and type(fields[1]) is list:
+            # a FASTACK's DELJOB lists the nodes it was sent to; copies the acking
+            # node did not know of (federation moved them) are told by us
+            covered = fields[1]
+            rest = [n for n in job.delivered if n != self.myid and n not in covered]
+            if rest:
+                self.send(rest, M.DELJOB, job.id, [*covered, *rest])
         self.unregister(job)
 
     def fast_ack(self, job: Job) -> None:
-        self.send([n for n in job.delivered if n != self.myid], M.DELJOB, job.id)
+        others = [n for n in job.delivered if n != self.myid]
+        self.send(others, M.DELJOB, job.id, [self.myid, *others])
         self.unregister(job)
 
     def fast_ack_unknown(self, jid: bytes) -> None:

@@ -18,7 +18,7 @@ Fields after the header, by type:
     QUEUED        [job_id, incr]    incr: QUEUED_INCR_* for the counters
     SETACK        [job_id, may_have]
     GOTACK        [job_id, known]
-    DELJOB        [job_id]
+    DELJOB        [job_id, (covered)]  covered: FASTACK, nodes already told (forwarded)
     WORKING       [job_id]
     NEEDJOBS      [queue, count]    count 0: "no longer needed"
     YOURJOBS      [[job, ...]]
