@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Benchmark the client library and the worker framework against raw redis-py.
+
+Starts its own disquepy node on a free loopback port (scratch directory, stopped at the
+end) and measures, in the same run:
+
+    addjob   Disque.add_job(q, body)          vs  redis.Redis.execute_command("ADDJOB", ...)
+    getjob   Disque.get_jobs(q, nohang=True)  vs  execute_command("GETJOB", "NOHANG", ...)
+             (queue preloaded, so it never runs dry; jobs deleted between rounds)
+             both: one connection, one thread, unpipelined; rounds alternate raw/client
+             and the best round of each side is kept (noise only makes things slower)
+    pool     2 processes each running a disquepy Worker (concurrency 1, no-op handler,
+             GETJOB WITHCOUNTERS + ACKJOB per job) vs 2 processes each running a raw
+             redis-py loop (GETJOB + ACKJOB per job), on the same preloaded queue;
+             throughput from the moment the queue is un-paused to the last job gone
+
+Targets: client overhead <= 15% for addjob and getjob; pool >= 0.7x raw.
+
+    .venv/bin/python bench/client.py               # about 40 s
+    .venv/bin/python bench/client.py --quick       # about 15 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+import redis  # noqa: E402
+
+from disquepy.client import Disque  # noqa: E402
+
+BODY = b"0123456789abcdef"
+
+
+def free_port() -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p < 55000:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", p + 10000))
+                except OSError:
+                    continue
+            return p
+    raise RuntimeError("no free port")
+
+
+class Node:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="disque-bench-client-")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "disquepy.server.main", "--port", str(self.port)],
+            cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+        r = redis.Redis(port=self.port, protocol=2)
+        for _ in range(300):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        r.close()
+
+    def raw(self) -> redis.Redis:
+        return redis.Redis(port=self.port, protocol=2, socket_timeout=30)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def flush(r: redis.Redis) -> None:
+    r.execute_command("DEBUG", "FLUSHALL")
+
+
+def preload(r: redis.Redis, q: str, n: int) -> None:
+    p = r.pipeline(transaction=False)
+    for i in range(n):
+        p.execute_command("ADDJOB", q, BODY, 0, "ASYNC")
+        if i % 1000 == 999:
+            p.execute()
+    p.execute()
+
+
+def time_ops(fn, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return n / (time.perf_counter() - t0)
+
+
+def bench_overhead(node: Node, n: int, rounds: int) -> dict:
+    raw = node.raw()
+    c = Disque([f"127.0.0.1:{node.port}"])
+    c.ping()
+    ex = raw.execute_command
+    out = {}
+    # ADDJOB
+    best_raw = best_cli = 0.0
+    for _ in range(rounds):
+        flush(raw)
+        best_raw = max(best_raw, time_ops(lambda: ex("ADDJOB", "bq", BODY, 0), n))
+        flush(raw)
+        best_cli = max(best_cli, time_ops(lambda: c.add_job("bq", BODY), n))
+    out["addjob"] = (best_raw, best_cli)
+    # GETJOB (NOHANG on a preloaded queue; the jobs stay active, flushed per round)
+    best_raw = best_cli = 0.0
+    for _ in range(rounds):
+        flush(raw)
+        preload(raw, "gq", n)
+        best_raw = max(best_raw, time_ops(lambda: ex("GETJOB", "NOHANG", "FROM", "gq"), n))
+        flush(raw)
+        preload(raw, "gq", n)
+        best_cli = max(best_cli, time_ops(lambda: c.get_jobs("gq", nohang=True), n))
+    out["getjob"] = (best_raw, best_cli)
+    flush(raw)
+    c.close()
+    raw.close()
+    return out
+
+
+def _raw_consumer(port: int, q: str, ready, go) -> None:
+    r = redis.Redis(port=port, protocol=2, socket_timeout=30)
+    r.ping()
+    ready.set()
+    go.wait()
+    while True:
+        rep = r.execute_command("GETJOB", "TIMEOUT", 300, "FROM", q)
+        if not rep:
+            return
+        r.execute_command("ACKJOB", rep[0][1])
+
+
+def _noop(payload) -> None:
+    pass
+
+
+def _worker_proc(port: int, q: str, ready, go, stop) -> None:
+    from disquepy.worker import Worker
+
+    c = Disque([f"127.0.0.1:{port}"])
+    c.ping()
+    w = Worker(c, [q], 1, _noop, poll_timeout_ms=300)
+    ready.set()
+    go.wait()
+    w.start()
+    stop.wait()
+    w.stop(5)
+
+
+def run_pool(node: Node, jobs: int, kind: str, procs: int = 2) -> float:
+    raw = node.raw()
+    flush(raw)
+    q = "pool"
+    raw.execute_command("PAUSE", q, "out")
+    preload(raw, q, jobs)
+    ctx = mp.get_context("fork")
+    go, stop = ctx.Event(), ctx.Event()
+    readies = [ctx.Event() for _ in range(procs)]
+    if kind == "raw":
+        ps = [ctx.Process(target=_raw_consumer, args=(node.port, q, readies[i], go))
+              for i in range(procs)]
+    else:
+        ps = [ctx.Process(target=_worker_proc, args=(node.port, q, readies[i], go, stop))
+              for i in range(procs)]
+    for p in ps:
+        p.start()
+    for e in readies:
+        e.wait(30)
+    go.set()
+    t0 = time.perf_counter()
+    raw.execute_command("PAUSE", q, "none")
+    while True:
+        n = raw.execute_command("INFO", "jobs")
+        left = int(n.decode().split("registered_jobs:")[1].split()[0]) if isinstance(
+            n, bytes) else n["registered_jobs"]
+        if left == 0:
+            break
+        time.sleep(0.005)
+    rate = jobs / (time.perf_counter() - t0)
+    stop.set()
+    for p in ps:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+    raw.close()
+    return rate
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short rounds (noisy)")
+    ap.add_argument("--ops", type=int, default=None, help="commands per round")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--pool-jobs", type=int, default=None)
+    a = ap.parse_args()
+    ops = a.ops or (3000 if a.quick else 10000)
+    rounds = a.rounds or (3 if a.quick else 5)
+    pool_jobs = a.pool_jobs or (5000 if a.quick else 20000)
+    node = Node()
+    try:
+        ov = bench_overhead(node, ops, rounds)
+        pool = {}
+        for kind in ("raw", "worker", "raw", "worker"):
+            pool[kind] = max(pool.get(kind, 0.0), run_pool(node, pool_jobs, kind))
+    finally:
+        node.stop()
+    ok = True
+    print(f"client overhead vs raw redis-py (1 connection, {ops} ops x {rounds} rounds, best):")
+    for name, (raw_rate, cli_rate) in ov.items():
+        overhead = raw_rate / cli_rate - 1
+        passed = overhead <= 0.15
+        ok &= passed
+        print(f"  {name:7s} raw {raw_rate:9.0f}/s  client {cli_rate:9.0f}/s  "
+              f"overhead {overhead * 100:5.1f}%  {'PASS' if passed else 'FAIL'} (<= 15%)")
+    ratio = pool["worker"] / pool["raw"]
+    passed = ratio >= 0.7
+    ok &= passed
+    print(f"2-process pool, no-op jobs ({pool_jobs} jobs, best of 2):")
+    print(f"  raw GETJOB+ACKJOB {pool['raw']:9.0f} jobs/s  worker {pool['worker']:9.0f} "
+          f"jobs/s  ratio {ratio:.2f}x  {'PASS' if passed else 'FAIL'} (>= 0.7x)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
