@@ -137,3 +137,31 @@ def test_top_against_nothing_is_a_clear_error(run_cli):
     assert res.rc == 1
     assert res.err.strip() == f"Could not connect to Disque at 127.0.0.1:{port}: " \
                               "Connection refused"
+
+
+@pytest.mark.timeout(120)
+def test_top_shows_a_dead_node_as_down_and_survives_its_seed_dying(run_cli, make_cluster):
+    servers, clients = make_cluster(3)
+    clients[1].execute_command("ADDJOB", "q", "x", 0, "REPLICATE", 1)
+    servers[2].kill()
+    res = run_cli("-p", servers[0].port, "top", "--once", "-i", "0.1")
+    assert res.rc == 0, res.err
+    rows = {row[0]: row for row in table_rows(res.out)}
+    assert rows[f"127.0.0.1:{servers[2].port}"][2].startswith("down")
+    assert rows[f"127.0.0.1:{servers[1].port}"][2] == "1"  # jobs on the live node
+    assert rows["q"][1] == "1"
+    # the seed itself dies between refreshes: the other nodes are asked instead
+    target = Target(port=servers[0].port)
+    known: list = []
+    try:
+        first = take_sample(target, {}, known)
+        assert len(first.nodes) == 3 and len(known) == 3
+        servers[0].kill()
+        second = take_sample(target, {}, known)
+    finally:
+        target.close()
+    state = {n.addr: n.info is not None for n in second.nodes}
+    assert state == {f"127.0.0.1:{servers[0].port}": False,
+                     f"127.0.0.1:{servers[1].port}": True,
+                     f"127.0.0.1:{servers[2].port}": False}
+    assert second.qstats[("q", f"127.0.0.1:{servers[1].port}")]["len"] == 1

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .reply import ReplyParser, ServerError
 
@@ -60,11 +62,13 @@ class Target:
         return f"{self.host}:{self.port}"
 
     def redis(self, host: str | None = None, port: int | None = None,
-              socket_timeout: float | None = 10.0) -> redis.Redis:
+              socket_timeout: float | None = 10.0,
+              connect_timeout: float = CONNECT_TIMEOUT) -> redis.Redis:
         """A redis-py client (RESP2) on this node or on ``host:port``; closed at exit."""
         c = redis.Redis(host=host or self.host, port=port or self.port,
                         password=self.password, protocol=2,
-                        socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
+                        socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
+                        retry=Retry(NoBackoff(), 0))  # report failures at once, no retries
         self._clients.append(c)
         return c
 

@@ -170,6 +170,10 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
                 return 0
             try:
                 reply = session.call(*[to_wire(a) for a in args])
+            except KeyboardInterrupt:  # e.g. a blocked GETJOB: its reply would come later
+                session.close()
+                click.echo("(interrupted)")
+                continue
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 session.close()
                 click.echo(f"Could not connect to Disque at {target.addr}: "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import click
 import redis
@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from .cluster import discover
+from .cluster import HelloNode, discover
 from .conn import Target
 from .ui import console, human_bytes, pairs, text
 
@@ -48,20 +48,49 @@ def _scan_queues(c: redis.Redis) -> list[str]:
     return sorted(names)
 
 
-def take_sample(target: Target, clients: dict[str, redis.Redis]) -> Sample:
-    """Ask every node known by HELLO for INFO, QSCAN and QSTAT."""
-    s = Sample(t=time.monotonic())
+def _nodes(target: Target, known: list[HelloNode]) -> list[HelloNode]:
+    """The nodes HELLO shows, asking the target first, then any node seen before."""
     try:
-        nodes = discover(target)
+        return discover(target)
     except redis.RedisError:
-        nodes = []
-    if not nodes:  # the seed is down or unreachable: still show it
+        pass
+    for n in known:
+        if (n.host, n.port) == (target.host, target.port):
+            continue
+        try:
+            seed = replace(target, host=n.host, port=n.port, _clients=[])
+            try:
+                return discover(seed)
+            finally:
+                seed.close()
+        except redis.RedisError:
+            continue
+    return []
+
+
+def take_sample(target: Target, clients: dict[str, redis.Redis],
+                known: list[HelloNode] | None = None) -> Sample:
+    """Ask every node known by HELLO for INFO, QSCAN and QSTAT.
+
+    ``known`` (updated) are the nodes seen so far: when the target stops answering, the
+    others are asked for HELLO, and nodes no longer listed are shown as down.
+    """
+    s = Sample(t=time.monotonic())
+    known = known if known is not None else []
+    nodes = _nodes(target, known)
+    listed = {n.addr for n in nodes}
+    gone = [n for n in known if n.addr not in listed]
+    if nodes:
+        known[:] = nodes
+    for n in gone:
+        s.nodes.append(NodeSample(n.addr, n.id, None, "not answering"))
+    if not nodes and not gone:  # the seed is down and nothing else is known
         s.nodes.append(NodeSample(target.addr, "?", None, "unreachable"))
-        return s
     for n in nodes:
         c = clients.get(n.addr)
         if c is None:
-            c = clients[n.addr] = target.redis(n.host, n.port, socket_timeout=3)
+            c = clients[n.addr] = target.redis(n.host, n.port, socket_timeout=3,
+                                               connect_timeout=1)
         try:
             info = c.info()
             for q in _scan_queues(c):
@@ -175,27 +204,28 @@ def command(target: Target, interval: float, once: bool, iterations: int | None,
     counters (QSTAT jobs-in/jobs-out, INFO total_commands_processed) between refreshes.
     """
     clients: dict[str, redis.Redis] = {}
+    known: list[HelloNode] = []
     out = console()
     # the seed must answer once, or there is nothing to show: a clear error instead
     target.redis(socket_timeout=5).ping()
     if once or iterations:
         count = 1 if once else iterations
-        prev = take_sample(target, clients)
+        prev = take_sample(target, clients, known)
         for i in range(count):  # type: ignore[arg-type]
             time.sleep(interval)
-            cur = take_sample(target, clients)
+            cur = take_sample(target, clients, known)
             if i:
                 out.print()
             out.print(render(cur, prev, limit))
             prev = cur
         return
     prev = None
-    cur = take_sample(target, clients)
+    cur = take_sample(target, clients, known)
     try:
         with Live(render(cur, prev, limit), console=out, auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
-                prev, cur = cur, take_sample(target, clients)
+                prev, cur = cur, take_sample(target, clients, known)
                 live.update(render(cur, prev, limit), refresh=True)
     except KeyboardInterrupt:
         pass
