@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 
 import pytest
-from cli_support import table_rows
+from cli_support import table_rows, wait_for
+
+from disquepy.client import Disque
+from disquepy.worker import Worker
+from disquepy.worker.deadletter import dead_letter_body
 
 
 def body_lines(out: str, column: int = -1) -> list[str]:
@@ -52,15 +54,10 @@ def test_jobs_count_and_newest(run_cli, server, r):
 
 def add_dead_letter(r, queue: str, original_id: str, body: bytes, error: str,
                     nacks: int = 3) -> str:
-    """A dead letter in the worker's format (see docs: client contract), added directly."""
-    try:
-        shown: object = body.decode()
-    except UnicodeDecodeError:
-        shown = {"base64": base64.b64encode(body).decode()}
-    doc = {"queue": queue, "id": original_id, "body": shown, "error": error, "nacks": nacks,
-           "additional_deliveries": 1, "failed_at": int(time.time() * 1000) - 90_000}
-    return r.execute_command("ADDJOB", f"{queue}:dead", json.dumps(doc), 0,
-                             "TTL", 7 * 86400).decode()
+    """A dead letter made by the worker's own format function, failed 90 s ago."""
+    doc = dead_letter_body(queue, original_id, body, error, nacks, 1,
+                           failed_at=int(time.time() * 1000) - 90_000)
+    return r.execute_command("ADDJOB", f"{queue}:dead", doc, 0, "TTL", 7 * 86400).decode()
 
 
 @pytest.fixture
@@ -89,7 +86,7 @@ def test_dead_requeue_by_id_then_all(run_cli, server, r, letters):
     d1, d2 = letters
     res = run_cli("-p", server.port, "dead", "emails", "--requeue", d2)
     assert res.rc == 0, res.err
-    assert "Re-queued 1 dead letters into emails" in res.out
+    assert "Re-queued 1 dead letters of emails" in res.out
     assert r.execute_command("QLEN", "emails:dead") == 1
     got = r.execute_command("GETJOB", "NOHANG", "FROM", "emails")
     assert got[0][2] == b"\x01\x02"  # the original bytes, decoded from base64
@@ -108,3 +105,36 @@ def test_dead_requeue_of_unknown_id_fails(run_cli, server, r, letters):
     assert res.rc == 1
     assert r.execute_command("QLEN", "emails:dead") == 2
     assert r.execute_command("QLEN", "emails") == 0
+
+
+def test_dead_lists_other_jobs_in_the_dead_queue_apart(run_cli, server, r, letters):
+    r.execute_command("ADDJOB", "emails:dead", "not a dead letter", 0)
+    res = run_cli("-p", server.port, "dead", "emails")
+    assert res.rc == 0
+    assert len([row for row in table_rows(res.out) if row[0]]) == 2
+    assert "1 jobs in emails:dead are not dead letters (not shown)" in res.out
+
+
+@pytest.mark.timeout(60)
+def test_dead_letters_of_a_real_worker_listed_and_requeued(run_cli, server, r):
+    def handler(payload):
+        raise ValueError(f"cannot send to {payload['to']}")
+
+    jid = r.execute_command("ADDJOB", "mail", '{"to": "nobody"}', 0, "RETRY", 1).decode()
+    client = Disque([f"127.0.0.1:{server.port}"])
+    w = Worker(client, ["mail"], 1, handler, dead_letter_after=2, poll_timeout_ms=100).start()
+    try:
+        wait_for(lambda: w.stats["dead-lettered"] == 1, timeout=30, what="a dead letter")
+    finally:
+        w.stop(timeout=5)
+        client.close()
+    res = run_cli("-p", server.port, "dead", "mail")
+    assert res.rc == 0, res.err
+    (row,) = [row for row in table_rows(res.out) if row[0]]
+    assert row[1] == jid
+    assert row[5] == "ValueError('cannot send to nobody')"
+    res = run_cli("-p", server.port, "dead", "mail", "--requeue", jid)  # by original ID
+    assert res.rc == 0 and "Re-queued 1 dead letters of mail" in res.out
+    assert r.execute_command("QLEN", "mail:dead") == 0
+    got = r.execute_command("GETJOB", "NOHANG", "FROM", "mail")
+    assert got[0][2] == b'{"to": "nobody"}'

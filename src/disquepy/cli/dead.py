@@ -1,16 +1,14 @@
 """``disque dead QUEUE``: list dead letters, ``--requeue`` them.
 
-The dead-letter format is the worker's (``disquepy.worker.deadletter``): the dead letters of
-``Q`` are jobs in ``Q:dead`` whose body is JSON with the original queue, job ID, body
-(text, or ``{"base64": ...}``), the error, counters and ``failed_at`` (unix ms).
+Dead letters are the worker's (:mod:`disquepy.worker.deadletter`): the dead letters of
+``Q`` are jobs in ``Q:dead`` whose body is JSON with the original queue, job ID, body,
+the error, counters and ``failed_at``. Listing and re-queueing use that module's
+``list_dead`` and ``requeue_dead`` through the disquepy client.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import time
-from dataclasses import dataclass
 
 import click
 from rich.table import Table
@@ -18,119 +16,54 @@ from rich.text import Text
 
 from .conn import CliError, Target
 from .jobs import show_body
-from .ui import console, human_age, text
-
-
-@dataclass
-class Letter:
-    """One dead letter as the command line shows it."""
-
-    dead_id: str
-    queue: str
-    original_id: str
-    body: bytes
-    error: str
-    nacks: int | None
-    additional_deliveries: int | None
-    failed_at: int | None
-
-
-def dead_queue(queue: str) -> str:
-    """The default dead-letter queue of ``queue``."""
-    return f"{queue}:dead"
-
-
-def decode_letter(dead_id: str, raw_body: bytes) -> Letter | None:
-    """A dead letter from its job body, or None if the body is not in the format."""
-    try:
-        doc = json.loads(raw_body)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or "queue" not in doc:
-        return None
-    body = doc.get("body")
-    if isinstance(body, dict) and "base64" in body:
-        data = base64.b64decode(body["base64"])
-    elif isinstance(body, str):
-        data = body.encode()
-    else:
-        data = json.dumps(body).encode()
-    return Letter(dead_id, str(doc["queue"]), str(doc.get("id", "")), data,
-                  str(doc.get("error", "")), doc.get("nacks"),
-                  doc.get("additional_deliveries"), doc.get("failed_at"))
-
-
-def list_letters(target: Target, queue: str, count: int) -> tuple[list[Letter], int]:
-    """Dead letters of ``queue`` (non-consuming) and the number that are not in the
-    format."""
-    c = target.redis()
-    letters, bad = [], 0
-    for entry in c.execute_command("QPEEK", dead_queue(queue), count):
-        letter = decode_letter(text(entry[1]), entry[2])
-        if letter is None:
-            bad += 1
-        else:
-            letters.append(letter)
-    return letters, bad
-
-
-def requeue_letters(target: Target, queue: str, ids: list[str] | None) -> int:
-    """Add the original bodies back to ``queue`` and acknowledge their dead letters.
-
-    ``ids`` selects dead letters by dead-letter job ID or by original job ID; None means
-    all.
-    """
-    c = target.redis()
-    n = int(c.execute_command("QLEN", dead_queue(queue)))
-    letters, _ = list_letters(target, queue, max(n, 1))
-    wanted = None if ids is None else set(ids)
-    done = 0
-    for letter in letters:
-        if wanted is not None and not ({letter.dead_id, letter.original_id} & wanted):
-            continue
-        c.execute_command("ADDJOB", letter.queue or queue, letter.body, 0)
-        c.execute_command("ACKJOB", letter.dead_id)
-        done += 1
-    return done
+from .ui import console, human_age
 
 
 @click.command("dead")
 @click.argument("queue")
 @click.argument("ids", nargs=-1)
 @click.option("--requeue", is_flag=True,
-              help="Put dead letters back in QUEUE (all, or only the IDs given).")
+              help="Put dead letters back in their queue (all, or only the IDs given).")
 @click.option("-c", "--count", default=100, show_default=True, type=click.IntRange(1),
               help="How many dead letters to list.")
+@click.option("--pattern", default="{queue}:dead", show_default=True,
+              help="Name of the dead-letter queue ({queue} is QUEUE), as the worker's.")
 @click.pass_obj
-def command(target: Target, queue: str, ids: tuple[str, ...], requeue: bool,
-            count: int) -> None:
-    """List the dead letters of QUEUE (jobs in QUEUE:dead), or re-queue them with
-    --requeue [ID...] (dead-letter or original job IDs)."""
+def command(target: Target, queue: str, ids: tuple[str, ...], requeue: bool, count: int,
+            pattern: str) -> None:
+    """List the dead letters of QUEUE (jobs in QUEUE:dead on the connected node), or
+    re-queue them with --requeue [ID...] (dead-letter or original job IDs)."""
+    from disquepy.worker.deadletter import dead_queue_name, list_dead, requeue_dead
+
     if ids and not requeue:
         raise CliError("Job IDs are only taken with --requeue")
+    if "{queue}" not in pattern:
+        raise CliError("--pattern must contain {queue}")
+    c = target.client()
+    dq = dead_queue_name(queue, pattern)
+    out = console()
     if requeue:
-        n = requeue_letters(target, queue, list(ids) or None)
+        n = requeue_dead(c, queue, list(ids) or None, pattern=pattern)
         if ids and n < len(ids):
-            console().print(f"Re-queued {n} of {len(ids)} dead letters into "
-                            f"{queue} (the others were not found)", markup=False)
+            out.print(f"Re-queued {n} of {len(ids)} dead letters of {queue} "
+                      "(the others were not found)", markup=False)
             raise SystemExit(1)
-        console().print(f"Re-queued {n} dead letters into {queue}", markup=False)
+        out.print(f"Re-queued {n} dead letters of {queue}", markup=False)
         return
-    letters, bad = list_letters(target, queue, count)
+    letters = list_dead(c, queue, count, pattern=pattern)
+    waiting = c.qlen(dq)
     now_ms = time.time() * 1000
-    table = Table(title=Text(f"Dead letters of {queue} ({dead_queue(queue)} on "
-                             f"{target.addr}): {len(letters)}"),
+    table = Table(title=Text(f"Dead letters of {queue} ({dq} on {c.node}): {waiting}"),
                   title_justify="left", show_lines=True)
     for col in ("Dead-letter ID", "Original ID", "Failed", "Nacks", "Add. deliveries",
                 "Error", "Body"):
         table.add_column(col, no_wrap=col.endswith("ID"))
     for d in letters:
         ago = human_age((now_ms - d.failed_at) / 1000) + " ago" if d.failed_at else "-"
-        table.add_row(Text(d.dead_id), Text(d.original_id), ago, str(d.nacks),
+        table.add_row(Text(d.id), Text(d.original_id), ago, str(d.nacks),
                       str(d.additional_deliveries), Text(d.error),
                       Text(show_body(d.body, 500)))
-    out = console()
     out.print(table)
-    if bad:
-        out.print(f"{bad} jobs in {dead_queue(queue)} are not dead letters (not shown)",
-                  markup=False)
+    other = min(waiting, count) - len(letters)
+    if other > 0:
+        out.print(f"{other} jobs in {dq} are not dead letters (not shown)", markup=False)
