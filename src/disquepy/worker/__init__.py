@@ -20,15 +20,15 @@ from .deadletter import DeadLetter, list_dead, requeue_dead
 from .tasks import Task, Tasks
 
 __all__ = [
-    "Backoff",
-    "DeadLetter",
-    "RetryLater",
-    "Route",
-    "Task",
-    "Tasks",
     "Worker",
-    "current_attempt",
+    "Tasks",
+    "Task",
+    "Route",
+    "Backoff",
+    "RetryLater",
     "current_job",
+    "current_attempt",
+    "DeadLetter",
     "list_dead",
     "requeue_dead",
 ]

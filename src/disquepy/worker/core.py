@@ -184,6 +184,7 @@ class Worker:
 
     @property
     def stopping(self) -> bool:
+        """``True`` once a stop was requested (no new jobs are fetched)."""
         return self._stop.is_set()
 
     def stop(self, timeout: float | None = None) -> bool:
