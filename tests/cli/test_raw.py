@@ -119,3 +119,18 @@ def test_shutdown_closing_the_connection_is_success(run_cli, server_factory):
     assert (res.rc, res.out, res.err) == (0, "", "")
     s.proc.wait(10)
     assert not s.alive()
+
+
+def test_console_script(server, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cli_support import cli_env
+
+    script = Path(sys.executable).parent / "disque"
+    if not script.exists():
+        pytest.skip("the disque console script is not installed in this environment")
+    p = subprocess.run([str(script), "-p", str(server.port), "ECHO", "hi"], text=True,
+                       capture_output=True, timeout=30, env=cli_env(tmp_path))
+    assert (p.returncode, p.stdout) == (0, '"hi"\n')

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from cli_support import CLI, cli_env
+from cli_support import CLI, cli_env, wait_for
 
 from disquepy.cli.repl import SplitError, split_args, to_wire
 
@@ -198,6 +198,41 @@ def test_terminal_prompt_says_not_connected(tmp_path):
         t.send(b"PING\r")
         t.expect(b"PING\r\nCould not connect")
         t.expect(b"not connected> ")
+        t.send(b"quit\r")
+        assert t.close() == 0
+    except BaseException:
+        t.close(wait=0)
+        raise
+
+
+@pytest.mark.timeout(60)
+def test_top_live_table_on_a_terminal_until_interrupted(server, r, tmp_path):
+    r.execute_command("ADDJOB", "livequeue", "x", 0)
+    t = Pty([*CLI, "-p", str(server.port), "top", "-i", "0.2"], cli_env(tmp_path))
+    try:
+        t.expect(b"livequeue")
+        r.execute_command("ADDJOB", "second", "y", 0)
+        t.expect(b"second")  # the live table refreshed with the new queue
+        t.proc.send_signal(signal.SIGINT)
+        assert t.close() == 0
+    except BaseException:
+        t.close(wait=0)
+        raise
+
+
+@pytest.mark.timeout(60)
+def test_interrupting_a_blocked_command_keeps_the_prompt(server, r, tmp_path):
+    prompt = f"127.0.0.1:{server.port}> ".encode()
+    t = Pty([*CLI, "-p", str(server.port)], cli_env(tmp_path))
+    try:
+        t.expect(prompt)
+        t.send(b"GETJOB FROM nothing\r")
+        wait_for(lambda: r.info("clients")["blocked_clients"] == 1, what="GETJOB to block")
+        t.proc.send_signal(signal.SIGINT)
+        t.expect(b"(interrupted)")
+        t.expect(prompt)
+        t.send(b"PING\r")
+        t.expect(b"\r\nPONG\r\n")
         t.send(b"quit\r")
         assert t.close() == 0
     except BaseException:

@@ -173,6 +173,8 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
             except KeyboardInterrupt:  # e.g. a blocked GETJOB: its reply would come later
                 session.close()
                 click.echo("(interrupted)")
+                with contextlib.suppress(redis.ConnectionError, OSError):
+                    session.connect()  # a fresh connection, as before the command
                 continue
             except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
                 session.close()
