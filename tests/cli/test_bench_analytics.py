@@ -85,3 +85,19 @@ def test_analytics_calls_run_analytics_and_prints_its_summary(monkeypatch, tmp_p
     assert res.exit_code == 0, res.output
     assert calls == [(str(tmp_path), "o")]
     assert '"jobs": 3' in res.output
+
+
+@pytest.mark.timeout(180)
+def test_bench_with_replication_on_a_cluster(run_cli, make_cluster):
+    from cli_support import wait_for
+
+    servers, clients = make_cluster(3)
+    res = run_cli("-p", servers[0].port, "bench", "--jobs", 60, "--clients", 2, "--pipeline",
+                  5, "--replicate", 3, "--queue", "rq")
+    assert res.rc == 0, res.err
+    rows = {row[0]: row for row in table_rows(res.out)}
+    assert rows["produce"][1:3] == ["60", "0"] and rows["consume+ack"][1:3] == ["60", "0"]
+    assert all(c.execute_command("QLEN", "rq") == 0 for c in clients)
+    # every copy on every node is gone once the acks went around
+    wait_for(lambda: all(c.info("jobs")["registered_jobs"] == 0 for c in clients),
+             timeout=30, what="acked copies to be collected on every node")

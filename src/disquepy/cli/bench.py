@@ -141,7 +141,7 @@ def _ms(v: float | None) -> str:
               help="Parallel connections per phase.")
 @click.option("-P", "--pipeline", default=1, show_default=True, type=click.IntRange(1, 10000),
               help="ADDJOBs per pipeline; jobs per GETJOB COUNT (acked with one ACKJOB).")
-@click.option("-q", "--queue", default="disque-bench", show_default=True)
+@click.option("-q", "--queue", default="disque-bench", show_default=True, help="Queue to use.")
 @click.option("-d", "--body-size", default=64, show_default=True, type=click.IntRange(0),
               help="Bytes per job body.")
 @click.option("-r", "--replicate", default=None, type=click.IntRange(1),
