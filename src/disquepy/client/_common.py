@@ -459,8 +459,9 @@ class Affinity:
     """Counts received jobs by creating node and says when to move, with hysteresis.
 
     Every ``window`` received jobs the counts are looked at: if one node produced at
-    least ``ratio`` times the jobs the current node produced (and at least half of the
-    window), move there. Counts then halve, so old history fades.
+    least ``ratio`` times the jobs the current node produced, and at least half of all
+    the jobs counted, move there. Counts then halve, so old history fades; a consumer
+    fed evenly by several nodes stays where it is.
     """
 
     def __init__(self, window: int = 32, ratio: float = 2.0) -> None:

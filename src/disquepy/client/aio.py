@@ -30,6 +30,7 @@ from ._common import (
     jscan_args,
     parse_hello,
     parse_jobs,
+    parse_node,
     parse_nodes,
     parse_show,
     qscan_args,
@@ -300,22 +301,28 @@ class AsyncDisque(Commands):
         prefix = job_node_prefix(id)
         deadline = time.monotonic() + timeout
         attempt = 0
+        await self._ensure()
         while True:
-            addr = self.topology.address_of(prefix)
+            addr = self.topology.address_of(prefix) or self._addr
             try:
-                if addr is None or addr == self._addr:
-                    reply = await self.execute_command("SHOW", id)
-                else:
-                    reply = await self._client_for(addr).execute_command("SHOW", id)
+                reply = await self._client_for(addr).execute_command("SHOW", id)
                 if reply is None or parse_show(reply).get("state") == "acked":
                     return True
-            except (*_NET_ERRORS, NoNodesError) as e:
-                log.debug("wait_for_ack: %s", e)
+            except _NET_ERRORS as e:
+                log.debug("wait_for_ack: %s unreachable: %s", fmt_addr(addr), e)
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             await asyncio.sleep(min(wait_backoff(attempt), left))
             attempt += 1
+
+    async def execute_on(self, node: NodeSpec, *args: Any) -> Any:
+        """A raw command on one given node (``"host:port"``), without failover."""
+        addr = parse_node(node)
+        try:
+            return await self._client_for(addr).execute_command(*args)
+        except rexc.ResponseError as e:
+            raise convert_error(e) from None
 
     def pipeline(self) -> AsyncPipeline:
         """A pipeline: queue commands, ``await execute()`` sends them in one round trip."""

@@ -31,6 +31,7 @@ from ._common import (
     jscan_args,
     parse_hello,
     parse_jobs,
+    parse_node,
     parse_nodes,
     parse_show,
     qscan_args,
@@ -321,22 +322,30 @@ class Disque(Commands):
         prefix = job_node_prefix(id)
         deadline = time.monotonic() + timeout
         attempt = 0
+        self._ensure()
         while True:
-            addr = self.topology.address_of(prefix)
+            # the creating node, never another one: a node without a copy answers nil
+            addr = self.topology.address_of(prefix) or self._addr
             try:
-                if addr is None or addr == self._addr:
-                    reply = self.execute_command("SHOW", id)
-                else:
-                    reply = self._client_for(addr).execute_command("SHOW", id)
+                reply = self._client_for(addr).execute_command("SHOW", id)
                 if reply is None or parse_show(reply).get("state") == "acked":
                     return True
-            except (*_NET_ERRORS, NoNodesError) as e:
-                log.debug("wait_for_ack: %s", e)
+            except _NET_ERRORS as e:
+                log.debug("wait_for_ack: %s unreachable: %s", fmt_addr(addr), e)
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             time.sleep(min(wait_backoff(attempt), left))
             attempt += 1
+
+    def execute_on(self, node: NodeSpec, *args: Any) -> Any:
+        """A raw command on one given node (``"host:port"``), without failover; e.g. a
+        WORKING or SHOW for a job on the node that holds it."""
+        addr = parse_node(node)
+        try:
+            return self._client_for(addr).execute_command(*args)
+        except rexc.ResponseError as e:
+            raise convert_error(e) from None
 
     def pipeline(self) -> Pipeline:
         """A pipeline: queue commands, ``execute()`` sends them in one round trip and

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import Disque, DisqueError, Job, NoJobError
-from ..client._common import NodeSpec
+from ..client._common import NodeSpec, parse_show
 from .backoff import Backoff
 from .deadletter import DEAD_TTL, DEFAULT_DLQ, dead_letter_body, dead_queue_name
 from .envelope import unwrap, wrap
@@ -392,7 +392,7 @@ class Worker:
                     rec.next_hb = rec.start + HEARTBEAT_FRACTION * rec.retry
                 if now >= rec.next_hb:
                     try:
-                        secs = self.client.working(rec.job.id)
+                        secs = self._working(rec.job)
                     except DisqueError as e:
                         self.log.warning("event=heartbeat-error job=%s error=%r",
                                          rec.job.id, e)
@@ -405,10 +405,28 @@ class Worker:
                 wake = min(wake, rec.next_hb)
             self._hb_wake.wait(max(0.01, wake - time.monotonic()))
 
+    def _owner(self, job: Job) -> tuple[str, int] | None:
+        """The address of the node that created ``job`` (it holds a copy), if known."""
+        addr = self.client.topology.address_of(job.id[2:10])
+        return addr if addr is not None and addr != self.client._addr else None
+
+    def _working(self, job: Job) -> int:
+        """WORKING on the current node; if it does not know the job (the client moved
+        since the fetch), on the node that created it."""
+        try:
+            return self.client.working(job.id)
+        except NoJobError:
+            owner = self._owner(job)
+            if owner is None:
+                raise
+            return int(self.client.execute_on(owner, "WORKING", job.id))
+
     def _job_retry(self, job: Job) -> float:
         try:
             s = self.client.show(job.id)
-        except (DisqueError, NoJobError) as e:
+            if s is None and (owner := self._owner(job)) is not None:
+                s = parse_show(self.client.execute_on(owner, "SHOW", job.id))
+        except DisqueError as e:
             self.log.warning("event=show-error job=%s error=%r", job.id, e)
             return 0
         if s is None:
