@@ -15,7 +15,7 @@ from typing import Any
 import click
 import redis
 
-from .conn import CliError, RawSession, Target, connection_reason
+from .conn import CliError, RawSession, Target, connection_message
 from .reply import ServerError, render
 
 CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
@@ -27,8 +27,7 @@ def translate_errors(fn: Any, ctx: click.Context) -> Any:
         return fn()
     except (redis.ConnectionError, redis.TimeoutError) as e:
         target = ctx.find_object(Target)
-        where = target.addr if target is not None else "the server"
-        raise CliError(f"Could not connect to Disque at {where}: {connection_reason(e)}") from None
+        raise CliError(connection_message(e, target.addr if target else "the server")) from None
     except ServerError as e:
         raise CliError(f"(error) {e.text}") from None
     except redis.ResponseError as e:

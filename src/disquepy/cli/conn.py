@@ -32,6 +32,15 @@ def connection_reason(exc: BaseException) -> str:
     return text.rstrip(".") or type(exc).__name__
 
 
+def connection_message(exc: BaseException, default_addr: str) -> str:
+    """"Could not connect to Disque at H:P: reason", with the address redis-py names in
+    the error when there is one (the failing node may not be the one given with -h/-p)."""
+    text = str(exc.args[0]) if exc.args else ""
+    m = re.search(r"(?:connecting to|reading from|writing to) (\S+?:\d+)", text)
+    return f"Could not connect to Disque at {m.group(1) if m else default_addr}: " \
+           f"{connection_reason(exc)}"
+
+
 def parse_addr(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
     """``host:port``, ``:port`` or ``port`` to ``(host, port)``; raises CliError if bad."""
     host, sep, port = text.rpartition(":")
