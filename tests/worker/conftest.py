@@ -55,3 +55,33 @@ def spawn_worker(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait(10)
+
+
+CLUSTER_TIMEOUT_MS = 1500
+
+
+def _hello_ok(c, n: int) -> bool:
+    import redis
+
+    try:
+        h = c.execute_command("HELLO")
+    except redis.RedisError:
+        return False
+    return len(h) == 2 + n and all(e[3] == b"1" for e in h[2:])
+
+
+@pytest.fixture
+def make_cluster(server_factory):
+    """make(n) -> (servers, raw redis-py clients), n nodes joined and converged."""
+
+    def make(n: int, *extra: str):
+        servers = [server_factory("--cluster-node-timeout", str(CLUSTER_TIMEOUT_MS), *extra)
+                   for _ in range(n)]
+        clients = [s.client() for s in servers]
+        for s in servers[1:]:
+            assert clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", s.port) == b"OK"
+        for c in clients:
+            wait_for(lambda c=c: _hello_ok(c, n), what="cluster to converge")
+        return servers, clients
+
+    return make
