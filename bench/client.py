@@ -7,8 +7,10 @@ end) and measures, in the same run:
     addjob   Disque.add_job(q, body)          vs  redis.Redis.execute_command("ADDJOB", ...)
     getjob   Disque.get_jobs(q, nohang=True)  vs  execute_command("GETJOB", "NOHANG", ...)
              (queue preloaded, so it never runs dry; jobs deleted between rounds)
-             both: one connection, one thread, unpipelined; rounds alternate raw/client
-             and the best round of each side is kept (noise only makes things slower)
+             both: one connection, one thread, unpipelined; in each round both sides run
+             back to back, the side going first alternating; the best round of each side
+             is kept (noise only makes things slower). Also printed: the client layer's
+             own cost per call, measured over a stub connection (no network, no noise)
     pool     2 processes each running a disquepy Worker (concurrency 1, no-op handler,
              GETJOB WITHCOUNTERS + ACKJOB per job) vs 2 processes each running a raw
              redis-py loop (GETJOB + ACKJOB per job), on the same preloaded queue;
@@ -108,32 +110,66 @@ def time_ops(fn, n: int) -> float:
 
 
 def bench_overhead(node: Node, n: int, rounds: int) -> dict:
+    """Per round: flush, then ``n`` raw commands and ``n`` client calls back to back, the
+    side going first alternating between rounds; the best rate of each side is kept."""
     raw = node.raw()
     c = Disque([f"127.0.0.1:{node.port}"])
     c.ping()
     ex = raw.execute_command
+    sides = {
+        "addjob": (lambda: ex("ADDJOB", "bq", BODY, 0), lambda: c.add_job("bq", BODY)),
+        "getjob": (lambda: ex("GETJOB", "NOHANG", "FROM", "gq"),
+                   lambda: c.get_jobs("gq", nohang=True)),
+    }
     out = {}
-    # ADDJOB
-    best_raw = best_cli = 0.0
-    for _ in range(rounds):
-        flush(raw)
-        best_raw = max(best_raw, time_ops(lambda: ex("ADDJOB", "bq", BODY, 0), n))
-        flush(raw)
-        best_cli = max(best_cli, time_ops(lambda: c.add_job("bq", BODY), n))
-    out["addjob"] = (best_raw, best_cli)
-    # GETJOB (NOHANG on a preloaded queue; the jobs stay active, flushed per round)
-    best_raw = best_cli = 0.0
-    for _ in range(rounds):
-        flush(raw)
-        preload(raw, "gq", n)
-        best_raw = max(best_raw, time_ops(lambda: ex("GETJOB", "NOHANG", "FROM", "gq"), n))
-        flush(raw)
-        preload(raw, "gq", n)
-        best_cli = max(best_cli, time_ops(lambda: c.get_jobs("gq", nohang=True), n))
-    out["getjob"] = (best_raw, best_cli)
+    for name, (raw_fn, cli_fn) in sides.items():
+        best = {"raw": 0.0, "client": 0.0}
+        for rnd in range(rounds):
+            flush(raw)
+            if name == "getjob":
+                preload(raw, "gq", 2 * n)  # never runs dry; taken jobs stay active
+            order = [("raw", raw_fn), ("client", cli_fn)]
+            if rnd % 2:
+                order.reverse()
+            for side, fn in order:
+                best[side] = max(best[side], time_ops(fn, n))
+        out[name] = (best["raw"], best["client"])
     flush(raw)
     c.close()
     raw.close()
+    return out
+
+
+def layer_cost(n: int = 100000) -> dict:
+    """The client's own cost per call, in microseconds: its methods over a stub connection
+    that answers instantly, minus the same stub called directly (no network, no noise)."""
+    reply_id = b"D-12345678-abcdefghijklmnopqrstuvwx-05a1"
+
+    class Stub:
+        def __init__(self, reply):
+            self.reply = reply
+
+        def execute_command(self, *args):
+            return self.reply
+
+    c = Disque(["127.0.0.1:1"])
+    c._addr = ("127.0.0.1", 1)
+    out = {}
+    for name, reply, direct, call in (
+        ("addjob", reply_id, ("ADDJOB", "bq", BODY, 0), lambda: c.add_job("bq", BODY)),
+        ("getjob", [[b"gq", reply_id, BODY]], ("GETJOB", "NOHANG", "FROM", "gq"),
+         lambda: c.get_jobs("gq", nohang=True)),
+    ):
+        stub = Stub(reply)
+        c._r = stub
+        t0 = time.perf_counter()
+        for _ in range(n):
+            stub.execute_command(*direct)
+        t1 = time.perf_counter()
+        for _ in range(n):
+            call()
+        t2 = time.perf_counter()
+        out[name] = ((t2 - t1) - (t1 - t0)) / n * 1e6
     return out
 
 
@@ -212,12 +248,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--pool-jobs", type=int, default=None)
     a = ap.parse_args()
-    ops = a.ops or (3000 if a.quick else 10000)
-    rounds = a.rounds or (3 if a.quick else 5)
+    ops = a.ops or (2000 if a.quick else 5000)
+    rounds = a.rounds or (6 if a.quick else 10)
     pool_jobs = a.pool_jobs or (5000 if a.quick else 20000)
     node = Node()
     try:
         ov = bench_overhead(node, ops, rounds)
+        layer = layer_cost()
         pool = {}
         for kind in ("raw", "worker", "raw", "worker"):
             pool[kind] = max(pool.get(kind, 0.0), run_pool(node, pool_jobs, kind))
@@ -230,7 +267,9 @@ def main() -> int:
         passed = overhead <= 0.15
         ok &= passed
         print(f"  {name:7s} raw {raw_rate:9.0f}/s  client {cli_rate:9.0f}/s  "
-              f"overhead {overhead * 100:5.1f}%  {'PASS' if passed else 'FAIL'} (<= 15%)")
+              f"overhead {overhead * 100:5.1f}%  {'PASS' if passed else 'FAIL'} (<= 15%)"
+              f"   [client layer alone: {layer[name]:.2f} us/call = "
+              f"{layer[name] * raw_rate / 1e4:.1f}% of a raw call]")
     ratio = pool["worker"] / pool["raw"]
     passed = ratio >= 0.7
     ok &= passed

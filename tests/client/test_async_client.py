@@ -82,3 +82,26 @@ def test_async_failover_kill9_and_leaving(make_cluster):
         await c.close()
 
     run(main())
+
+
+@pytest.mark.timeout(90)
+def test_async_affinity_moves_to_the_producer(make_cluster):
+    servers, raws = make_cluster(3)
+    ids = {raws[2].execute_command("ADDJOB", "q", f"j{i}", 5000, "REPLICATE", 1).decode()
+           for i in range(24)}
+
+    async def main():
+        c = AsyncDisque([f"127.0.0.1:{servers[0].port}"], shuffle=False, affinity=True,
+                        affinity_window=8)
+        got = []
+        for _ in range(60):
+            if len(got) >= 12:
+                break
+            jobs = await c.get_jobs("q", count=4, timeout_ms=2000)
+            got += [j.id for j in jobs]
+        await c.ping()  # the move happens before the next command
+        assert set(got) <= ids and len(got) >= 12
+        assert c.node == f"127.0.0.1:{servers[2].port}"
+        await c.close()
+
+    run(main())
