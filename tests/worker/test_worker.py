@@ -191,19 +191,19 @@ def test_dead_letter_after_additional_deliveries(dq, r):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("heartbeat", [True, False])
 def test_heartbeats_keep_a_long_job_from_redelivery(dq, server, heartbeat):
-    """RETRY 1 and a 3.5 s handler: with heartbeats no other consumer ever sees the job;
+    """RETRY 2 and a 4.5 s handler: with heartbeats no other consumer ever sees the job;
     without them (the control) it is re-queued and taken by the other consumer."""
     release = threading.Event()
-    jid = dq.add_job("q", "{}", retry=1)
+    jid = dq.add_job("q", "{}", retry=2)
 
     def h(p):
-        release.wait(3.5)
+        release.wait(4.5)
 
     w = Worker(dq, ["q"], 1, h, heartbeat=heartbeat, poll_timeout_ms=100).start()
     wait_for(lambda: (dq.show(jid) or {}).get("state") == "active", what="job taken")
     other = server.client()
     stolen = []
-    deadline = time.monotonic() + 3.3
+    deadline = time.monotonic() + 4.2
     while time.monotonic() < deadline and not stolen:
         rep = other.execute_command("GETJOB", "NOHANG", "FROM", "q")
         if rep:

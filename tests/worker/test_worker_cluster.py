@@ -35,22 +35,22 @@ def test_worker_survives_its_node_dying(make_cluster):
 
 @pytest.mark.timeout(90)
 def test_heartbeats_follow_the_job_when_the_client_moves(make_cluster):
-    """Job on node A only (REPLICATE 1, RETRY 1); A starts leaving mid-job, the worker's
+    """Job on node A only (REPLICATE 1, RETRY 2); A starts leaving mid-job, the worker's
     idle thread gets -LEAVING and the client moves to another node, which does not know
-    the job: WORKING must go back to A, or the job is re-queued there after 1 s."""
+    the job: WORKING must go back to A, or the job is re-queued there after 2 s."""
     servers, raws = make_cluster(3)
     a = f"127.0.0.1:{servers[0].port}"
     c = Disque([a], shuffle=False)
     release = threading.Event()
-    jid = c.add_job("q", json.dumps("long"), replicate=1, retry=1)
-    w = Worker(c, ["q"], 2, lambda p: release.wait(4), poll_timeout_ms=200).start()
+    jid = c.add_job("q", json.dumps("long"), replicate=1, retry=2)
+    w = Worker(c, ["q"], 2, lambda p: release.wait(6), poll_timeout_ms=200).start()
     wait_for(lambda: (c.execute_on(a, "SHOW", jid) or [b""])[5] == b"active",
              what="job taken")
     assert raws[0].execute_command("CLUSTER", "LEAVING", "yes") == b"OK"
     wait_for(lambda: c.node != a, what="client to leave the leaving node")
     assert c.show(jid) is None  # the new node has no copy
     stolen = []
-    deadline = time.monotonic() + 3.0
+    deadline = time.monotonic() + 4.5
     while time.monotonic() < deadline and not stolen:
         rep = raws[0].execute_command("GETJOB", "NOHANG", "FROM", "q")
         if rep:
