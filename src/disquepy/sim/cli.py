@@ -3,6 +3,7 @@
     python -m disquepy.sim --seeds 1000 --nodes 5 --faults all
     python -m disquepy.sim --seed 53 --nodes 5 --faults all --fsync everysec \\
         --duration 30 --steps 3000
+    python -m disquepy.sim --seed 53 --nodes 5 --faults all --shrink
 
 Exit status 0 when every run passed every check, 1 otherwise.
 """
@@ -22,6 +23,7 @@ from .config import (
     FSYNC_POLICIES,
     SimConfig,
     parse_faults,
+    parse_skip,
 )
 from .sweep import HASHSEED, Summary, sweep
 
@@ -59,6 +61,28 @@ def parser() -> argparse.ArgumentParser:
         help="client commands in the faulty phase, at most",
     )
     p.add_argument("--max-replicate", type=int, default=3)
+    p.add_argument("--agents-per-node", type=int, default=3, help="clients per node")
+    p.add_argument("--queues", type=int, default=3, help="queues the workload uses")
+    p.add_argument(
+        "--skip-faults",
+        default="",
+        metavar="LIST",
+        help="fault episodes (1, 2, ... in the order drawn) to leave out, e.g. 2,5",
+    )
+    p.add_argument(
+        "--shrink",
+        action="store_true",
+        help="with --seed: if it fails, search for the smallest run failing the same way "
+        "and print its replay line",
+    )
+    p.add_argument(
+        "--shrink-check",
+        metavar="KIND",
+        help="the failure kind a shrunk run must keep (default: the first failure's)",
+    )
+    p.add_argument(
+        "--shrink-runs", type=int, default=300, help="at most this many candidate runs"
+    )
     p.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for a sweep"
     )
@@ -91,12 +115,19 @@ def main(argv: list | None = None) -> int:
             duration_s=args.duration,
             steps=args.steps,
             max_replicate=args.max_replicate,
+            agents_per_node=args.agents_per_node,
+            queues=args.queues,
+            skip_faults=parse_skip(args.skip_faults),
         )
         SimConfig(**base)
+        if args.shrink and args.seed is None:
+            raise ValueError("--shrink needs --seed")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     _pin_hashseed(argv)
+    if args.shrink:
+        return _shrink(SimConfig(seed=args.seed, **base), args)
     if args.seed is not None:
         seeds = [args.seed]
     else:
@@ -127,3 +158,28 @@ def main(argv: list | None = None) -> int:
             + (f"; differing: {bad_determinism}" if bad_determinism else "")
         )
     return 0 if not summary.failed and not bad_determinism else 1
+
+
+def _shrink(cfg: SimConfig, args) -> int:
+    """Run the seed; if it fails, shrink it. Exit 1 when it failed (shrunk or not)."""
+    from .shrink import shrink
+    from .sweep import run_many
+
+    r = run_many([cfg], 1)[0]
+    print(r.report(), flush=True)
+    if r.ok:
+        print(f"seed {cfg.seed} passes: nothing to shrink")
+        return 0
+    try:
+        res = shrink(
+            r,
+            target=args.shrink_check,
+            jobs=args.jobs,
+            max_runs=args.shrink_runs,
+            on_step=lambda line: print(f"  shrink: {line}", flush=True),
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(res.text())
+    return 1

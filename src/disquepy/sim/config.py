@@ -59,6 +59,9 @@ class SimConfig:
     quiesce_max_s: int = 420  # faults off: run until settled, at most this long
     wall_limit_s: float = 300.0  # a run taking longer than this (real time) fails
     max_events: int = 5_000_000  # a run processing more events than this fails
+    # fault episodes (1-based, in firing order) drawn but not injected: how a shrunk
+    # schedule leaves out single partitions, crashes, clogs and loss bursts
+    skip_faults: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 64:
@@ -67,6 +70,8 @@ class SimConfig:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
         if self.duration_s <= 0 or self.steps <= 0:
             raise ValueError("duration and steps must be positive")
+        if self.agents_per_node < 1 or self.queues < 1 or self.max_replicate < 1:
+            raise ValueError("agents per node, queues and max replicate must be positive")
 
     def replay_command(self) -> str:
         """The one line that replays this run exactly."""
@@ -77,7 +82,29 @@ class SimConfig:
         )
         if self.max_replicate != 3:
             cmd += f" --max-replicate {self.max_replicate}"
+        if self.agents_per_node != 3:
+            cmd += f" --agents-per-node {self.agents_per_node}"
+        if self.queues != 3:
+            cmd += f" --queues {self.queues}"
+        if self.skip_faults:
+            cmd += f" --skip-faults {skip_spec(self.skip_faults)}"
         return cmd
+
+
+def parse_skip(spec: str) -> frozenset:
+    """``3,5,9`` (fault episode numbers, from 1) or an empty string."""
+    out = set()
+    for word in spec.replace(" ", "").split(","):
+        if not word:
+            continue
+        if not word.isdigit() or int(word) < 1:
+            raise ValueError(f"bad fault episode number {word!r} (1, 2, ...)")
+        out.add(int(word))
+    return frozenset(out)
+
+
+def skip_spec(skip: frozenset) -> str:
+    return ",".join(str(k) for k in sorted(skip))
 
 
 def split_rng(seed: int, *names) -> random.Random:

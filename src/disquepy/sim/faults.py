@@ -7,6 +7,10 @@ halves, one node isolated, or a bridge node that sees both sides; links reset,
 frames queued, or a silent blackhole), crashes (a process kill, or a power loss that
 drops unsynced AOF records) followed by a restart, clogged links, loss bursts.
 ``stop`` ends everything: the network heals and crashed nodes restart.
+
+Episodes are numbered from 1 in the order they are drawn; a schedule can leave some
+out (``skip``, for shrinking): its own random draws are still made, so the episodes
+after it come from the same random stream (the run itself may take another course).
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ class FaultInjector:
         "max_down",
         "pending_restart",
         "partition_end",
+        "skip",
+        "episodes",
     )
 
-    def __init__(self, kinds: frozenset, rng, n: int) -> None:
+    def __init__(self, kinds: frozenset, rng, n: int, skip: frozenset = frozenset()) -> None:
         self.kinds = kinds
         self.rng = rng
         self.n = n
@@ -49,6 +55,8 @@ class FaultInjector:
         self.max_down = max(1, (n - 1) // 2)
         self.pending_restart: dict = {}  # node -> restart time
         self.partition_end = 0
+        self.skip = skip  # episode numbers drawn but not injected (shrinking)
+        self.episodes = 0  # episodes drawn so far
 
     # -------------------------------------------------------------- steady
     def make_clocks(self, origin: int) -> list:
@@ -97,6 +105,12 @@ class FaultInjector:
         t, _, action, args = heapq.heappop(self.events)
         getattr(self, "_" + action)(world, t, *args)
 
+    def _episode(self) -> bool:
+        """Number the episode being drawn; False if the schedule leaves it out (its
+        random draws are made all the same, so the others stay as they were)."""
+        self.episodes += 1
+        return self.episodes not in self.skip
+
     def _again(self, kind: str, t: int) -> None:
         if self.running:
             self._at(t + 1 + int(self.rng.expovariate(1 / MEAN_GAP_MS[kind])), kind, ())
@@ -121,6 +135,9 @@ class FaultInjector:
                 if len({s for s in side if s >= 0}) < 2:
                     side[order[0]] = 1 - side[order[1]]
         p = Partition(side, rng.choice(PARTITION_MODES), shape)
+        if not self._episode():
+            rng.randint(1000, 12_000)  # the draw the episode makes
+            return
         self.counts["partition"] += 1
         world.set_partition(p)
         end = t + rng.randint(1000, 12_000)
@@ -137,6 +154,9 @@ class FaultInjector:
             return
         victim = rng.choice(alive)
         power = rng.random() < 0.5
+        if not self._episode():
+            rng.randint(300, 8000)  # the restart delay the episode draws
+            return
         self.counts["crash"] += 1
         if power:
             self.counts["crash_power"] += 1
@@ -164,6 +184,8 @@ class FaultInjector:
         else:  # everything to and from one node
             links = [(a, b) for b in range(self.n) if b != a]
             links += [(b, a) for b in range(self.n) if b != a]
+        if not self._episode():
+            return
         for key in links:
             world.net.clogs[key] = (until, extra)
         self.counts["clog"] += 1
@@ -173,8 +195,12 @@ class FaultInjector:
         self._again("loss", t)
         net = world.net
         base = net.loss
-        net.loss = rng.uniform(0.1, 0.5)
-        self._at(t + rng.randint(300, 3000), "loss_end", (base,))
+        burst = rng.uniform(0.1, 0.5)
+        end = t + rng.randint(300, 3000)
+        if not self._episode():
+            return
+        net.loss = burst
+        self._at(end, "loss_end", (base,))
 
     def _loss_end(self, world, t: int, base: float) -> None:
         if self.running:

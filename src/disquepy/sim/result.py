@@ -48,6 +48,7 @@ class RunResult:
             "faulty_ms": world.active_end - world.active_start,
             "settled_after_ms": world.settled_after_ms,
             "phase": world.phase,
+            "fault_episodes": world.faults.episodes,
             "frames": net,
             **ck.stats,
         }

@@ -54,7 +54,7 @@ class World:
         n = cfg.nodes
         self.now = T0
         self.net = Network(split_rng(cfg.seed, "net"))
-        self.faults = FaultInjector(cfg.faults, split_rng(cfg.seed, "faults"), n)
+        self.faults = FaultInjector(cfg.faults, split_rng(cfg.seed, "faults"), n, cfg.skip_faults)
         self.clocks = self.faults.make_clocks(T0)
         self.disks = [Disk(cfg.fsync, c.node_time(T0)) for c in self.clocks]
         self.nodes: list[Node | None] = [None] * n
