@@ -20,9 +20,16 @@ class BusProtocolError(Exception):
     """The peer sent something that is not a valid frame: drop the link."""
 
 
+# One Packer for every frame: packb() builds a new one per call, which costs more than
+# packing a small message. Safe to share: packing lists of bytes/int/str/bool runs no
+# Python code, and a failed pack resets the packer.
+_pack = msgpack.Packer(use_bin_type=True).pack
+_pack_len = _LEN.pack
+
+
 def encode_frame(msg: list) -> bytes:
-    payload = msgpack.packb(msg, use_bin_type=True)
-    return _LEN.pack(len(payload)) + payload
+    payload = _pack(msg)
+    return _pack_len(len(payload)) + payload
 
 
 def decode_payload(payload: bytes) -> list:

@@ -549,7 +549,9 @@ class ClusterMixin:
 
     # -------------------------------------------------------------- requeue
     def has_peers(self, job: Job) -> bool:
-        return any(n != self.myid for n in job.delivered)
+        d = job.delivered  # distinct node IDs
+        n = len(d)
+        return n > 1 or (n == 1 and d[0] != self.myid)
 
     def send_willqueue(self, job: Job) -> None:
         self.send([n for n in job.delivered if n != self.myid], M.WILLQUEUE, job.id)
