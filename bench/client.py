@@ -11,10 +11,11 @@ end) and measures, in the same run:
              back to back, the side going first alternating; the best round of each side
              is kept (noise only makes things slower). Also printed: the client layer's
              own cost per call, measured over a stub connection (no network, no noise)
-    pool     2 processes each running a disquepy Worker (concurrency 1, no-op handler,
-             GETJOB WITHCOUNTERS + ACKJOB per job) vs 2 processes each running a raw
-             redis-py loop (GETJOB + ACKJOB per job), on the same preloaded queue;
-             throughput from the moment the queue is un-paused to the last job gone
+    pool     `python -m disquepy.worker builtins:id --processes 2` (concurrency 1 each, a
+             no-op handler, GETJOB WITHCOUNTERS + ACKJOB per job) vs 2 processes each
+             running a raw redis-py loop (GETJOB + ACKJOB per job), on the same
+             preloaded queue, paused until every consumer is blocked on it; throughput
+             from the moment the queue is un-paused to the last job gone
 
 Targets: client overhead <= 15% for addjob and getjob; pool >= 0.7x raw.
 
@@ -28,6 +29,7 @@ import argparse
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -178,65 +180,77 @@ def _raw_consumer(port: int, q: str, ready, go) -> None:
     r.ping()
     ready.set()
     go.wait()
+    timeout = 20000  # the first GETJOB waits for the queue to open
     while True:
-        rep = r.execute_command("GETJOB", "TIMEOUT", 300, "FROM", q)
+        rep = r.execute_command("GETJOB", "TIMEOUT", timeout, "FROM", q)
         if not rep:
             return
+        timeout = 300
         r.execute_command("ACKJOB", rep[0][1])
 
 
-def _noop(payload) -> None:
-    pass
+def _blocked(r: redis.Redis) -> int:
+    info = r.execute_command("INFO", "clients")
+    if isinstance(info, dict):
+        return int(info["blocked_clients"])
+    return int(info.decode().split("blocked_clients:")[1].split()[0])
 
 
-def _worker_proc(port: int, q: str, ready, go, stop) -> None:
-    from disquepy.worker import Worker
-
-    c = Disque([f"127.0.0.1:{port}"])
-    c.ping()
-    w = Worker(c, [q], 1, _noop, poll_timeout_ms=300)
-    ready.set()
-    go.wait()
-    w.start()
-    stop.wait()
-    w.stop(5)
+def _registered(r: redis.Redis) -> int:
+    info = r.execute_command("INFO", "jobs")
+    if isinstance(info, dict):
+        return int(info["registered_jobs"])
+    return int(info.decode().split("registered_jobs:")[1].split()[0])
 
 
 def run_pool(node: Node, jobs: int, kind: str, procs: int = 2) -> float:
+    """Consume ``jobs`` preloaded no-op jobs with ``procs`` processes; jobs/s from the
+    moment the (paused) queue opens, with every consumer already blocked on it, to the
+    last job deleted."""
     raw = node.raw()
     flush(raw)
     q = "pool"
     raw.execute_command("PAUSE", q, "out")
     preload(raw, q, jobs)
     ctx = mp.get_context("fork")
-    go, stop = ctx.Event(), ctx.Event()
-    readies = [ctx.Event() for _ in range(procs)]
+    go = ctx.Event()
     if kind == "raw":
+        readies = [ctx.Event() for _ in range(procs)]
         ps = [ctx.Process(target=_raw_consumer, args=(node.port, q, readies[i], go))
               for i in range(procs)]
+        for p in ps:
+            p.start()
+        for e in readies:
+            e.wait(30)
+        go.set()
     else:
-        ps = [ctx.Process(target=_worker_proc, args=(node.port, q, readies[i], go, stop))
-              for i in range(procs)]
-    for p in ps:
-        p.start()
-    for e in readies:
-        e.wait(30)
-    go.set()
+        # the real thing: python -m disquepy.worker --processes 2, a no-op handler
+        # (builtins:id), raw bodies, logging at WARNING (no per-job line)
+        pool = subprocess.Popen(
+            [sys.executable, "-m", "disquepy.worker", "builtins:id", "--queues", q,
+             "--processes", str(procs), "--concurrency", "1", "--body", "bytes",
+             "--nodes", f"127.0.0.1:{node.port}", "--log-level", "WARNING",
+             "--poll-timeout-ms", "300"],
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    deadline = time.monotonic() + 30
+    while _blocked(raw) < procs and time.monotonic() < deadline:
+        time.sleep(0.01)
     t0 = time.perf_counter()
     raw.execute_command("PAUSE", q, "none")
-    while True:
-        n = raw.execute_command("INFO", "jobs")
-        left = int(n.decode().split("registered_jobs:")[1].split()[0]) if isinstance(
-            n, bytes) else n["registered_jobs"]
-        if left == 0:
-            break
+    while _registered(raw) > 0:
         time.sleep(0.005)
     rate = jobs / (time.perf_counter() - t0)
-    stop.set()
-    for p in ps:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
+    if kind == "raw":
+        for p in ps:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    else:
+        pool.send_signal(signal.SIGINT)
+        try:
+            pool.wait(30)
+        except subprocess.TimeoutExpired:
+            pool.kill()
     raw.close()
     return rate
 

@@ -66,3 +66,17 @@ def test_shutdown_deadline_nacks_unfinished_jobs(dq, server, spawn_worker, tmp_p
     assert shown["state"] == "queued" and shown["nacks"] == 1  # back in the queue now
     assert not (tmp_path / "done-1").exists()
     assert "outcome=nacked-on-shutdown" in p.log_path.read_text()
+
+
+@pytest.mark.timeout(60)
+def test_process_pool_runs_jobs_in_parallel_and_drains(dq, server, spawn_worker, tmp_path):
+    ids = [slow_job(dq, tmp_path, n, 2.0) for n in (1, 2)]
+    p = spawn_worker(server.port, "handlers:slow", "--queues", "q", "--processes", "2")
+    # one job each: concurrency 1 per process, so both running means two processes
+    wait_for(lambda: (tmp_path / "started-1").exists() and (tmp_path / "started-2").exists(),
+             what="both jobs running at once")
+    assert not (tmp_path / "done-1").exists() and not (tmp_path / "done-2").exists()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 0, p.log_path.read_text()
+    assert all(dq.show(j) is None for j in ids)
+    assert p.log_path.read_text().count("outcome=acked") == 2

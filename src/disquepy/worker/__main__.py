@@ -1,6 +1,7 @@
 """``python -m disquepy.worker module:handler --queues a,b --concurrency 4``: one worker
-process; start several for a pool. ``module:attr`` names a handler function (then
-``--queues`` is required) or a :class:`~disquepy.worker.Tasks` app."""
+process (``--processes N``: a pool of N, signals forwarded). ``module:attr`` names a
+handler function (then ``--queues`` is required) or a :class:`~disquepy.worker.Tasks`
+app."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import argparse
 import importlib
 import logging
 import os
+import signal
+import subprocess
 import sys
 
 from ..client import Disque
@@ -51,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="move to the node producing most of the jobs received")
     p.add_argument("--fastack", action="store_true", help="FASTACK instead of ACKJOB")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("-p", "--processes", type=int, default=1,
+                   help="run a pool of this many worker processes (SIGTERM/SIGINT forwarded)")
     a = p.parse_args(argv)
+    if a.processes > 1:
+        return run_pool(sys.argv[1:] if argv is None else argv, a.processes)
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     client = Disque(a.nodes.split(","), password=a.password, affinity=a.affinity)
@@ -73,6 +80,34 @@ def main(argv: list[str] | None = None) -> int:
     clean = w.run()
     client.close()
     return 0 if clean else 3
+
+
+def run_pool(argv: list[str], n: int) -> int:
+    """Start ``n`` copies of this worker (same arguments, one process each), forward
+    SIGTERM/SIGINT to them, wait; the exit status is the worst child's."""
+    args = []
+    skip = False
+    for x in argv:  # drop --processes N / -p N / --processes=N
+        if skip:
+            skip = False
+            continue
+        if x in ("-p", "--processes"):
+            skip = True
+            continue
+        if x.startswith("--processes="):
+            continue
+        args.append(x)
+    children = [subprocess.Popen([sys.executable, "-m", "disquepy.worker", *args])
+                for _ in range(n)]
+
+    def forward(signum, frame):
+        for c in children:
+            if c.poll() is None:
+                c.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return max(c.wait() for c in children)
 
 
 if __name__ == "__main__":
