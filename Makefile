@@ -48,3 +48,29 @@ bench: $(STAMP) deps
 
 clean:
 	rm -rf $(VENV) $(COMPAT) bench/loadgen
+
+# Real-process fault suite (docs/RELIABILITY.md): 3 seeded runs x 60 s of faults on a
+# 5-node cluster behind the bus proxy; summary in var/chaos-summary.json.
+CHAOS_SEED ?= 1
+CHAOS_ARGS ?= --seed $(CHAOS_SEED) --runs 3 --duration 60
+# Soak: many simulator seeds (2 worker processes) plus more chaos runs; long.
+SOAK_SEEDS ?= 20000
+SOAK_JOBS ?= 2
+SOAK_CHAOS_RUNS ?= 5
+
+.PHONY: chaos soak
+
+chaos: $(STAMP)
+	@mkdir -p var
+	$(BIN)/python -m disquepy.chaos $(CHAOS_ARGS) --json var/chaos-summary.json
+
+soak: $(STAMP)
+	@mkdir -p var; rc=0; \
+	echo "== soak 1/2: simulator, $(SOAK_SEEDS) seeds, 5 nodes, every fault"; \
+	$(BIN)/python -m disquepy.sim --seeds $(SOAK_SEEDS) --nodes 5 --faults all \
+	  --jobs $(SOAK_JOBS) || rc=1; \
+	echo "== soak 2/2: real processes, $(SOAK_CHAOS_RUNS) chaos runs x 60 s"; \
+	$(BIN)/python -m disquepy.chaos --seed $(CHAOS_SEED) --runs $(SOAK_CHAOS_RUNS) \
+	  --duration 60 --json var/soak-chaos.json || rc=1; \
+	if [ $$rc = 0 ]; then echo "== soak: PASS"; else echo "== soak: FAIL (see above)"; fi; \
+	exit $$rc
