@@ -80,3 +80,14 @@ def test_process_pool_runs_jobs_in_parallel_and_drains(dq, server, spawn_worker,
     assert p.wait(20) == 0, p.log_path.read_text()
     assert all(dq.show(j) is None for j in ids)
     assert p.log_path.read_text().count("outcome=acked") == 2
+
+
+@pytest.mark.timeout(60)
+def test_idle_worker_stops_cleanly_before_its_poll_ends(server, spawn_worker):
+    """A SIGTERM while every thread waits in a long GETJOB: nothing was running, so the
+    exit is clean (status 0) even though the poll outlives the shutdown deadline."""
+    p = spawn_worker(server.port, "handlers:slow", "--queues", "q", "--concurrency", "2",
+                     "--poll-timeout-ms", "10000", "--shutdown-timeout", "0.3")
+    wait_for(lambda: "worker started" in p.log_path.read_text(), what="worker up")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 0, p.log_path.read_text()

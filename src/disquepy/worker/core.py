@@ -190,14 +190,14 @@ class Worker:
     def stop(self, timeout: float | None = None) -> bool:
         """Graceful stop: no new jobs, wait up to ``timeout`` (default
         ``shutdown_timeout``) for running handlers, then NACK the jobs still running.
-        Returns ``True`` if every handler finished in time."""
+        Returns ``True`` if no job had to be NACKed."""
         self._stop.set()
         deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        clean = not any(t.is_alive() for t in self._threads)
-        if not clean:
-            self._abandon_inflight()
+        # threads still alive are either idle in GETJOB (they exit after it) or running
+        # a handler past the deadline: those jobs are NACKed now
+        clean = self._abandon_inflight() == 0
         self._done.set()
         self._hb_wake.set()
         if self._hb_thread is not None:
@@ -435,7 +435,7 @@ class Worker:
 
     # ------------------------------------------------------------------ shutdown
 
-    def _abandon_inflight(self) -> None:
+    def _abandon_inflight(self) -> int:
         with self._inflight_lock:
             recs = list(self._inflight.values())
             for rec in recs:
@@ -447,3 +447,4 @@ class Worker:
                 self.log.warning("event=nack-error job=%s error=%r", rec.job.id, e)
             self._emit(rec.job, rec.attempt, "nacked-on-shutdown", rec.start,
                        level=logging.WARNING)
+        return len(recs)
