@@ -1,0 +1,22 @@
+"""PySpark connector for disquepy: the ``"disque"`` data source and queue analytics.
+
+>>> from disquepy.spark import register
+>>> register(spark)
+>>> df.write.format("disque").option("nodes", "127.0.0.1:7711").option("queue", "q").save()
+
+See :mod:`disquepy.spark.source` for the guarantees and the options, and
+:mod:`disquepy.spark.analytics` for the event-log analytics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .source import DisqueDataSource, WriteReport
+
+__all__ = ["DisqueDataSource", "WriteReport", "register"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``"disque"`` format on a SparkSession."""
+    spark.dataSource.register(DisqueDataSource)

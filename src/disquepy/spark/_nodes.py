@@ -1,0 +1,134 @@
+"""Options, node discovery and raw connections shared by the Spark readers and writers.
+
+Executors stay lean: plain redis-py connections (RESP2) and hand-rolled pipelining
+(``pack_commands`` / ``read_response``), no client-library state to pickle.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.exceptions import ResponseError
+
+log = logging.getLogger("disquepy.spark")
+
+DEFAULT_NODES = "127.0.0.1:7711"
+#: GETJOB on this queue never takes anything: the driver uses it to read back what a
+#: delivery token remembered without ever consuming a job with a token it did not create.
+PROBE_QUEUE = "__disquepy_spark_probe__"
+
+
+def lower_options(options: Any) -> dict[str, str]:
+    """Options with lower-cased keys (Spark already passes a case-insensitive map)."""
+    return {str(k).lower(): str(v) for k, v in dict(options or {}).items()}
+
+
+def opt_bool(opts: dict[str, str], key: str, default: bool) -> bool:
+    """A boolean option: true/false, yes/no, 1/0 (any case)."""
+    v = opts.get(key)
+    if v is None or v == "":
+        return default
+    v = v.strip().lower()
+    if v in ("true", "yes", "1", "on"):
+        return True
+    if v in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(f"option {key!r}: expected true or false, got {v!r}")
+
+
+def opt_int(opts: dict[str, str], key: str, default: int | None) -> int | None:
+    """An integer option (None when absent and no default)."""
+    v = opts.get(key)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"option {key!r}: expected an integer, got {v!r}") from None
+
+
+def opt_list(opts: dict[str, str], *keys: str) -> list[str]:
+    """A comma-separated list option, the first of ``keys`` present."""
+    for k in keys:
+        v = opts.get(k)
+        if v:
+            return [s.strip() for s in v.split(",") if s.strip()]
+    return []
+
+
+def parse_addr(s: str) -> tuple[str, int]:
+    """``host:port`` (or a bare host: port 7711)."""
+    host, _, port = s.strip().rpartition(":")
+    if not host:
+        return s.strip(), 7711
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddr:
+    """One cluster node as HELLO describes it."""
+
+    id: str
+    host: str
+    port: int
+    priority: int
+
+
+def connect(host: str, port: int, password: str | None = None,
+            timeout: float | None = 30.0) -> redis.Redis:
+    """A RESP2 redis-py client on one node (no retries hidden behind our back)."""
+    return redis.Redis(host=host, port=port, password=password, protocol=2,
+                       socket_timeout=timeout, socket_connect_timeout=10)
+
+
+def discover(opts: dict[str, str]) -> list[NodeAddr]:
+    """Every node known to the first reachable seed, sorted by node ID.
+
+    Nodes reported with priority >= 100 (failing) are left out when others remain.
+    """
+    seeds = opt_list(opts, "nodes") or [DEFAULT_NODES]
+    password = opts.get("password")
+    errors = []
+    for seed in seeds:
+        host, port = parse_addr(seed)
+        try:
+            c = connect(host, port, password, timeout=10)
+            try:
+                reply = c.execute_command("HELLO")
+            finally:
+                c.close()
+        except (redis.RedisError, OSError) as e:
+            errors.append(f"{seed}: {e}")
+            continue
+        nodes = []
+        for entry in reply[2:]:
+            nid, nhost, nport, prio = entry[0], entry[1], entry[2], entry[3]
+            nhost = nhost.decode() if isinstance(nhost, bytes) else str(nhost)
+            nodes.append(NodeAddr(nid.decode() if isinstance(nid, bytes) else str(nid),
+                                  nhost or host, int(nport), int(prio)))
+        healthy = [n for n in nodes if n.priority < 100]
+        return sorted(healthy or nodes, key=lambda n: n.id)
+    raise ConnectionError("no Disque node reachable: " + "; ".join(errors))
+
+
+def pipeline(conn: redis.Redis, commands: list[tuple]) -> list[Any]:
+    """Send ``commands`` in one write, read every reply; error replies are returned as
+    ResponseError instances (not raised) so one bad command does not hide the others."""
+    c = conn.connection_pool.get_connection()
+    try:
+        c.send_packed_command(c.pack_commands(commands))
+        out: list[Any] = []
+        for _ in commands:
+            try:
+                out.append(c.read_response())
+            except ResponseError as e:
+                out.append(e)
+        return out
+    except BaseException:
+        c.disconnect()
+        raise
+    finally:
+        conn.connection_pool.release(c)
