@@ -76,6 +76,7 @@ def test_analytics_calls_run_analytics_and_prints_its_summary(monkeypatch, tmp_p
 
     def run_analytics(path: str, out: str) -> dict:
         calls.append((path, out))
+        print("summary: 3 jobs")
         return {"jobs": 3, "queues": ["a"]}
 
     fake.run_analytics = run_analytics
@@ -84,7 +85,7 @@ def test_analytics_calls_run_analytics_and_prints_its_summary(monkeypatch, tmp_p
     res = CliRunner().invoke(cli, ["analytics", str(tmp_path), "--out", "o"])
     assert res.exit_code == 0, res.output
     assert calls == [(str(tmp_path), "o")]
-    assert '"jobs": 3' in res.output
+    assert res.output == "summary: 3 jobs\nResults written to o\n"
 
 
 @pytest.mark.timeout(180)
@@ -101,3 +102,19 @@ def test_bench_with_replication_on_a_cluster(run_cli, make_cluster):
     # every copy on every node is gone once the acks went around
     wait_for(lambda: all(c.info("jobs")["registered_jobs"] == 0 for c in clients),
              timeout=30, what="acked copies to be collected on every node")
+
+
+def test_analytics_errors_of_the_module_are_one_line(monkeypatch, tmp_path):
+    import types
+
+    pytest.importorskip("pyspark")
+    fake = types.ModuleType("disquepy.spark.analytics")
+
+    def run_analytics(path: str, out: str) -> dict:
+        raise FileNotFoundError(f"no event files (*.jsonl) under {path}")
+
+    fake.run_analytics = run_analytics
+    monkeypatch.setitem(sys.modules, "disquepy.spark.analytics", fake)
+    res = CliRunner().invoke(cli, ["analytics", "nowhere"])
+    assert res.exit_code == 1
+    assert res.output == "no event files (*.jsonl) under nowhere\n"

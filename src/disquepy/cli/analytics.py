@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 
 import click
 
@@ -29,11 +28,11 @@ def load_analytics():  # -> module
               help="Directory for the results.")
 @click.pass_obj
 def command(target: Target, path: str, out: str) -> None:
-    """Run the Spark analytics on PATH (job data exported from Disque) into --out."""
+    """Run the Spark analytics (disquepy.spark.analytics) on the event log under PATH and
+    write the results to --out."""
     mod = load_analytics()
     run = getattr(mod, "run_analytics", None)
     if run is None:
         raise CliError("disquepy.spark.analytics has no run_analytics(path, out)")
-    result = run(path, out)
-    if result:
-        click.echo(json.dumps(result, indent=2, default=str, sort_keys=True))
+    run(path, out)  # prints its own summary
+    click.echo(f"Results written to {out}")
