@@ -59,6 +59,11 @@ class Disque(Commands):
     node that created them (the ID prefix) and moves its connection to the node producing
     most of them (see :class:`Affinity` for the hysteresis). ``decode_bodies=True`` gives
     ``str`` bodies. Thread-safe: each thread borrows its own connection from the pool.
+
+    ``socket_timeout`` (default none) also bounds blocking GETJOBs: with one set, give
+    ``get_jobs`` a ``timeout_ms`` below it, or a quiet queue reads as a dead node.
+    A seed that HELLO shows with a worse priority than another node (a leaving node)
+    is left for the better one at connect time.
     """
 
     def __init__(self, nodes: NodeSpec | Sequence[NodeSpec] | None = None, *,
