@@ -290,3 +290,34 @@ def test_envelope_roundtrip():
         assert (env.body, env.attempt, env.first_id) == (body, 3, "D-1")
     assert unwrap(b'{"a": 1}').attempt == 1
     assert unwrap(b'{"_disquepy":broken').body == b'{"_disquepy":broken'
+
+
+def test_backoff_keeps_retry_and_remaining_ttl(dq, r):
+    shown = []
+
+    def h(p):
+        s = r.execute_command("SHOW", current_job().id)
+        shown.append(dict(zip(s[::2], s[1::2], strict=True)))
+        if current_attempt() == 1:
+            raise RuntimeError("again")
+
+    dq.add_job("q", "{}", retry=7, ttl=600)
+    w = Worker(dq, ["q"], 1, h, backoff=Backoff.fixed(1, jitter=0), poll_timeout_ms=100)
+    w.start()
+    wait_for(lambda: w.stats["acked"] == 1, timeout=20)
+    w.stop(5)
+    assert [s[b"retry"] for s in shown] == [7, 7]  # not the 300 s default
+    assert shown[1][b"ttl"] <= 600 and shown[1][b"delay"] == 1
+
+
+def test_backoff_past_the_ttl_dead_letters(dq):
+    def h(p):
+        raise RuntimeError("always")
+
+    jid = dq.add_job("q", "{}", ttl=5, retry=1)
+    w = Worker(dq, ["q"], 1, h, backoff=Backoff.fixed(30, jitter=0), poll_timeout_ms=100)
+    w.start()
+    wait_for(lambda: w.stats["dead-lettered"] == 1)
+    w.stop(5)
+    (dl,) = list_dead(dq, "q")
+    assert dl.original_id == jid and "TTL ends before the next attempt" in dl.error

@@ -325,9 +325,22 @@ class Worker:
             delay = route.backoff.delay(attempt)
         if delay is not None:
             delay = max(1, int(round(delay)))
+            opts = dict(route.add_options)
+            if "retry" not in opts or "ttl" not in opts:
+                # the next attempt keeps the job's RETRY and what is left of its TTL
+                shown = self._show(job)
+                if shown is not None:
+                    opts.setdefault("retry", shown.get("retry"))
+                    left = shown.get("ttl")
+                    if "ttl" not in opts and isinstance(left, int) and left > 0:
+                        if delay + 1 >= left:
+                            self._dead_letter(job, route, body, err + " (its TTL ends before"
+                                              " the next attempt)", failures, attempt, t0)
+                            return
+                        opts["ttl"] = left
             try:
                 new_id = self.client.add_job(job.queue, wrap(body, attempt + 1, job.id),
-                                             delay=delay, **route.add_options)
+                                             delay=delay, **opts)
                 self._ack(job.id)
             except DisqueError as e:
                 self.log.warning("event=retry-error job=%s error=%r", job.id, e)
@@ -421,14 +434,19 @@ class Worker:
                 raise
             return int(self.client.execute_on(owner, "WORKING", job.id))
 
-    def _job_retry(self, job: Job) -> float:
+    def _show(self, job: Job) -> dict | None:
+        """SHOW on the current node, else on the node that created the job."""
         try:
             s = self.client.show(job.id)
             if s is None and (owner := self._owner(job)) is not None:
                 s = parse_show(self.client.execute_on(owner, "SHOW", job.id))
         except DisqueError as e:
             self.log.warning("event=show-error job=%s error=%r", job.id, e)
-            return 0
+            return None
+        return s
+
+    def _job_retry(self, job: Job) -> float:
+        s = self._show(job)
         if s is None:
             return 0
         return float(s.get("retry") or 0)
