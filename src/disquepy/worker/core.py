@@ -93,8 +93,9 @@ class Worker:
       retry with SHOW (once) and sends WORKING at 80 % of it, so long jobs are not
       re-delivered.
     - Failure (exception): NACK; or, with a ``backoff`` policy (or when the handler raises
-      :class:`RetryLater`), re-add the body to the queue with a growing ``DELAY`` and the
-      attempt number in an envelope, then ACK the original.
+      :class:`RetryLater`), re-add the body to the queue with a growing ``DELAY``, the
+      job's RETRY and remaining TTL, and the attempt number in an envelope, then ACK the
+      original (a delay reaching past the TTL dead-letters the job instead).
     - Dead letters: after ``dead_letter_after`` failures (nacks + back-off attempts), or
       when a job arrives with ``dead_letter_deliveries`` additional deliveries (crashing
       workers), it is added to ``Q:dead`` (see :mod:`disquepy.worker.deadletter`) and the
