@@ -549,3 +549,18 @@ def test_info_sections(h):
     assert "registered_jobs:1" in text and "registered_queues:1" in text
     assert h("INFO", "nosuchsection") == b""
     assert h("INFO", "JOBS") == b"# Jobs\r\nregistered_jobs:1\r\n"
+
+
+def test_info_instantaneous_ops_per_sec(h):
+    def ops():
+        info = h("INFO", "stats").decode()
+        return int(info.split("instantaneous_ops_per_sec:")[1].split("\r\n")[0])
+
+    assert ops() == 0
+    for _ in range(20):  # 100 commands every 100 ms: about 1000/s
+        for _ in range(100):
+            h("PING")
+        h.advance(100)
+    assert 900 <= ops() <= 1100
+    h.advance(3000)  # idle: the window empties
+    assert ops() <= 10

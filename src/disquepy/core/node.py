@@ -124,6 +124,7 @@ class Node(ClusterMixin):
         self.run_id = f"{rng.getrandbits(160):040x}"
         self.peak_memory = 0
         self._next_cron = now
+        self._ops_samples: list = [(now, 0)]  # (ms, ncommands) every cron, for ops/s
         self._queue_cursor: list[bytes] = []  # snapshot for incremental queue eviction
         # jobs that may be evicted under memory pressure without breaking safety:
         # acked jobs and delivered at-most-once jobs, oldest first
@@ -802,8 +803,18 @@ class Node(ClusterMixin):
         if self.ready:
             self._serve_ready(now)
 
+    def ops_per_sec(self) -> int:
+        """Commands per second over the last ~1.6 s (INFO instantaneous_ops_per_sec)."""
+        t0, n0 = self._ops_samples[0]
+        t1, n1 = self._ops_samples[-1]
+        return (n1 - n0) * 1000 // (t1 - t0) if t1 > t0 else 0
+
     def _cron(self, now: int) -> None:
         self.cluster_cron(now)
+        samples = self._ops_samples
+        samples.append((now, self.ncommands))
+        if len(samples) > 16:
+            del samples[0]
         if self._idem_heap or self._token_heap:
             self._expire_keys(now)
         level = self.memory_level()

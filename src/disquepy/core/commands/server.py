@@ -186,7 +186,7 @@ def info_sections(node, now: int) -> dict:
         "stats": [
             ("total_connections_received", st.connections),
             ("total_commands_processed", node.ncommands),
-            ("instantaneous_ops_per_sec", host.get("ops_per_sec", 0)),
+            ("instantaneous_ops_per_sec", node.ops_per_sec()),
             ("total_net_input_bytes", host.get("net_in", 0)),
             ("total_net_output_bytes", host.get("net_out", 0)),
             ("rejected_connections", st.rejected_connections),
