@@ -144,7 +144,11 @@ def _procs_under(path: Path) -> list[int]:
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_stops_every_node(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=["ctrl-c", "sigterm", "kill-9"])
+def test_no_node_outlives_the_chaos_process(tmp_path, sig):
+    """Ctrl-C and SIGTERM unwind (every node stopped, replay line printed); if the
+    chaos process is killed outright, its nodes die with it (parent-death signal)."""
     work = tmp_path / "nodes"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     p = subprocess.Popen([sys.executable, "-m", "disquepy.chaos", "--seed", "3",
@@ -156,11 +160,17 @@ def test_ctrl_c_stops_every_node(tmp_path):
             time.sleep(0.2)
         assert len(_procs_under(work)) == 5, "the cluster did not start"
         time.sleep(2)  # into the fault phase
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         _, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130, err
-    assert "replay: python -m disquepy.chaos --seed 3" in err
+    if sig == signal.SIGKILL:
+        assert p.returncode == -signal.SIGKILL
+    else:
+        assert p.returncode == 130, err
+        assert "replay: python -m disquepy.chaos --seed 3" in err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _procs_under(work):
+        time.sleep(0.1)
     assert _procs_under(work) == []

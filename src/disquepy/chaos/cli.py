@@ -71,7 +71,7 @@ def main(argv: list | None = None) -> int:
               f"(replay: {cfg.replay_command()})", flush=True)
         try:
             r = run(cfg)
-        except KeyboardInterrupt:  # every node was already stopped on the way out
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM; every node was stopped on the way out
             print(f"interrupted; replay: {cfg.replay_command()}", file=sys.stderr)
             return 130
         results.append(r)

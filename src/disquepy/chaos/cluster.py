@@ -3,7 +3,7 @@
 Each node runs ``python -m disquepy.server.main`` in its own directory with
 ``appendonly yes``, ``appendfsync always`` and a short ``cluster-node-timeout``, in its
 own session (a Ctrl-C at the terminal reaches only the chaos process, which stops
-every node itself). Ports are picked free on loopback, for the client port, the bus
+every node itself), and dies with the chaos process should that be killed outright. Ports are picked free on loopback, for the client port, the bus
 port and the bus port on the node's alias address.
 """
 
@@ -26,6 +26,18 @@ from .resp import ConnLost, Pool, ReplyError
 log = logging.getLogger("disquepy.chaos.cluster")
 
 SRC = str(Path(__file__).resolve().parent.parent.parent)  # the directory holding disquepy
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the chaos process dies, however it dies
+    (kill -9 included), so no node outlives its run. Linux only; elsewhere a no-op."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def _bindable(addr: str, port: int) -> bool:
@@ -90,7 +102,7 @@ class NodeProc:
             f.flush()
             self.proc = subprocess.Popen(
                 self.command(), cwd=self.workdir, stdout=f, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_die_with_parent,
             )
         self.incarnation += 1
         self.expected_exit = False

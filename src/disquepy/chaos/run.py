@@ -19,6 +19,7 @@ import contextlib
 import logging
 import random
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -151,13 +152,17 @@ class ChaosRun:
         self.workload = Workload(cfg.seed, self.cluster.ports, cfg.producers, cfg.consumers)
         self.result = ChaosResult(cfg, workdir=str(self.root))
         self.t_start = time.monotonic()
+        self.interrupted = False
 
     # ------------------------------------------------------------- entry
     def run(self) -> ChaosResult:
+        """The run's result; KeyboardInterrupt on Ctrl-C or SIGTERM, nodes stopped."""
         try:
             asyncio.run(self._bounded())
         finally:
             self.cluster.stop_all()
+        if self.interrupted:
+            raise KeyboardInterrupt
         r = self.result
         r.wall_s = time.monotonic() - self.t_start
         if r.ok and not self.cfg.keep and not self.cfg.workdir:
@@ -165,10 +170,22 @@ class ChaosRun:
         return r
 
     async def _bounded(self) -> None:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+
+        def terminate() -> None:  # SIGTERM unwinds like Ctrl-C
+            self.interrupted = True
+            me.cancel()
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not main thread
+            loop.add_signal_handler(signal.SIGTERM, terminate)
         try:
             await asyncio.wait_for(self._main(), self.cfg.limit)
         except TimeoutError:
             self.result.problems.append(f"timeout: the run took over {self.cfg.limit:.0f} s")
+        except asyncio.CancelledError:
+            if not self.interrupted:
+                raise  # Ctrl-C: asyncio.run turns it into KeyboardInterrupt
         finally:
             self.proxy.close()
             self.cluster.stop_all()
