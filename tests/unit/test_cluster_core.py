@@ -139,6 +139,23 @@ def test_fastack_reaches_a_copy_the_acking_node_did_not_know(c3):
     assert states(c3, jid) == [None, None, None]
 
 
+def test_a_node_whose_consumer_left_is_no_longer_pushed_jobs(c3):
+    """Node 0's consumer asked for jobs and timed out; node 2's consumer waits now. A
+    new job on node 1 must go to node 2, not to node 0's remembered request."""
+    gone = c3.new_client(0)
+    assert c3.cmd(0, "GETJOB", "TIMEOUT", 300, "FROM", "q", client=gone) == "BLOCKED"
+    c3.run(600)
+    assert c3.outbox(0) == [(gone, None)]  # timed out
+    waiting = c3.new_client(2)
+    assert c3.cmd(2, "GETJOB", "TIMEOUT", 5000, "FROM", "q", client=waiting) == "BLOCKED"
+    c3.run(50)
+    jid = c3.cmd(1, "ADDJOB", "q", "x", 0, "REPLICATE", 1)
+    c3.run(200)
+    got = c3.outbox(2)
+    assert got and got[0][0] is waiting and got[0][1][0][1] == jid
+    assert c3.cmd(0, "QLEN", "q") == 0
+
+
 def test_unacked_job_requeued_once_cluster_wide(c3):
     jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "RETRY", 2, "ASYNC")
     c3.run(50)

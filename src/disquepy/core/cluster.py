@@ -757,6 +757,9 @@ class ClusterMixin:
             if q.waiters and not q.jobs:
                 self._need_jobs(q, now)
             elif not q.waiters and (q.needjobs_bcast_attempt or q.needjobs_adhoc_attempt):
+                # our consumers are gone: nodes that remember our request must not push
+                # jobs here any more (they would sit in a queue nobody reads)
+                self.send(self.reachable_peers(), M.NEEDJOBS, q.name, 0)
                 q.needjobs_bcast_attempt = q.needjobs_adhoc_attempt = 0
                 q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
             if q.import_window_start and now - q.import_window_start >= 1000:
