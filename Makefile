@@ -53,7 +53,8 @@ clean:
 # 5-node cluster behind the bus proxy; summary in var/chaos-summary.json.
 CHAOS_SEED ?= 1
 CHAOS_ARGS ?= --seed $(CHAOS_SEED) --runs 3 --duration 60
-# Soak: many simulator seeds (2 worker processes) plus more chaos runs; long.
+# Soak: many simulator seeds (2 worker processes) plus more chaos runs. Long: a 5-node
+# seed takes ~2 s of CPU, so 20000 seeds are ~6 h on 2 cores (SOAK_SEEDS=2000: ~40 min).
 SOAK_SEEDS ?= 20000
 SOAK_JOBS ?= 2
 SOAK_CHAOS_RUNS ?= 5
