@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import wait_for
+from spark_support import wait_for
 
 from disquepy.spark._nodes import discover, lower_options
 from disquepy.spark.source import (

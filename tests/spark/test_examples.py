@@ -1,0 +1,41 @@
+"""The two Spark examples, at small scale, on the 3-node cluster."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from spark_support import wait_for
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load(name: str):
+    sys.path.insert(0, str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.timeout(180)
+def test_fanout_then_stream_worker_processes_every_job_once(spark, cluster3, tmp_path):
+    fanout = load("spark_fanout")
+    worker = load("spark_stream_worker")
+    res = fanout.run(spark, cluster3.nodes, queue="emails", rows=3000, partitions=3)
+    assert res["written"] == 3000
+    assert cluster3.qlen("emails") == 3000
+
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    q = worker.start(spark, cluster3.nodes, "emails", out, ck, once=True, max_jobs=1000)
+    q.awaitTermination(150)
+    assert not q.isActive and q.exception() is None
+    rows = spark.read.parquet(out)
+    assert rows.count() == 3000
+    assert rows.select("job_id").distinct().count() == 3000
+    assert rows.select("user_id").distinct().count() == 3000
+    one = rows.where("user_id = 7").first()
+    assert one.subject == "Welcome to user7@example.net"
+    wait_for(lambda: cluster3.jobs() == 0, what="every job acked")
