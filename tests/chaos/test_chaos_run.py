@@ -33,10 +33,11 @@ def short_run(tmp_path_factory):
 # the assertions it breaks, never lost / at-most-once / unexpected.
 BUS_FLUSH_BUG = "unable to perform operation on"
 BUS_FLUSH_REASON = (
-    "server bug: Bus._flush lets uvloop's RuntimeError (write on a transport the peer "
-    "already closed, before connection_lost ran) escape after taking the dirty list, so "
-    "the other dirty links are never flushed again: the node stops sending to those "
-    "peers and the cluster does not re-form after the heal")
+    "server bug: under uvloop a bus connect that times out as it completes leaves the "
+    "link up on a closed transport (connection_made, never connection_lost); every "
+    "Bus._flush then raises RuntimeError and strands the other dirty links, so the "
+    "node stops sending to those peers and the cluster does not re-form after the heal "
+    "(see test_chaos_known_bugs.py)")
 AOF_ORDER_REASON = (
     "server bug: a RETRY 0 job pushed by federation while it is being created "
     "(ClusterMixin._job_replicated enqueues before aof_created) gets its DELJOB record "
