@@ -283,7 +283,7 @@ def test_stream_read_to_stream_write_moves_every_job_once(spark, cluster3, tmp_p
 
 @pytest.mark.timeout(150)
 def test_long_batch_keeps_its_jobs_with_working(spark, single, tmp_path):
-    """A batch that takes twice the jobs' retry: the driver's WORKING keeps them from
+    """A batch that takes 1.5 times the jobs' retry: the driver's WORKING keeps them from
     being queued again (without it all 20 would be back within 4 s of delivery)."""
     add_jobs(single, "s4", 20, retry=4)
     samples: list[tuple[float, int]] = []
@@ -291,7 +291,7 @@ def test_long_batch_keeps_its_jobs_with_working(spark, single, tmp_path):
     def slow(df, batch_id):
         ids = [r.id for r in df.collect()]
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 8:
+        while time.monotonic() - t0 < 6:
             samples.append((time.monotonic() - t0,
                             int(single.clients[0].execute_command("QLEN", "s4"))))
             time.sleep(0.25)
@@ -304,5 +304,5 @@ def test_long_batch_keeps_its_jobs_with_working(spark, single, tmp_path):
     assert not q.isActive and q.exception() is None
     # the first WORKING goes out within ~0.5 s of the read; from then on nothing is queued
     late = [n for t, n in samples if t >= 1.5]
-    assert len(late) >= 10 and max(late) == 0
+    assert len(late) >= 8 and max(late) == 0
     wait_for(lambda: single.jobs() == 0, what="every job acked")

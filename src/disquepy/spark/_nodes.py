@@ -132,3 +132,53 @@ def pipeline(conn: redis.Redis, commands: list[tuple]) -> list[Any]:
         raise
     finally:
         conn.connection_pool.release(c)
+
+
+def send_packed(conn: redis.Redis, payload: bytes, n: int) -> list[Any]:
+    """Like :func:`pipeline` for ``n`` commands already encoded as RESP in ``payload``."""
+    c = conn.connection_pool.get_connection()
+    try:
+        c.send_packed_command([payload], check_health=False)
+        out: list[Any] = []
+        for _ in range(n):
+            try:
+                out.append(c.read_response())
+            except ResponseError as e:
+                out.append(e)
+        return out
+    except BaseException:
+        c.disconnect()
+        raise
+    finally:
+        conn.connection_pool.release(c)
+
+
+def _bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(b), b)
+
+
+def _arg(v: Any) -> bytes:
+    return v if isinstance(v, bytes) else str(v).encode()
+
+
+class AddJobPacker:
+    """RESP encoding of ADDJOB commands that differ only in queue, body and key: the
+    constant parts are encoded once (several times cheaper than generic packing)."""
+
+    def __init__(self, timeout_ms: int, extra: tuple, with_key: bool) -> None:
+        self.nargs = 4 + len(extra) + (2 if with_key else 0)
+        self.head = b"*%d\r\n$6\r\nADDJOB\r\n" % self.nargs
+        self.tail = _bulk(_arg(timeout_ms)) + b"".join(_bulk(_arg(x)) for x in extra)
+        if with_key:
+            self.tail += _bulk(b"IDEMPOTENT")
+        self._queues: dict[bytes, bytes] = {}
+
+    def command(self, queue: bytes, body: bytes, key: bytes | None) -> bytes:
+        """One ADDJOB queue body timeout [options] [IDEMPOTENT key]."""
+        q = self._queues.get(queue)
+        if q is None:
+            q = self._queues[queue] = self.head + _bulk(queue)
+        if key is None:
+            return b"%b$%d\r\n%b\r\n%b" % (q, len(body), body, self.tail)
+        return b"%b$%d\r\n%b\r\n%b$%d\r\n%b\r\n" % (q, len(body), body, self.tail,
+                                                        len(key), key)

@@ -107,6 +107,7 @@ from pyspark.sql.types import StructType
 
 from ._nodes import (
     PROBE_QUEUE,
+    AddJobPacker,
     NodeAddr,
     connect,
     discover,
@@ -115,6 +116,7 @@ from ._nodes import (
     opt_int,
     opt_list,
     pipeline,
+    send_packed,
 )
 
 log = logging.getLogger("disquepy.spark")
@@ -237,12 +239,37 @@ def _column_values(batch: Any, name: str) -> list:
     return [b"" if v is None else str(v).encode() for v in values]
 
 
+def _add_all(conn: Any, node: NodeAddr, cmds: list[bytes], tries: int = 100) -> int:
+    """Send the RESP-encoded ADDJOBs ``cmds`` in one write; resend those answered
+    -TRYAGAIN (the same key's first job is still being replicated: a retried task racing
+    its predecessor) for up to ~10 s. Any other error fails the task."""
+    done = 0
+    for _ in range(tries):
+        again = []
+        for cmd, reply in zip(cmds, send_packed(conn, b"".join(cmds), len(cmds)),
+                              strict=True):
+            if isinstance(reply, Exception):
+                if str(reply).startswith("TRYAGAIN"):
+                    again.append(cmd)
+                    continue
+                raise RuntimeError(f"ADDJOB on {node.host}:{node.port} failed: {reply}")
+            done += 1
+        if not again:
+            return done
+        cmds = again
+        time.sleep(0.1)
+    raise RuntimeError(f"ADDJOB on {node.host}:{node.port}: still TRYAGAIN after {tries} tries")
+
+
 def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | None,
                     partition: int, batches: Any) -> tuple[NodeAddr, int]:
     """Write every row of ``batches`` (Arrow record batches) to the partition's node with
     pipelined ADDJOBs; returns (node, jobs written). Raises on any error reply, so Spark
     retries the task, on the same node, with the same keys."""
     node = nodes[partition % len(nodes)]
+    keyed = spec.idempotent and key_prefix is not None
+    packer = AddJobPacker(spec.timeout_ms, spec.extra, keyed)
+    prefix = (key_prefix or "").encode()
     conn = connect(node.host, node.port, spec.password)
     written = 0
     row = 0
@@ -257,22 +284,18 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
                 bodies = [json.dumps(r, separators=(",", ":"), default=str).encode()
                           for r in batch.to_pylist()]
             queues = (_column_values(batch, spec.queue_column) if spec.queue_column
-                      else [spec.queue] * n)
-            keys = (_column_values(batch, spec.key_column) if spec.key_column else None)
+                      else [spec.queue.encode()] * n)
+            if not keyed:
+                keys: list = [None] * n
+            elif spec.key_column:
+                keys = _column_values(batch, spec.key_column)
+            else:
+                keys = [b"%b%d" % (prefix, row + i) for i in range(n)]
+            cmd = packer.command
             for lo in range(0, n, spec.batch_size):
                 hi = min(n, lo + spec.batch_size)
-                cmds = []
-                for i in range(lo, hi):
-                    args: tuple = ("ADDJOB", queues[i], bodies[i], spec.timeout_ms, *spec.extra)
-                    if spec.idempotent and key_prefix is not None:
-                        key = (keys[i] if keys is not None
-                               else f"{key_prefix}{row + i}".encode())
-                        args += ("IDEMPOTENT", key)
-                    cmds.append(args)
-                for reply in pipeline(conn, cmds):
-                    if isinstance(reply, Exception):
-                        raise RuntimeError(f"ADDJOB on {node.host}:{node.port} failed: {reply}")
-                    written += 1
+                written += _add_all(conn, node, [cmd(queues[i], bodies[i], keys[i])
+                                                 for i in range(lo, hi)])
             row += n
     finally:
         conn.close()
@@ -311,7 +334,7 @@ class DisqueBatchWriter(DataSourceArrowWriter):
         self.opts = opts
         self.spec = _AddJobSpec.from_options(opts, schema)
         self.nodes = discover(opts)
-        self.write_id = uuid.uuid4().hex
+        self.write_id = uuid.uuid4().hex[:16]  # 64 bits: short keys, still unique
 
     def write(self, iterator: Any) -> WriteReport:
         """Executor side: write this partition's rows; report how many."""
@@ -622,10 +645,9 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor side: fetch this node's share under the batch's tokens."""
         node = partition.node
         conn = connect(node.host, node.port, self.password)
+        chunks = chunk_tokens(partition.token, partition.count, partition.fetch)
         try:
-            for token, k in chunk_tokens(partition.token, partition.count, partition.fetch):
-                reply = conn.execute_command("GETJOB", "NOHANG", "COUNT", k, "WITHCOUNTERS",
-                                             "TOKEN", token, "FROM", *partition.queues)
+            for reply in self._fetch(conn, chunks, partition.queues):
                 if not reply:
                     continue
                 cols: list[list] = [[] for _ in STREAM_COLUMNS]
@@ -645,6 +667,18 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                  "IDEMPOTENT", partition.token + ":mark")
         finally:
             conn.close()
+
+    @staticmethod
+    def _fetch(conn: Any, chunks: list[tuple[str, int]], queues: list[str],
+               window: int = 4) -> Any:
+        """GETJOB replies of every chunk, ``window`` chunks pipelined per round trip."""
+        for lo in range(0, len(chunks), window):
+            cmds = [("GETJOB", "NOHANG", "COUNT", k, "WITHCOUNTERS", "TOKEN", t, "FROM", *queues)
+                    for t, k in chunks[lo:lo + window]]
+            for reply in pipeline(conn, cmds):
+                if isinstance(reply, Exception):
+                    raise reply
+                yield reply
 
     def commit(self, end: dict) -> None:
         """Spark committed every batch up to ``end``: ack it (usually done already)."""
@@ -683,6 +717,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         key = (offset["stream"], int(offset["batch"]))
         if key in self.acked:
             return
+        t_ack = time.monotonic()
         total = 0
         for nid, ids in self._batch_ids_safe(offset).items():
             if not ids:
@@ -690,8 +725,11 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             node = self.nodes[nid]
             c = connect(node.host, node.port, self.password)
             try:
-                for lo in range(0, len(ids), 1000):
-                    total += int(c.execute_command("ACKJOB", *ids[lo:lo + 1000]))
+                for r in pipeline(c, [("ACKJOB", *ids[lo:lo + 1000])
+                                      for lo in range(0, len(ids), 1000)]):
+                    if isinstance(r, Exception):
+                        raise r
+                    total += int(r)
             except Exception as e:  # not acked: the jobs come back by retry (duplicates)
                 log.warning("disque stream: ACKJOB on %s failed: %s", nid[:8], e)
             finally:
@@ -702,8 +740,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for k in [k for k in self._inflight if k[0] == key[0] and k[1] <= key[1]]:
                 self._inflight.pop(k)
         self.acked.add(key)
-        log.info("disque stream %s: batch %d committed, %d jobs acked", key[0][:8], key[1],
-                 total)
+        log.info("disque stream %s: batch %d committed, %d jobs acked in %.3f s", key[0][:8], key[1],
+                 total, time.monotonic() - t_ack)
 
     def _markers(self, nid: str, stream: str) -> list[tuple[bytes, str]]:
         """(marker job ID, token) of every read task that finished on node ``nid``."""

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Benchmark the Spark connector against the plain client, in the same run.
+
+    .venv/bin/python bench/spark.py                # 200k rows/jobs, 2 connections, 3 rounds
+    .venv/bin/python bench/spark.py --quick        # 50k, 2 rounds
+    .venv/bin/python bench/spark.py --rows 500000 --conns 4 --json bench/results/spark.json
+
+One fresh node (``disque-server --port P`` in a scratch directory) serves both sides.
+
+write   rows/s of a batch write of N rows (body: a 16-byte string) to a queue:
+        - Spark: ``df.write.format("disque")`` from a cached DataFrame of C partitions
+          (local[C]: C Python writer processes, each one connection, pipelined 1000 deep,
+          with IDEMPOTENT keys, as by default), and once more with ``idempotent=false``;
+        - plain: C processes, each one redis-py connection, the same ADDJOBs pipelined
+          1000 deep, without keys and with the same keys as Spark.
+        Target: Spark >= 0.8x plain (same connections, same commands).
+read    jobs/s consuming a queue of N jobs until empty:
+        - Spark: ``readStream.format("disque")`` with availableNow into the ``noop``
+          sink (C partitions when the jobs sit on C nodes; here one node: one read task
+          per micro-batch), from query start to termination, acks included;
+        - plain: C processes, each ``GETJOB NOHANG COUNT 1000`` then one pipelined
+          ``ACKJOB`` of the IDs, until the queue is empty.
+        Target: Spark >= 0.5x plain.
+
+Rounds alternate sides; the queue is emptied (DEBUG FLUSHALL) between runs; the best
+round of each side is reported (the machine is shared), with the median in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = "x" * 16
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(workdir: Path) -> tuple[subprocess.Popen, int]:
+    import redis
+
+    port = free_port()
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives with the process
+    proc = subprocess.Popen([sys.executable, "-m", "disquepy.server.main", "--port", str(port)],
+                            cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if redis.Redis(port=port, protocol=2).ping():
+                return proc, port
+        except Exception:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+# ------------------------------------------------------------------ plain side
+
+
+def _plain_writer(args: tuple) -> int:
+    port, queue, lo, hi, keys = args
+    import uuid
+
+    import redis
+
+    from disquepy.spark._nodes import pipeline
+
+    c = redis.Redis(port=port, protocol=2)
+    wid, part = uuid.uuid4().hex[:16], lo
+    n = 0
+    for start in range(lo, hi, 1000):
+        cmds = []
+        for i in range(start, min(hi, start + 1000)):
+            cmd: tuple = ("ADDJOB", queue, BODY, 10000)
+            if keys:  # the same shape and length as the connector's keys
+                cmd += ("IDEMPOTENT", f"{wid}:{part}:{i - lo}")
+            cmds.append(cmd)
+        for r in pipeline(c, cmds):
+            if isinstance(r, Exception):
+                raise r
+            n += 1
+    return n
+
+
+def _plain_consumer(args: tuple) -> int:
+    port, queue = args
+    import redis
+
+    c = redis.Redis(port=port, protocol=2)
+    n = 0
+    while True:
+        jobs = c.execute_command("GETJOB", "NOHANG", "COUNT", 1000, "FROM", queue)
+        if not jobs:
+            return n
+        n += int(c.execute_command("ACKJOB", *[j[1] for j in jobs]))
+
+
+def plain_write(pool, port: int, rows: int, conns: int, keys: bool) -> float:
+    step = -(-rows // conns)
+    t0 = time.perf_counter()
+    done = sum(pool.map(_plain_writer, [(port, "bench", k * step, min(rows, (k + 1) * step),
+                                         keys) for k in range(conns)]))
+    dt = time.perf_counter() - t0
+    assert done == rows, done
+    return rows / dt
+
+
+def plain_read(pool, port: int, rows: int, conns: int) -> float:
+    t0 = time.perf_counter()
+    done = sum(pool.map(_plain_consumer, [(port, "bench")] * conns))
+    dt = time.perf_counter() - t0
+    assert done == rows, done
+    return rows / dt
+
+
+def fill(port: int, rows: int) -> None:
+    import redis
+
+    from disquepy.spark._nodes import pipeline
+
+    c = redis.Redis(port=port, protocol=2)
+    for lo in range(0, rows, 2000):
+        pipeline(c, [("ADDJOB", "bench", BODY, 0) for _ in range(lo, min(rows, lo + 2000))])
+    assert int(c.execute_command("QLEN", "bench")) == rows
+
+
+def flush(port: int) -> None:
+    import redis
+
+    redis.Redis(port=port, protocol=2).execute_command("DEBUG", "FLUSHALL")
+
+
+# ------------------------------------------------------------------ Spark side
+
+
+def spark_write(spark, df, port: int, rows: int, idempotent: bool, tmp: Path) -> float:
+    report = tmp / "report.json"
+    t0 = time.perf_counter()
+    (df.write.format("disque").option("nodes", f"127.0.0.1:{port}").option("queue", "bench")
+     .option("idempotent", str(idempotent)).option("reportFile", str(report))
+     .mode("append").save())
+    dt = time.perf_counter() - t0
+    assert json.loads(report.read_text())["written"] == rows
+    return rows / dt
+
+
+def spark_read(spark, port: int, rows: int, tmp: Path, n: int) -> tuple[float, float]:
+    """(jobs/s over the whole query, jobs/s from its first trigger): availableNow in 4
+    micro-batches into the noop sink; every job acked when the query ends."""
+    from datetime import datetime
+
+    t0 = time.perf_counter()
+    q = (spark.readStream.format("disque").option("nodes", f"127.0.0.1:{port}")
+         .option("queue", "bench").option("maxJobsPerTrigger", str(max(1, rows // 4))).load()
+         .writeStream.format("noop").option("checkpointLocation", str(tmp / f"ck{n}"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    t_end = time.time()
+    dt = time.perf_counter() - t0
+    first = datetime.fromisoformat(q.recentProgress[0]["timestamp"].replace("Z", "+00:00"))
+    import redis
+
+    c = redis.Redis(port=port, protocol=2)
+    left = int(c.execute_command("QLEN", "bench"))
+    jobs = sum(int(x) for x in c.execute_command("DEBUG", "JOBS"))
+    assert left == 0 and jobs == 0, (left, jobs)
+    return rows / dt, rows / (t_end - first.timestamp())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Spark connector vs plain client")
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--conns", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.rows, a.rounds = 50_000, 2
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    proc, port = start_server(tmp)
+    from pyspark.sql import SparkSession
+
+    from disquepy.spark import register
+
+    spark = (SparkSession.builder.master(f"local[{a.conns}]").appName("bench-spark")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", str(a.conns)).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    res: dict[str, list[float]] = {k: [] for k in (
+        "spark_write", "spark_write_nokeys", "plain_write", "plain_write_keys",
+        "spark_read", "spark_read_running", "plain_read")}
+    try:
+        df = spark.range(0, a.rows, numPartitions=a.conns).selectExpr(
+            f"'{BODY}' as body").cache()
+        df.count()
+        with multiprocessing.get_context("spawn").Pool(a.conns) as pool:
+            # warm-up (JVM, Python workers), not counted
+            spark_write(spark, df.limit(1000).repartition(a.conns), port, 1000, True, tmp)
+            flush(port)
+            fill(port, 1000)
+            spark_read(spark, port, 1000, tmp, -1)  # warm-up
+            flush(port)
+            for r in range(a.rounds):
+                for side in (("spark", "plain") if r % 2 == 0 else ("plain", "spark")):
+                    if side == "spark":
+                        res["spark_write"].append(spark_write(spark, df, port, a.rows, True, tmp))
+                        flush(port)
+                        res["spark_write_nokeys"].append(
+                            spark_write(spark, df, port, a.rows, False, tmp))
+                        flush(port)
+                        fill(port, a.rows)
+                        whole, running = spark_read(spark, port, a.rows, tmp, r)
+                        res["spark_read"].append(whole)
+                        res["spark_read_running"].append(running)
+                        flush(port)
+                    else:
+                        res["plain_write"].append(plain_write(pool, port, a.rows, a.conns,
+                                                              False))
+                        flush(port)
+                        res["plain_write_keys"].append(plain_write(pool, port, a.rows,
+                                                                   a.conns, True))
+                        flush(port)
+                        fill(port, a.rows)
+                        res["plain_read"].append(plain_read(pool, port, a.rows, a.conns))
+                        flush(port)
+                print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}"
+                                                      for k, v in res.items()), flush=True)
+    finally:
+        spark.stop()
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    best = {k: max(v) for k, v in res.items()}
+    w = best["spark_write"] / best["plain_write_keys"]
+    w2 = best["spark_write_nokeys"] / best["plain_write"]
+    rd = best["spark_read"] / best["plain_read"]
+    rr = best["spark_read_running"] / best["plain_read"]
+    print(f"\n{a.rows:,} rows/jobs, {a.conns} connections, best of {a.rounds} rounds")
+    print("| Measure | Spark | plain client | ratio | target |")
+    print("|---|---:|---:|---:|---|")
+    print(f"| batch write rows/s (IDEMPOTENT keys) | {best['spark_write']:,.0f} | "
+          f"{best['plain_write_keys']:,.0f} | {w:.2f}x | >= 0.8x: "
+          f"{'PASS' if w >= 0.8 else 'FAIL'} |")
+    print(f"| batch write rows/s (no keys) | {best['spark_write_nokeys']:,.0f} | "
+          f"{best['plain_write']:,.0f} | {w2:.2f}x | (information) |")
+    print(f"| stream read jobs/s, acked, from the first trigger | "
+          f"{best['spark_read_running']:,.0f} | {best['plain_read']:,.0f} | {rr:.2f}x | "
+          f">= 0.5x: {'PASS' if rr >= 0.5 else 'FAIL'} |")
+    print(f"| stream read jobs/s, acked, whole query (start included) | "
+          f"{best['spark_read']:,.0f} | {best['plain_read']:,.0f} | {rd:.2f}x | "
+          f"(information) |")
+    if a.json:
+        Path(a.json).write_text(json.dumps({
+            "rows": a.rows, "conns": a.conns, "rounds": res, "best": best,
+            "median": {k: statistics.median(v) for k, v in res.items()},
+            "ratios": {"write_keys": w, "write_nokeys": w2, "read_running": rr,
+                       "read_whole": rd}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
