@@ -29,26 +29,6 @@ def short_run(tmp_path_factory):
     return run, result
 
 
-# Open server bugs these runs find (see docs/RELIABILITY.md); each can only excuse
-# the assertions it breaks, never lost / at-most-once / unexpected.
-BUS_FLUSH_BUG = "unable to perform operation on"
-BUS_FLUSH_REASON = (
-    "server bug: under uvloop a bus connect that times out as it completes leaves the "
-    "link up on a closed transport (connection_made, never connection_lost); every "
-    "Bus._flush then raises RuntimeError and strands the other dirty links, so the "
-    "node stops sending to those peers and the cluster does not re-form after the heal "
-    "(see test_chaos_known_bugs.py)")
-AOF_ORDER_REASON = (
-    "server bug: a RETRY 0 job pushed by federation while it is being created "
-    "(ClusterMixin._job_replicated enqueues before aof_created) gets its DELJOB record "
-    "before its LOADJOB; a restart brings the job back active, and it stays, acked "
-    "elsewhere, until its TTL")
-
-
-def bus_flush_bug(r) -> bool:
-    return any(BUS_FLUSH_BUG in p for p in r.problems)
-
-
 @pytest.mark.timeout(400)
 def test_no_job_lost_no_at_most_once_violation_no_unexpected(short_run):
     _, r = short_run
@@ -85,8 +65,6 @@ def test_bus_traffic_went_through_the_proxy_and_nothing_is_left_running(short_ru
 @pytest.mark.timeout(400)
 def test_nodes_healthy_cluster_reforms_queues_drain(short_run):
     _, r = short_run
-    if bus_flush_bug(r):
-        pytest.xfail(BUS_FLUSH_REASON)
     assert not r.problems, r.text()  # no node crashed or raised, re-formed, drained
     assert r.counts["unacked"] == 0 and r.counts["leftover"] == 0, r.text()
 
@@ -94,12 +72,7 @@ def test_nodes_healthy_cluster_reforms_queues_drain(short_run):
 @pytest.mark.timeout(400)
 def test_acked_jobs_are_collected_everywhere(short_run):
     _, r = short_run
-    c = r.counts
-    if c["not_collected"] - c["not_collected_retry0"] and bus_flush_bug(r):
-        pytest.xfail(BUS_FLUSH_REASON)
-    assert c["not_collected"] - c["not_collected_retry0"] == 0, r.text()
-    if c["not_collected_retry0"]:
-        pytest.xfail(AOF_ORDER_REASON + "; " + str(r.examples.get("not_collected")))
+    assert r.counts["not_collected"] == 0, r.text()
 
 
 def _run_cli(*args: str, timeout: float = 200) -> subprocess.CompletedProcess:

@@ -537,3 +537,31 @@ def test_backoff_doubles_with_jitter_up_to_the_cap(run):
         reserved.close()
 
     run(main)
+
+
+def test_link_on_a_transport_closed_without_connection_lost_reconnects(run):
+    """uvloop can close a fresh transport (its connect timed out as it completed)
+    without ever calling connection_lost. The next flush must notice, reconnect and
+    deliver what was queued, not raise on every flush (found by the fault suite)."""
+
+    async def main():
+        errors: list = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda loop, ctx: errors.append(ctx.get("message")))
+        a, b = await started(ID_A, ID_B)
+        a.bus.sync_links({ID_B: b.addr})
+        await until(lambda: a.links == [(ID_B, True)])
+        link = a.bus._links[ID_B]
+        link.transport.get_protocol().gen = -1  # its connection_lost will be ignored
+        link.transport.close()
+        await asyncio.sleep(0.05)
+        assert link.state == "up"  # what the bug left: up on a closed transport
+        for i in range(3):
+            a.bus.send(ID_B, encode_frame(msg(ID_A, i)))
+        await until(lambda: len(b.frames) == 3)
+        assert b.payloads() == [0, 1, 2]
+        assert a.links == [(ID_B, True), (ID_B, False), (ID_B, True)]
+        assert errors == []
+        close_all(a, b)
+
+    run(main)

@@ -122,11 +122,6 @@ class ChaosResult:
         ]
         for k, v in self.violations.items():
             lines.append(f"  VIOLATION {k}: {v}; e.g. {self.examples.get(k, [])[:3]}")
-        amo = c.get("not_collected_retry0", 0)
-        if amo:
-            lines.append(
-                f"  note: {amo} of the jobs not collected are RETRY 0 copies left active on "
-                "a restarted node: see 'Open server bugs' in docs/RELIABILITY.md")
         for p in self.problems:
             lines.append(f"  PROBLEM {p}")
         for e in self.evidence:

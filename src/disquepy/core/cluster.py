@@ -434,14 +434,14 @@ class ClusterMixin:
                 self.send([self.rng.choice(job.delivered)], M.ENQUEUE, job.id)
             self.unregister(job)
             return
+        if self.aof_on:  # first: enqueueing may move the job away at once (federation)
+            self.aof_created(job)
         if job.delay:
             job.qtime = now + job.delay * 1000
             self.schedule(job)
         else:
             job.qtime = now + job.retry * 1000
             self.enqueue(job, now)
-        if self.aof_on:
-            self.aof_created(job)
 
     def _repl_tick(self, job: Job, now: int) -> None:
         """A job still short of copies: give up at the deadline, else one more node."""

@@ -611,6 +611,8 @@ class Node(ClusterMixin):
                                     (ttl, retry, delay, repl, len(body))))
         if self._peers and (repl > 1 or extrepl):
             return self.replicate_new_job(job, client, now, timeout, is_async, extrepl)
+        if self.aof_on:  # before enqueueing, which may move the job away (federation)
+            self.aof_created(job)
         if delay:
             job.state = ACTIVE
             job.qtime = now + delay * 1000
@@ -641,8 +643,6 @@ class Node(ClusterMixin):
                 self.events_out.append((now, "queued", jid, qname, None))
             if q.waiters and not q.flags & PAUSED_OUT:
                 self.ready.append(q)
-        if self.aof_on:
-            self.aof_created(job)
         return b"+" + jid + b"\r\n"
 
     def persistence_info(self) -> list:

@@ -389,9 +389,12 @@ class Bus:
             if link.gen == gen and not self._closed:
                 raise  # not cancelled by us: the loop is going away
         except Exception as e:  # OSError, TimeoutError, a bad address...
-            # still connecting: a plain failure. (A timeout can also hit an attempt that
-            # got connected already: then its connection_lost schedules the retry.)
-            if link.gen == gen and link.state is _CONNECTING:
+            # still connecting: a plain failure. A timeout can also hit an attempt that
+            # got connected already: create_connection then closes the transport it made
+            # (uvloop without a connection_lost), so that link is broken: reconnect.
+            if link.gen == gen and link.state is _UP:
+                self._link_broken(link)
+            elif link.gen == gen and link.state is _CONNECTING:
                 self._connect_failures += 1
                 self.log.debug(
                     "Connecting to node %.8s at %s:%d failed: %s",
@@ -419,6 +422,13 @@ class Bus:
         if link.gen != proto.gen or link.state is not _CONNECTING or self._closed:
             transport.close()  # a stale attempt that completed anyway
             return
+        if transport.is_closing():
+            # uvloop: the connect timeout fired as the connection completed; this
+            # transport is closed already and will never report connection_lost
+            self._connect_failures += 1
+            link.state = _DOWN
+            self._schedule_retry(link)
+            return
         _tune_socket(transport)
         with contextlib.suppress(AttributeError, ValueError, NotImplementedError):
             transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
@@ -438,6 +448,13 @@ class Bus:
         link = proto.link
         if link.gen != proto.gen or link.state is not _UP:
             return  # stale connection (address changed, removed) or already handled
+        self._link_broken(link)
+
+    def _link_broken(self, link: _Link) -> None:
+        """An up link lost its connection: down, reconnect with back-off, tell the node."""
+        if link.transport is not None and not link.transport.is_closing():
+            link.transport.close()
+        link.gen += 1  # whatever the old connection still reports is stale now
         link.transport = None
         link.writable = False
         link.paused = False
@@ -516,10 +533,19 @@ class Bus:
         n = len(q)
         if not n:
             return
-        if n == 1:
-            link.transport.write(q[0])
-        else:
-            link.transport.writelines(q)
+        t = link.transport
+        try:
+            if t is None or t.is_closing():
+                raise RuntimeError("transport closed")
+            if n == 1:
+                t.write(q[0])
+            else:
+                t.writelines(q)
+        except RuntimeError:
+            # closed under us (uvloop may close a fresh transport without telling the
+            # protocol, and without is_closing() saying so): reconnect, keep the frames
+            self._link_broken(link)
+            return
         self._frames_out += n
         self._bytes_out += link.qbytes
         q.clear()

@@ -1,6 +1,5 @@
-"""Open server bugs the fault runs found, each reproduced deterministically on real
-processes. Strict xfail: once the bug is fixed the test passes, pytest reports the
-XPASS as a failure, and the marker (and its note in docs/RELIABILITY.md) must go."""
+"""Server bugs the fault runs found, kept as regression tests (both fixed; see
+"Server bugs the fault suite found" in docs/RELIABILITY.md)."""
 
 from __future__ import annotations
 
@@ -13,12 +12,10 @@ from disquepy.chaos.resp import Conn
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "server bug: ClusterMixin._job_replicated enqueues a new job (which may push it at "
-    "once to a remembered federation asker; a RETRY 0 job then leaves with a DELJOB "
-    "record) before aof_created appends its LOADJOB: the AOF says delete-then-create, "
-    "so a restart brings the moved job back"))
 def test_retry0_job_moved_by_federation_stays_gone_after_a_restart(tmp_path):
+    """A new job was queued (and a RETRY 0 job pushed away to a remembered federation
+    asker, with its DELJOB record) before its LOADJOB was appended: the AOF said
+    delete-then-create and a restart brought the delivered, acked job back."""
     def need(cond, what):  # set-up steps fail with another error than the checked one
         if not cond:
             raise RuntimeError(f"set-up failed: {what}")
@@ -49,51 +46,60 @@ def test_retry0_job_moved_by_federation_stays_gone_after_a_restart(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "server bug: under uvloop, a bus connect attempt whose CONNECT_TIMEOUT fires just as "
-    "the connection completes gets connection_made on an already closed transport and "
-    "never connection_lost: Bus._connected marks the link up and writable, Bus._connect "
-    "sees the timeout but no longer a connecting link, and every later flush raises "
-    "RuntimeError('unable to perform operation on <TCPTransport closed=True ...>'), "
-    "which also strands the other links of that flush (dirty, never flushed again)"))
-def test_bus_link_is_not_left_up_on_a_transport_closed_by_its_connect_timeout(monkeypatch):
+def test_bus_links_recover_from_connect_timeouts_racing_the_connection(monkeypatch):
     """Seen in a fault run (a restarted node whose loop stalled past the 3 s connect
-    timeout: 556 tracebacks, the cluster never re-formed). Here the race is made
-    likely with connect timeouts of a fraction of a millisecond."""
+    timeout: 556 tracebacks, the cluster never re-formed): under uvloop a connect that
+    times out as it completes gets connection_made on a transport that is then closed
+    without connection_lost. Made likely here with connect timeouts of a fraction of
+    a millisecond; every link must then deliver a frame through the real send path
+    once connecting is possible again, with no error from a flush."""
     import logging
     import random
 
     import uvloop
 
+    from disquepy.codec.bus import FrameReader, encode_frame
     from disquepy.server import bus as busmod
 
     peer = "ab" * 20
     rng = random.Random(1)
 
-    async def scenario() -> list:
+    class Sink(asyncio.Protocol):
+        got: list = []
+
+        def __init__(self) -> None:
+            self.reader = FrameReader()
+
+        def data_received(self, data: bytes) -> None:
+            self.reader.feed(data)
+            while (m := self.reader.gets()) is not False:
+                Sink.got.append(m[4])
+
+    async def scenario() -> tuple[list, int]:
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        errors: list = []
+        loop.set_exception_handler(
+            lambda lp, ctx: errors.append(f"{ctx.get('message')}: {ctx.get('exception')!r}"))
+        srv = await loop.create_server(Sink, "127.0.0.1", 0)
         port = srv.sockets[0].getsockname()[1]
-        stuck = []
         try:
-            for k in range(1500):
+            for k in range(300):
                 monkeypatch.setattr(busmod, "CONNECT_TIMEOUT", rng.uniform(0.00002, 0.0004))
                 bus = busmod.Bus(lambda m, ip: None, lambda nid, up: None, loop,
                                  logging.getLogger("bus-test"))
                 bus.sync_links({peer: ("127.0.0.1", port)})
                 await asyncio.sleep(0.003)
-                link = bus._links[peer]
-                if link.state == "up" and link.transport is not None:
-                    try:
-                        link.transport.writelines([b"\0\0\0\0"])
-                    except RuntimeError as e:
-                        stuck.append((k, repr(e)[:80]))
+                monkeypatch.setattr(busmod, "CONNECT_TIMEOUT", 3.0)
+                bus.send(peer, encode_frame([1, peer, 1, 0, k]))
+                for _ in range(400):  # bounded: 4 s
+                    if k in Sink.got:
+                        break
+                    await asyncio.sleep(0.01)
                 bus.close()
-                if len(stuck) >= 3:
-                    break
+                assert k in Sink.got, f"frame {k} never delivered: link {bus._links}"
         finally:
             srv.close()
-        return stuck
+        return errors, len(Sink.got)
 
-    stuck = uvloop.run(scenario())
-    assert stuck == [], f"links left up on a closed transport: {stuck}"
+    errors, delivered = uvloop.run(scenario())
+    assert errors == [] and delivered == 300
