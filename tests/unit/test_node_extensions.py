@@ -210,3 +210,18 @@ def test_counters_survive_an_aof_reload(h):
     again = fresh("SHOW", jid)
     assert again[again.index(b"nacks") + 1] == 1
     assert again[again.index(b"additional-deliveries") + 1] == 1
+
+
+def test_a_delayed_job_reloaded_from_the_aof_keeps_its_delay(h):
+    """The LOADJOB record carries the queue time of the delay (a record written
+    before it was set brought the job back at its retry instead)."""
+    h.node.aof_on = True
+    h("QLEN", "q")
+    jid = h("ADDJOB", "q", "x", 0, "DELAY", 30, "RETRY", 1)
+    fresh = Harness()
+    fresh.now = h.now
+    fresh.node.load_aof(aof.scan(b"".join(h.node.aof_out)).records, h.now, enqueue=False)
+    fresh.advance(29_000)
+    assert fresh("QLEN", "q") == 0
+    fresh.advance(2_000)
+    assert fresh("QPEEK", "q", 1)[0][1] == jid

@@ -434,13 +434,17 @@ class ClusterMixin:
                 self.send([self.rng.choice(job.delivered)], M.ENQUEUE, job.id)
             self.unregister(job)
             return
-        if self.aof_on:  # first: enqueueing may move the job away at once (federation)
-            self.aof_created(job)
+        # the record goes out with the job's queue time set, and before enqueueing,
+        # which may move the job away at once (federation) and log its deletion
         if job.delay:
             job.qtime = now + job.delay * 1000
+            if self.aof_on:
+                self.aof_created(job)
             self.schedule(job)
         else:
             job.qtime = now + job.retry * 1000
+            if self.aof_on:
+                self.aof_created(job)
             self.enqueue(job, now)
 
     def _repl_tick(self, job: Job, now: int) -> None:

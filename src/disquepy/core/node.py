@@ -611,15 +611,19 @@ class Node(ClusterMixin):
                                     (ttl, retry, delay, repl, len(body))))
         if self._peers and (repl > 1 or extrepl):
             return self.replicate_new_job(job, client, now, timeout, is_async, extrepl)
-        if self.aof_on:  # before enqueueing, which may move the job away (federation)
-            self.aof_created(job)
+        # the record goes out with the job's queue time set, and before enqueueing,
+        # which may move the job away at once (federation) and log its deletion
         if delay:
             job.state = ACTIVE
             job.qtime = now + delay * 1000
+            if self.aof_on:
+                self.aof_created(job)
             self.schedule(job)
         elif q is None or self._peers:
             job.state = ACTIVE
             job.qtime = now + retry * 1000  # non-zero: the first enqueue may happen
+            if self.aof_on:
+                self.aof_created(job)
             self.enqueue(job, now)
         else:
             # the hot path, inlined: the first enqueue of a new job in an existing queue
@@ -643,6 +647,8 @@ class Node(ClusterMixin):
                 self.events_out.append((now, "queued", jid, qname, None))
             if q.waiters and not q.flags & PAUSED_OUT:
                 self.ready.append(q)
+            if self.aof_on:
+                self.aof_created(job)
         return b"+" + jid + b"\r\n"
 
     def persistence_info(self) -> list:
