@@ -70,18 +70,18 @@ def test_options_are_case_insensitive_and_validated(single):
 @pytest.mark.timeout(120)
 def test_batch_write_each_partition_to_its_node_then_snapshot_read(spark, cluster3, tmp_path):
     report = tmp_path / "report.json"
-    df = spark.range(0, 3000, numPartitions=6).selectExpr(
+    df = spark.range(0, 1200, numPartitions=6).selectExpr(
         "named_struct('n', id, 'tag', 'x') as body")
     (df.write.format("disque").option("Nodes", cluster3.nodes).option("QUEUE", "orders")
      .option("replicate", "2").option("reportFile", str(report)).mode("append").save())
     rep = json.loads(report.read_text())
-    assert rep["written"] == 3000
-    assert [p["written"] for p in rep["partitions"]] == [500] * 6
-    # partition p went to the p-th node of the sorted IDs (p mod 3): 1000 jobs each
+    assert rep["written"] == 1200
+    assert [p["written"] for p in rep["partitions"]] == [200] * 6
+    # partition p went to the p-th node of the sorted IDs (p mod 3): 400 jobs each
     order = sorted(cluster3.ids)
     assert [p["node"] for p in rep["partitions"]] == [order[p % 3] for p in range(6)]
     by_id = cluster3.by_id()
-    assert [int(by_id[nid].execute_command("QLEN", "orders")) for nid in order] == [1000] * 3
+    assert [int(by_id[nid].execute_command("QLEN", "orders")) for nid in order] == [400] * 3
 
     snap = spark.read.format("disque").option("nodes", cluster3.nodes).load()
     assert snap.rdd.getNumPartitions() == 3
@@ -89,17 +89,17 @@ def test_batch_write_each_partition_to_its_node_then_snapshot_read(spark, cluste
     # one row per copy: at least two copies of each job (a slow replica may leave a
     # third one, which Disque allows), each from a different node
     copies = Counter(r.id for r in rows)
-    assert len(copies) == 3000 and min(copies.values()) >= 2
+    assert len(copies) == 1200 and min(copies.values()) >= 2
     assert len({(r.id, r.node) for r in rows}) == len(rows)
-    assert {json.loads(r.body)["n"] for r in rows} == set(range(3000))
+    assert {json.loads(r.body)["n"] for r in rows} == set(range(1200))
     assert {r.state for r in rows} <= {"queued", "active"}
-    assert sum(r.state == "queued" for r in rows) == 3000
+    assert sum(r.state == "queued" for r in rows) == 1200
     primary = (spark.read.format("disque").option("nodes", cluster3.nodes)
                .option("copies", "primary").option("queue", "orders").load())
-    assert primary.count() == 3000
-    assert primary.select("id").distinct().count() == 3000
+    assert primary.count() == 1200
+    assert primary.select("id").distinct().count() == 1200
     # nothing was consumed by reading
-    assert cluster3.qlen("orders") == 3000
+    assert cluster3.qlen("orders") == 1200
 
 
 def test_same_partition_written_twice_with_the_same_keys_enqueues_once(single):
@@ -218,8 +218,9 @@ def test_stream_killed_mid_batch_restarts_from_checkpoint_without_loss(
     with pytest.raises(Exception, match="driver dies mid-batch"):
         q.awaitTermination(120)
     assert sorted(first) == [0, 1]
-    # batch 0 was committed and acked; batch 1 failed: none of its jobs acked
-    assert not any(cluster3.exists(j) for j in first[0])
+    # batch 0 was committed and is acked (on a thread while batch 1 ran); batch 1
+    # failed: none of its jobs acked
+    wait_for(lambda: not any(cluster3.exists(j) for j in first[0]), what="batch 0 acked")
     assert all(cluster3.exists(j) for j in first[1])
     assert cluster3.qlen("s2") == 600 - 400
 

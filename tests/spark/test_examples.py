@@ -24,18 +24,18 @@ def load(name: str):
 def test_fanout_then_stream_worker_processes_every_job_once(spark, cluster3, tmp_path):
     fanout = load("spark_fanout")
     worker = load("spark_stream_worker")
-    res = fanout.run(spark, cluster3.nodes, queue="emails", rows=3000, partitions=3)
-    assert res["written"] == 3000
-    assert cluster3.qlen("emails") == 3000
+    res = fanout.run(spark, cluster3.nodes, queue="emails", rows=1500, partitions=3)
+    assert res["written"] == 1500
+    assert cluster3.qlen("emails") == 1500
 
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
-    q = worker.start(spark, cluster3.nodes, "emails", out, ck, once=True, max_jobs=1000)
+    q = worker.start(spark, cluster3.nodes, "emails", out, ck, once=True, max_jobs=750)
     q.awaitTermination(150)
     assert not q.isActive and q.exception() is None
     rows = spark.read.parquet(out)
-    assert rows.count() == 3000
-    assert rows.select("job_id").distinct().count() == 3000
-    assert rows.select("user_id").distinct().count() == 3000
+    assert rows.count() == 1500
+    assert rows.select("job_id").distinct().count() == 1500
+    assert rows.select("user_id").distinct().count() == 1500
     one = rows.where("user_id = 7").first()
     assert one.subject == "Welcome to user7@example.net"
     wait_for(lambda: cluster3.jobs() == 0, what="every job acked")

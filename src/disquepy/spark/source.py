@@ -48,7 +48,11 @@ Streaming read (``spark.readStream``), at-least-once end to end
     the commit log (also after a restart, and also after the last batch of
     ``availableNow``, for which ``commit`` is never called), and ``commit(end)``
     only when it plans the next batch. Both acknowledge the batch they name; the
-    second is then a no-op. To learn the IDs the driver replays the batch's tokens
+    second is then a no-op. When ``latestOffset`` plans a next batch, the ack runs on
+    a thread while that batch is read (one ack in flight at most; a driver crash
+    meanwhile leaves those jobs to come back by retry: duplicates, never a loss); when
+    it plans none (idle trigger, end of ``availableNow``) the ack completes before it
+    returns. To learn the IDs the driver replays the batch's tokens
     with GETJOB on a queue that is always empty (``__disquepy_spark_probe__``): a
     remembered token answers with its jobs, and an unknown one (the node restarted
     meanwhile) takes nothing, so the driver can never consume a job itself. The IDs
@@ -552,11 +556,12 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._inflight: dict[tuple[str, int], dict] = {}
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
+        self._acker: threading.Thread | None = None
 
     def __getstate__(self) -> dict:
         # the reader is pickled into every read task: driver-only state stays behind
         state = dict(self.__dict__)
-        for k in ("_lock", "_inflight", "_stop", "_heart", "acked"):
+        for k in ("_lock", "_inflight", "_stop", "_heart", "acked", "_acker"):
             state.pop(k, None)
         return state
 
@@ -566,6 +571,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._inflight = {}
         self._stop = threading.Event()
         self._heart = None
+        self._acker = None
         self.acked = set()
 
     # -- nodes
@@ -608,19 +614,39 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("disque stream: availableNow, %d jobs queued", self.available_budget)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The batch ending at ``start`` is committed: ack it, then plan the next."""
-        self._ack_batch(start)
+        """The batch ending at ``start`` is committed: ack it, then plan the next.
+
+        When a next batch follows, the ack runs on a thread while that batch is read
+        (at most one ack in flight); when none follows (idle trigger, the end of
+        availableNow) it completes before this returns."""
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if self.available_budget is not None:
             cap = self.available_budget if cap is None else min(cap, self.available_budget)
-            if cap <= 0:
-                return start
-        plan = share(self._qlens(), cap)
+        plan = share(self._qlens(), cap) if cap is None or cap > 0 else {}
         if not plan:
+            self._wait_acks()
+            self._ack_batch(start)
             return start
+        self._ack_async(start)
         if self.available_budget is not None:
             self.available_budget -= sum(plan.values())
         return {"stream": start["stream"], "batch": int(start["batch"]) + 1, "plan": plan}
+
+    def _ack_async(self, offset: dict) -> None:
+        self._wait_acks()
+        if not offset or not offset.get("plan"):
+            return
+        self._acker = threading.Thread(target=self._ack_batch, args=(offset,),
+                                       name="disque-ack", daemon=True)
+        self._acker.start()
+
+    def _wait_acks(self, timeout: float = 300.0) -> None:
+        t = getattr(self, "_acker", None)
+        if t is not None:
+            t.join(timeout)
+            if t.is_alive():
+                log.warning("disque stream: an ack is still running after %.0f s", timeout)
+            self._acker = None
 
     def partitions(self, start: dict, end: dict) -> list[BatchPartition]:
         """One partition per node with jobs planned in the batch ending at ``end``."""
@@ -681,11 +707,15 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield reply
 
     def commit(self, end: dict) -> None:
-        """Spark committed every batch up to ``end``: ack it (usually done already)."""
+        """Spark committed every batch up to ``end``: ack it (usually done already, or
+        running since ``latestOffset``)."""
+        self._wait_acks()
         self._ack_batch(end)
 
     def stop(self) -> None:
-        """The query ended: stop the WORKING thread (unacked jobs come back by retry)."""
+        """The query ended: let a running ack finish, stop the WORKING thread (jobs of a
+        batch not committed come back by their retry)."""
+        self._wait_acks(60.0)
         self._stop.set()
 
     # -- acks and WORKING
