@@ -45,6 +45,8 @@ def fixture_lines() -> list[str]:
         # j4: never consumed, expired on both nodes holding a copy
         ev(1000, "added", "j4", "reports", **added), ev(1000, "queued", "j4", "reports"),
         ev(9000, "expired", "j4", "reports"), ev(9001, "expired", "j4", "reports", node=N2),
+        # the Spark source's bookkeeping: not a user queue
+        ev(50, "added", "m1", "__disquepy_spark_marks__:abc", **added),
     ]
 
 
@@ -114,7 +116,8 @@ def test_analytics_on_hand_made_and_real_event_logs(spark, tmp_path, capsys):
     real_lines = sum(len(f.read_text().splitlines()) for f in (d / "real").rglob("*.jsonl"))
     out = tmp_path / "out"
     res = run_analytics(str(d), str(out), spark=spark)
-    assert res["events"] == len(lines) + real_lines
+    assert res["events"] == len(lines) - 1 + real_lines
+    assert sorted(res["queues"]) == ["emails", "fast", "flaky", "reports"]
     em, rep = res["queues"]["emails"], res["queues"]["reports"]
     assert (em["added"], em["acked"], em["deliveries"], em["nacks"]) == (3, 2, 6, 2)
     assert em["attempts_max"] == 3 and em["attempts_mean"] == pytest.approx(2.0)

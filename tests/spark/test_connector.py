@@ -307,3 +307,14 @@ def test_long_batch_keeps_its_jobs_with_working(spark, single, tmp_path):
     late = [n for t, n in samples if t >= 1.5]
     assert len(late) >= 8 and max(late) == 0
     wait_for(lambda: single.jobs() == 0, what="every job acked")
+
+
+@pytest.mark.timeout(120)
+def test_binary_bodies_round_trip(spark, single):
+    blobs = [bytes([i, 255 - i, 0]) for i in range(50)]
+    df = spark.createDataFrame([(b,) for b in blobs], "body binary")
+    (df.write.format("disque").option("nodes", single.nodes).option("queue", "bin")
+     .mode("append").save())
+    got = (spark.read.format("disque").option("nodes", single.nodes).option("queue", "bin")
+           .option("bodyFormat", "binary").load().select("body").collect())
+    assert sorted(bytes(r.body) for r in got) == sorted(blobs)

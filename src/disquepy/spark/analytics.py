@@ -16,6 +16,7 @@ a file being written, is skipped) and computes, per queue:
 - likely dead letters: jobs delivered at least ``dead_deliveries`` times or nacked at
   least ``dead_nacks`` times and never acked (nor deleted).
 
+Queues named ``__disquepy_spark_*`` (the Spark source's markers) are left out.
 ``expired`` is logged by every node holding a copy and ``acked`` possibly by several:
 events are deduplicated per job before counting. The results go to ``out`` as
 Parquet (``summary``, ``throughput``, ``dead_letters``), ``summary.json``, and a PNG
@@ -40,6 +41,7 @@ log = logging.getLogger("disquepy.spark.analytics")
 EVENT_SCHEMA = ("ts long, event string, node string, job string, queue string, ttl long, "
                 "retry long, delay long, replicate long, size long, nacks long, "
                 "additional_deliveries long")
+INTERNAL_PREFIX = "__disquepy_spark_"
 BUCKETS_S = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 86400)
 
 
@@ -92,7 +94,9 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
         raw = (spark.read.schema(EVENT_SCHEMA).option("mode", "DROPMALFORMED")
                .json(files))
         ev = raw.where(F.col("ts").isNotNull() & F.col("event").isNotNull()
-                       & F.col("job").isNotNull() & F.col("queue").isNotNull()).cache()
+                       & F.col("job").isNotNull() & F.col("queue").isNotNull()
+                       # the Spark source's own bookkeeping queues are not the user's
+                       & ~F.col("queue").startswith(INTERNAL_PREFIX)).cache()
         n_events, lo, hi = ev.agg(F.count("*"), F.min("ts"), F.max("ts")).first()
         outp = Path(out)
         outp.mkdir(parents=True, exist_ok=True)
