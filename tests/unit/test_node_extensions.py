@@ -225,3 +225,16 @@ def test_a_delayed_job_reloaded_from_the_aof_keeps_its_delay(h):
     assert fresh("QLEN", "q") == 0
     fresh.advance(2_000)
     assert fresh("QPEEK", "q", 1)[0][1] == jid
+
+
+def test_acktoken_acks_what_the_tokens_delivered(h):
+    ids = [h("ADDJOB", "q", f"b{i}", 0) for i in range(6)]
+    h("GETJOB", "COUNT", 2, "TOKEN", "t1", "FROM", "q")
+    h("GETJOB", "COUNT", 2, "TOKEN", "t2", "FROM", "q")
+    h("ACKJOB", ids[0])
+    assert h("ACKTOKEN", "t1", "t2", "unknown") == 3  # ids[1..3]; ids[0] acked before
+    assert all(h("SHOW", j) is None for j in ids[:4])
+    assert h("QLEN", "q") == 2
+    assert h("ACKTOKEN", "t1") == 0
+    assert h("GETJOB", "TOKEN", "t2", "FROM", "q") is None  # nothing left to replay
+    assert h("ACKTOKEN") == Error("ERR wrong number of arguments for 'acktoken' command")

@@ -52,11 +52,12 @@ Streaming read (``spark.readStream``), at-least-once end to end
     a thread while that batch is read (one ack in flight at most; a driver crash
     meanwhile leaves those jobs to come back by retry: duplicates, never a loss); when
     it plans none (idle trigger, end of ``availableNow``) the ack completes before it
-    returns. To learn the IDs the driver replays the batch's tokens
-    with GETJOB on a queue that is always empty (``__disquepy_spark_probe__``): a
-    remembered token answers with its jobs, and an unknown one (the node restarted
-    meanwhile) takes nothing, so the driver can never consume a job itself. The IDs
-    are acknowledged with ACKJOB on the node that delivered them.
+    returns. The driver acknowledges with ``ACKTOKEN <tokens...>`` on each node: the
+    node acks what those tokens delivered there (an unknown token, e.g. after the node
+    restarted, acks nothing). To learn a batch's IDs (for WORKING) the driver replays
+    its tokens with GETJOB on a queue that is always empty
+    (``__disquepy_spark_probe__``): a remembered token answers with its jobs, and an
+    unknown one takes nothing, so the driver can never consume a job itself.
 
     A failed batch is never acknowledged: its jobs come back by their retry time. A
     long batch keeps its jobs: when a read task has fetched all its chunks it leaves a
@@ -749,19 +750,27 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         t_ack = time.monotonic()
         total = 0
-        for nid, ids in self._batch_ids_safe(offset).items():
-            if not ids:
+        base = f"spark:{offset['stream']}:{offset['batch']}"
+        # ACKTOKEN acks what each token delivered on its node, in one command per
+        # 1000 tokens: no replay of the bodies, no second round trip with the IDs
+        for nid, count in sorted(offset["plan"].items()):
+            node = self._node(nid)
+            if node is None:
                 continue
-            node = self.nodes[nid]
-            c = connect(node.host, node.port, self.password)
+            tokens = [t for t, _ in chunk_tokens(base, int(count), self.fetch)]
             try:
-                for r in pipeline(c, [("ACKJOB", *ids[lo:lo + 1000])
-                                      for lo in range(0, len(ids), 1000)]):
+                c = connect(node.host, node.port, self.password)
+            except Exception as e:  # not acked: the jobs come back by retry (duplicates)
+                log.warning("disque stream: ACKTOKEN on %s failed: %s", nid[:8], e)
+                continue
+            try:
+                for r in pipeline(c, [("ACKTOKEN", *tokens[lo:lo + 1000])
+                                      for lo in range(0, len(tokens), 1000)]):
                     if isinstance(r, Exception):
                         raise r
                     total += int(r)
             except Exception as e:  # not acked: the jobs come back by retry (duplicates)
-                log.warning("disque stream: ACKJOB on %s failed: %s", nid[:8], e)
+                log.warning("disque stream: ACKTOKEN on %s failed: %s", nid[:8], e)
             finally:
                 c.close()
         self._drop_markers(offset)

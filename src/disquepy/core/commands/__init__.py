@@ -35,6 +35,7 @@ _TABLE = [
     # acks
     Command("ackjob", -1, acks.ackjob, "m"),
     Command("fastack", -1, acks.fastack),
+    Command("acktoken", -2, acks.acktoken),
     # queues
     Command("getjob", -2, queues.getjob),
     Command("qlen", 2, queues.qlen),

@@ -1,4 +1,4 @@
-"""ACKJOB and FASTACK."""
+"""ACKJOB, FASTACK, and disquepy's ACKTOKEN."""
 
 from __future__ import annotations
 
@@ -35,3 +35,23 @@ def fastack(node, client, argv, now):
         else:
             node.fast_ack_unknown(jid)
     return resp.integer(known)
+
+
+def acktoken(node, client, argv, now):
+    """ACKTOKEN token [token ...] (disquepy): ACKJOB every job this node delivered
+    under these GETJOB TOKENs and still holds; replies with how many it acked. A
+    consumer that reads by token (the Spark source) acks a whole batch in one
+    command, without replaying the tokens to learn the IDs."""
+    acked = 0
+    for token in argv[1:]:
+        for jid in node.token_get(token, now) or ():
+            job = node.jobs.get(jid)
+            if job is None or job.state == ACKED:
+                continue
+            acked += 1
+            if node.events_on:
+                node.events_out.append((now, "acked", jid, job.queue, None))
+            node.ack(job, now)
+            if job.state == ACKED:
+                node.start_gc(job, now)
+    return resp.integer(acked)
