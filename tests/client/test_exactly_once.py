@@ -34,6 +34,15 @@ def test_token_replays_the_same_jobs(dq):
     assert [j.id for j in dq.get_jobs("q", token="batch-1")] == [ids[1]]
 
 
+def test_ack_token_acks_a_whole_read(dq):
+    ids = [dq.add_job("q", f"j{i}") for i in range(5)]
+    dq.get_jobs("q", count=2, token="r1")
+    dq.get_jobs("q", count=2, token="r2")
+    assert dq.ack_token("r1", "r2") == 4
+    assert [dq.show(j) for j in ids[:4]] == [None] * 4
+    assert dq.qlen("q") == 1 and dq.ack_token("r1") == 0
+
+
 @pytest.mark.parametrize("key", ["k-1", None])
 def test_lost_addjob_reply_is_retried_once_with_the_key(dq, proxy, key):
     c = Disque([f"127.0.0.1:{proxy.port}"])

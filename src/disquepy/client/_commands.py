@@ -70,6 +70,11 @@ class Commands:
         """ACKJOB: acknowledge jobs (cluster-wide, replicated); returns how many were known."""
         return self._run(["ACKJOB", *ids], parse_int)
 
+    def ack_token(self, *tokens: str | bytes) -> int:
+        """ACKTOKEN (disquepy): acknowledge every job that ``get_jobs(..., token=t)``
+        delivered on the current node for each token; returns how many were acked."""
+        return self._run(["ACKTOKEN", *tokens], parse_int)
+
     def fast_ack(self, *ids: str) -> int:
         """FASTACK: best-effort cluster-wide delete; returns how many were known here."""
         return self._run(["FASTACK", *ids], parse_int)
