@@ -218,6 +218,33 @@ def test_heartbeats_keep_a_long_job_from_redelivery(dq, server, heartbeat):
         assert stolen == [jid]
 
 
+@pytest.mark.timeout(60)
+def test_a_job_that_waited_in_its_queue_is_kept_too(dq, server):
+    """RETRY counts from when the job was queued: after 2 s in the queue a RETRY 3 job
+    is re-queued about 1 s after delivery. The worker reads that from SHOW and sends
+    WORKING at once instead of at 80% of the retry."""
+    release = threading.Event()
+    jid = dq.add_job("q", "{}", retry=3)
+    time.sleep(2.0)
+
+    def h(p):
+        release.wait(3.0)
+
+    w = Worker(dq, ["q"], 1, h, poll_timeout_ms=100).start()
+    wait_for(lambda: (dq.show(jid) or {}).get("state") == "active", what="job taken")
+    other = server.client()
+    stolen = []
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline and not stolen:
+        rep = other.execute_command("GETJOB", "NOHANG", "FROM", "q")
+        if rep:
+            stolen.append(rep[0][1].decode())
+        time.sleep(0.05)
+    release.set()
+    w.stop(5)
+    assert stolen == [] and w.stats["acked"] == 1
+
+
 def test_structured_log_line_per_job(dq, caplog):
     caplog.set_level(logging.INFO, logger="disquepy.worker")
 

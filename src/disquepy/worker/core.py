@@ -400,10 +400,14 @@ class Worker:
                     if now - rec.start < HEARTBEAT_PROBE:
                         wake = min(wake, rec.start + HEARTBEAT_PROBE)
                         continue
-                    rec.retry = self._job_retry(rec.job)
+                    rec.retry, due_in = self._job_retry(rec.job)
                     if not rec.retry:
                         continue
                     rec.next_hb = rec.start + HEARTBEAT_FRACTION * rec.retry
+                    if due_in is not None and due_in < HEARTBEAT_FRACTION * rec.retry:
+                        # the server re-queues a job a retry period after it was queued,
+                        # not delivered: one that waited may be due soon. Beat now.
+                        rec.next_hb = now
                 if now >= rec.next_hb:
                     try:
                         secs = self._working(rec.job)
@@ -446,11 +450,13 @@ class Worker:
             return None
         return s
 
-    def _job_retry(self, job: Job) -> float:
+    def _job_retry(self, job: Job) -> tuple[float, float | None]:
+        """(retry, seconds until the server re-queues the job or None), from SHOW."""
         s = self._show(job)
         if s is None:
-            return 0
-        return float(s.get("retry") or 0)
+            return 0, None
+        due = s.get("next-requeue-within")
+        return float(s.get("retry") or 0), (due / 1000 if isinstance(due, int) else None)
 
     # ------------------------------------------------------------------ shutdown
 
