@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import Server  # noqa: E402
+from support import CLUSTER_TIMEOUT_MS, Server, join_cluster  # noqa: E402
 
 
 @pytest.fixture
@@ -50,3 +50,15 @@ def r(server):
     c = server.client()
     yield c
     c.close()
+
+
+@pytest.fixture
+def make_cluster(server_factory):
+    """make(n, *directives) -> (servers, raw redis-py clients): n nodes joined, converged."""
+
+    def make(n: int, *extra: str):
+        servers = [server_factory("--cluster-node-timeout", str(CLUSTER_TIMEOUT_MS), *extra)
+                   for _ in range(n)]
+        return servers, join_cluster(servers)
+
+    return make

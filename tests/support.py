@@ -126,3 +126,40 @@ class Server:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+# ---------------------------------------------------------------- clusters
+CLUSTER_TIMEOUT_MS = 1500  # cluster-node-timeout for test clusters: failures seen in seconds
+
+
+def wait_for(pred, timeout: float = 15.0, step: float = 0.05, what: str = "condition"):
+    """Poll ``pred`` until it returns something truthy (returned); bounded in time."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def hello_ok(c, n: int) -> bool:
+    """HELLO on client ``c`` lists ``n`` nodes, all reachable (priority 1)."""
+    import redis
+
+    try:
+        h = c.execute_command("HELLO")
+    except redis.RedisError:
+        return False
+    return len(h) == 2 + n and all(e[3] == b"1" for e in h[2:])
+
+
+def join_cluster(servers: list) -> list:
+    """CLUSTER MEET every server with the first, wait until all see all; the clients."""
+    clients = [s.client() for s in servers]
+    for s in servers[1:]:
+        assert clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", s.port) == b"OK"
+    for c in clients:
+        wait_for(lambda c=c: hello_ok(c, len(servers)), what="cluster to converge")
+    return clients

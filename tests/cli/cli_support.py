@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "disquepy.cli"]
@@ -30,26 +27,6 @@ def cli_env(home: Path) -> dict[str, str]:
     env.pop("DISQUE_AUTH", None)
     env.pop("DISQUE_HISTFILE", None)
     return env
-
-
-def wait_for(pred, timeout: float = 15.0, step: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-def hello_ok(c: redis.Redis, n: int) -> bool:
-    """HELLO on ``c`` lists ``n`` nodes, all reachable (priority 1)."""
-    try:
-        h = c.execute_command("HELLO")
-    except redis.RedisError:
-        return False
-    return len(h) == 2 + n and all(e[3] == b"1" for e in h[2:])
 
 
 def table_rows(out: str) -> list[list[str]]:

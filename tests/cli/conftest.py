@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cli_support import CLI, NODE_TIMEOUT_MS, Result, cli_env, hello_ok, wait_for  # noqa: E402
+from cli_support import CLI, NODE_TIMEOUT_MS, Result, cli_env  # noqa: E402
 
 
 @pytest.fixture
@@ -35,21 +35,5 @@ def fresh_nodes(server_factory):
     def make(n: int):
         return [server_factory("--cluster-node-timeout", str(NODE_TIMEOUT_MS))
                 for _ in range(n)]
-
-    return make
-
-
-@pytest.fixture
-def make_cluster(fresh_nodes):
-    """``make_cluster(n)``: n nodes joined with CLUSTER MEET, converged."""
-
-    def make(n: int):
-        servers = fresh_nodes(n)
-        clients = [s.client() for s in servers]
-        for s in servers[1:]:
-            assert clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", s.port) == b"OK"
-        for c in clients:
-            wait_for(lambda c=c: hello_ok(c, n), what="cluster to converge")
-        return servers, clients
 
     return make

@@ -90,7 +90,7 @@ def test_analytics_calls_run_analytics_and_prints_its_summary(monkeypatch, tmp_p
 
 @pytest.mark.timeout(180)
 def test_bench_with_replication_on_a_cluster(run_cli, make_cluster):
-    from cli_support import wait_for
+    from support import wait_for
 
     servers, clients = make_cluster(3)
     res = run_cli("-p", servers[0].port, "bench", "--jobs", 60, "--clients", 2, "--pipeline",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from cli_support import hello_ok, table_rows
+from cli_support import table_rows
+from support import hello_ok
 
 from disquepy.cli.conn import Target
 from disquepy.cli.top import queue_table, take_sample
@@ -99,7 +100,7 @@ def test_top_rates_and_blocked_clients(server, r):
         t = threading.Thread(target=blocked.execute_command,
                              args=("GETJOB", "TIMEOUT", 3000, "FROM", "idle"), daemon=True)
         t.start()
-        from cli_support import wait_for
+        from support import wait_for
 
         wait_for(lambda: r.info("clients")["blocked_clients"] == 1, what="a blocked GETJOB")
         after = take_sample(target, {})

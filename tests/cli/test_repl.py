@@ -10,7 +10,8 @@ import subprocess
 import time
 
 import pytest
-from cli_support import CLI, cli_env, wait_for
+from cli_support import CLI, cli_env
+from support import wait_for
 
 from disquepy.cli.repl import SplitError, split_args, to_wire
 

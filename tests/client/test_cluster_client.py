@@ -7,7 +7,7 @@ import signal
 import threading
 
 import pytest
-from conftest import wait_for
+from support import wait_for
 
 from disquepy.client import Disque
 

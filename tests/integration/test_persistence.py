@@ -8,8 +8,7 @@ import time
 
 import pytest
 import redis
-from support import raw
-from test_cluster import hello_ok, wait_for
+from support import hello_ok, raw, wait_for
 
 AOF = ["--appendonly", "yes"]
 

@@ -7,8 +7,8 @@ import json
 import signal
 
 import redis
-from support import raw
-from test_cluster import TIMEOUT_MS, hello_ok, wait_for
+from support import CLUSTER_TIMEOUT_MS as TIMEOUT_MS
+from support import hello_ok, raw, wait_for
 
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 

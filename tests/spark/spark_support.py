@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from support import Server  # noqa: E402
-
-CLUSTER_TIMEOUT_MS = 1500
+from support import CLUSTER_TIMEOUT_MS, Server, join_cluster  # noqa: E402
+from support import wait_for as _wait_for  # noqa: E402
 
 
 def wait_for(pred, timeout: float = 20.0, step: float = 0.1, what: str = "condition"):
-    """Poll ``pred`` until truthy (bounded); fail with ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = pred()
-        if last:
-            return last
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-def _hello_ok(c, n: int) -> bool:
-    try:
-        h = c.execute_command("HELLO")
-    except redis.RedisError:
-        return False
-    return len(h) == 2 + n and all(e[3] == b"1" for e in h[2:])
+    """support.wait_for with the Spark tests' longer default (a SparkSession is slow)."""
+    return _wait_for(pred, timeout, step, what)
 
 
 class Cluster:
@@ -41,12 +24,7 @@ class Cluster:
     def __init__(self, base: Path, n: int, *extra: str) -> None:
         self.servers = [Server(base / f"node{i}", "--cluster-node-timeout",
                                str(CLUSTER_TIMEOUT_MS), *extra).start() for i in range(n)]
-        self.clients = [s.client() for s in self.servers]
-        for s in self.servers[1:]:
-            assert self.clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1",
-                                                   s.port) == b"OK"
-        for c in self.clients:
-            wait_for(lambda c=c: _hello_ok(c, n), what="cluster to converge")
+        self.clients = join_cluster(self.servers)
         self.ids = [c.execute_command("CLUSTER", "MYID").decode() for c in self.clients]
 
     @property

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
+from support import wait_for
 
 from disquepy.worker import (
     Backoff,

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
+from support import wait_for
 
 from disquepy.client import Disque
 from disquepy.worker import Worker

@@ -8,7 +8,7 @@ import json
 import signal
 
 import pytest
-from conftest import wait_for
+from support import wait_for
 
 from disquepy.worker import Worker
 
