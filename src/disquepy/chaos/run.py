@@ -182,6 +182,10 @@ class ChaosRun:
             if not self.interrupted:
                 raise  # Ctrl-C: asyncio.run turns it into KeyboardInterrupt
         finally:
+            # the workload's loops end on their flags: on Python 3.11 a cancellation can
+            # be lost inside asyncio.wait_for, and asyncio.run would then wait forever for
+            # a client task retrying against nodes that are gone
+            self.workload.producing = self.workload.consuming = False
             self.proxy.close()
             self.cluster.stop_all()
 
