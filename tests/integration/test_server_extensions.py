@@ -135,7 +135,7 @@ def test_event_log_unwritable_dir_keeps_serving(server_factory, tmp_path):
     c = s.client()
     jid = c.execute_command("ADDJOB", "q", "x", 0)
     assert c.execute_command("GETJOB", "FROM", "q")[0][1] == jid
-    assert "Event log write failed" in s.log()
+    wait_for(lambda: "Event log write failed" in s.log(), what="the write error logged")
     try:
         c.execute_command("ADDJOB", "q", "x", 0, "IDEMPOTENT", "")
     except redis.ResponseError as e:

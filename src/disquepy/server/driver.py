@@ -43,6 +43,7 @@ class Driver:
         node.config_hooks.append(self._config_changed)
         node.host_info = self.host_info
         self.events = None  # server.eventlog.EventLog, opened at the first events
+        self._events_ticking = False
         node.events_on = config.event_log
 
     @staticmethod
@@ -118,7 +119,18 @@ class Driver:
             cfg = self.config
             self.events = EventLog(os.path.join(cfg.dir, cfg.event_log_dir), self.node.myid,
                                    cfg.event_log_max_size)
+            if not self._events_ticking:
+                self._events_ticking = True
+                self.loop.call_later(0.2, self._events_tick)
         self.events.write(out)
+
+    def _events_tick(self) -> None:
+        """Every 200 ms: buffered events reach the file (a quiet node too)."""
+        if self.events is None:
+            self._events_ticking = False
+            return
+        self.events.flush()
+        self.loop.call_later(0.2, self._events_tick)
 
     def stop_events(self) -> None:
         if self.node.events_out:
