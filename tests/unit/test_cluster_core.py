@@ -156,6 +156,25 @@ def test_a_node_whose_consumer_left_is_no_longer_pushed_jobs(c3):
     assert c3.cmd(0, "QLEN", "q") == 0
 
 
+def test_a_stale_yourjobs_never_brings_back_a_delivered_at_most_once_job(c3):
+    """A duplicated (or late) YOURJOBS frame arriving after a RETRY 0 job was delivered
+    and acked must not create and queue the job again (simulator seeds 6067, 6120 with
+    --fsync always: delivered twice)."""
+    from disquepy.core import messages as M
+
+    jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 1, "RETRY", 0)
+    n0, n1 = c3.nodes[0], c3.nodes[1]
+    wire = M.job_to_wire(n0.jobs.get(jid))
+    frame = [M.YOURJOBS, n0.myid, n0.port, 0, [wire]]
+    n1.handle_message(frame, "127.0.0.1", c3.now)  # the job moves to node 1
+    assert c3.cmd(1, "GETJOB", "NOHANG", "FROM", "q")[0][1] == jid
+    assert c3.cmd(1, "ACKJOB", jid) == 1
+    c3.run(3000)
+    assert n1.jobs.get(jid) is None
+    n1.handle_message(frame, "127.0.0.1", c3.now)  # the same frame again
+    assert n1.jobs.get(jid) is None and c3.cmd(1, "QLEN", "q") == 0
+
+
 def test_unacked_job_requeued_once_cluster_wide(c3):
     jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "RETRY", 2, "ASYNC")
     c3.run(50)

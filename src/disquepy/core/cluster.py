@@ -497,6 +497,8 @@ class ClusterMixin:
 
     def _job_from_wire(self, jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
                        delivered, now, idem=None):
+        if retry == 0 and jid in self.amo_done:
+            return None  # an at-most-once job delivered here before: a stale copy
         job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
         if job.etime <= now:
             return None

@@ -42,6 +42,7 @@ QUEUE_OVERHEAD = 1200
 CLIENT_OVERHEAD = 2000
 IDEM_OVERHEAD = 200  # an ADDJOB IDEMPOTENT key entry (plus the key's length)
 TOKEN_OVERHEAD = 200  # a GETJOB TOKEN entry (plus the token and 8 bytes per job)
+AMO_DONE_MAX = 50_000  # at-most-once job IDs remembered after they are gone
 
 # empty, unblocked, unpaused queues are dropped after this idle time; sooner when
 # memory is short (over 75% / over 95% of maxmemory)
@@ -140,6 +141,8 @@ class Node(ClusterMixin):
         # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
         self.events_on = False
         self.events_out: list = []
+        # IDs of at-most-once jobs delivered here and since forgotten (oldest first)
+        self.amo_done: dict[bytes, None] = {}
 
     # ------------------------------------------------------------------ clients
     def new_client(self, conn=None, addr: str = "", now: int = 0) -> Client:
@@ -308,6 +311,13 @@ class Node(ClusterMixin):
     def unregister(self, job: Job) -> None:
         if self.aof_on and job.state != WAIT_REPL and not job.flags & F_DUMMY:
             self.aof_out.append(aof.encode_deljob(job.id))
+        if job.retry == 0 and (job.flags & F_DELIVERED or job.state == ACKED):
+            # an at-most-once job delivered (or acked) here: a late or duplicated
+            # YOURJOBS / REPLJOB must not bring it back to be delivered again
+            amo = self.amo_done
+            amo[job.id] = None
+            if len(amo) > AMO_DONE_MAX:
+                del amo[next(iter(amo))]
         if self.idem_of:
             key = self.idem_of.pop(job.id, None)
             if key is not None:
@@ -712,6 +722,7 @@ class Node(ClusterMixin):
         self._idem_heap.clear()
         self.tokens.clear()
         self._token_heap.clear()
+        self.amo_done.clear()
         self.awake = AwakeIndex()
         self.used_memory = CLIENT_OVERHEAD * len(self.clients) + sum(
             c.qbuf for c in self.clients.values())
