@@ -188,6 +188,18 @@ def test_dead_letter_after_additional_deliveries(dq, r):
     assert "delivered 1 extra times" in dl.error
 
 
+def steal(server, queue: str, seconds: float) -> list:
+    """A second consumer polling ``queue`` for ``seconds``: the IDs it got (at most one)."""
+    other = server.client()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        rep = other.execute_command("GETJOB", "NOHANG", "FROM", queue)
+        if rep:
+            return [rep[0][1].decode()]
+        time.sleep(0.05)
+    return []
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("heartbeat", [True, False])
 def test_heartbeats_keep_a_long_job_from_redelivery(dq, server, heartbeat):
@@ -201,14 +213,7 @@ def test_heartbeats_keep_a_long_job_from_redelivery(dq, server, heartbeat):
 
     w = Worker(dq, ["q"], 1, h, heartbeat=heartbeat, poll_timeout_ms=100).start()
     wait_for(lambda: (dq.show(jid) or {}).get("state") == "active", what="job taken")
-    other = server.client()
-    stolen = []
-    deadline = time.monotonic() + 4.2
-    while time.monotonic() < deadline and not stolen:
-        rep = other.execute_command("GETJOB", "NOHANG", "FROM", "q")
-        if rep:
-            stolen.append(rep[0][1].decode())
-        time.sleep(0.05)
+    stolen = steal(server, "q", 4.2)
     release.set()
     w.stop(5)
     if heartbeat:
@@ -232,14 +237,7 @@ def test_a_job_that_waited_in_its_queue_is_kept_too(dq, server):
 
     w = Worker(dq, ["q"], 1, h, poll_timeout_ms=100).start()
     wait_for(lambda: (dq.show(jid) or {}).get("state") == "active", what="job taken")
-    other = server.client()
-    stolen = []
-    deadline = time.monotonic() + 2.5
-    while time.monotonic() < deadline and not stolen:
-        rep = other.execute_command("GETJOB", "NOHANG", "FROM", "q")
-        if rep:
-            stolen.append(rep[0][1].decode())
-        time.sleep(0.05)
+    stolen = steal(server, "q", 2.5)
     release.set()
     w.stop(5)
     assert stolen == [] and w.stats["acked"] == 1
