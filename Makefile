@@ -6,16 +6,22 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the C request reader (see setup.py), rebuilt when its source changes
+EXT := $(VENV)/.ext-built
 COMPAT := .venv-compat
 PORT ?= 7711
 
 .PHONY: run cluster test lint bench deps clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,spark]'
-	touch $(STAMP)
+	touch $(STAMP) $(EXT)
+
+$(EXT): src/disquepy/codec/_creader.c | $(STAMP)
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
 
 # pydisque 0.1.5 was released against redis-py 3.x: test it there too.
 $(COMPAT)/.installed:
@@ -29,25 +35,26 @@ deps:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
-run: $(STAMP)
+run: $(STAMP) $(EXT)
 	$(BIN)/disque-server --port $(PORT)
 
 # three nodes on 7711-7713 (bus on 17711-17713), joined; Ctrl-C stops all three
-cluster: $(STAMP)
+cluster: $(STAMP) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
 
-test: $(STAMP) $(COMPAT)/.installed deps
+test: $(STAMP) $(EXT) $(COMPAT)/.installed deps
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts
 
-bench: $(STAMP) deps
+bench: $(STAMP) $(EXT) deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(COMPAT) bench/loadgen
+	rm -rf $(VENV) $(COMPAT) bench/loadgen build
+	rm -f src/disquepy/codec/_creader.*.so
 
 # Real-process fault suite (docs/RELIABILITY.md): 3 seeded runs x 60 s of faults on a
 # 5-node cluster behind the bus proxy; summary in var/chaos-summary.json.
@@ -61,11 +68,11 @@ SOAK_CHAOS_RUNS ?= 5
 
 .PHONY: chaos soak
 
-chaos: $(STAMP)
+chaos: $(STAMP) $(EXT)
 	@mkdir -p var
 	$(BIN)/python -m disquepy.chaos $(CHAOS_ARGS) --json var/chaos-summary.json
 
-soak: $(STAMP)
+soak: $(STAMP) $(EXT)
 	@mkdir -p var; rc=0; \
 	echo "== soak 1/2: simulator, $(SOAK_SEEDS) seeds, 5 nodes, every fault"; \
 	$(BIN)/python -m disquepy.sim --seeds $(SOAK_SEEDS) --nodes 5 --faults all \

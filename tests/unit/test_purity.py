@@ -41,3 +41,18 @@ def test_checker_catches_an_impure_module(tmp_path):
     f = tmp_path / "impure.py"
     f.write_text("import json\nfrom time import monotonic\n")
     assert "time" in imported_roots(f)
+
+
+C_ALLOWED = {"Python.h", "string.h"}
+
+
+def test_c_sources_are_pure():
+    # C sources in the core and codec (the request reader) follow the same rule:
+    # no headers that bring clocks, sockets, files or threads
+    sources = [p for d in PURE_DIRS for p in sorted((SRC / d).rglob("*.c"))]
+    assert sources, "the C sources moved: update this test"
+    for path in sources:
+        for line in path.read_text().splitlines():
+            if line.startswith("#include"):
+                header = line.split()[1].strip('<>"')
+                assert header in C_ALLOWED, f"{path.name} includes {header}"

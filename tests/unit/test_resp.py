@@ -6,6 +6,7 @@ import ast
 import collections
 import enum
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from disquepy.codec import resp
 from disquepy.codec.resp import (
     EMPTY_ARRAY,
+    HAVE_CREADER,
     HAVE_HIREDIS,
     NULL3,
     NULL_ARRAY2,
@@ -23,6 +25,7 @@ from disquepy.codec.resp import (
     ONE,
     PONG,
     ZERO,
+    CRequestReader,
     Err,
     HiredisRequestReader,
     ProtocolError,
@@ -46,6 +49,8 @@ from disquepy.codec.resp import (
 READERS = [PyRequestReader]
 if HAVE_HIREDIS:
     READERS.append(HiredisRequestReader)
+if HAVE_CREADER:
+    READERS.append(CRequestReader)
 
 KB64 = 64 * 1024
 
@@ -490,12 +495,43 @@ def test_commands_before_error_are_returned(reader_cls):
 def test_make_reader():
     assert type(make_reader(pure=True)) is PyRequestReader
     assert type(make_reader()) is RequestReader
-    if HAVE_HIREDIS:
+    if HAVE_CREADER:
+        assert RequestReader is CRequestReader
+    elif HAVE_HIREDIS:
         assert RequestReader is HiredisRequestReader
     r = make_reader(pure=True, max_bulk_len=3)
     r.feed(b"*1\r\n$4\r\n")
     with pytest.raises(ProtocolError):
         r.gets()
+
+
+@pytest.mark.skipif(os.environ.get("DISQUEPY_NO_CEXT") == "1", reason="built without C")
+def test_c_reader_is_built():
+    # `make` builds the extension; a silent fallback would lose the server its speed
+    assert HAVE_CREADER, "disquepy.codec._creader is missing: pip install -e . with a C compiler"
+
+
+def test_c_reader_limits_and_memory():
+    if not HAVE_CREADER:
+        pytest.skip("no C reader")
+    r = CRequestReader(query_buffer_limit=10)
+    r.feed(b"*1\r\n$4")
+    assert len(r) == 6
+    with pytest.raises(QueryBufferLimitError):
+        r.feed(b"\r\nPING\r\n")
+    with pytest.raises(QueryBufferLimitError):  # and for good
+        r.gets()
+    # a big request is released once parsed, and the reader goes on
+    r = CRequestReader()
+    big = b"x" * 100_000
+    r.feed(mb(b"ADDJOB", b"q", big, b"0") + mb(b"PING"))
+    assert r.gets() == [b"ADDJOB", b"q", big, b"0"]
+    assert r.gets() == [b"PING"]
+    assert r.gets() is False and len(r) == 0
+    r.feed(memoryview(bytearray(mb(b"PING"))))  # any buffer
+    assert r.gets() == [b"PING"]
+    with pytest.raises(TypeError):
+        r.feed("PING\r\n")
 
 
 @pytest.mark.skipif(not HAVE_HIREDIS, reason="hiredis not installed")

@@ -7,7 +7,7 @@ encoders return.
 Request readers
 ===============
 
-``PyRequestReader`` and ``HiredisRequestReader`` share one API, modelled on
+``PyRequestReader``, ``HiredisRequestReader`` and ``CRequestReader`` share one API, modelled on
 ``hiredis.Reader``::
 
     reader = make_reader()
@@ -45,6 +45,11 @@ else (inline requests, incomplete requests, anything hiredis rejects or that
 fails the check) goes through the same pure-Python parser as
 ``PyRequestReader``, so both readers give identical results by construction.
 
+``CRequestReader`` (``_creader.c``, built with the package when a C compiler is
+available) implements the same rules in C and is what the server uses; it calls
+``split_args`` back for inline lines.  The tests run all three readers over the
+same inputs, whole and byte at a time, and compare them on random streams.
+
 Reply encoding
 ==============
 
@@ -67,6 +72,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = [
     "EMPTY_ARRAY",
+    "HAVE_CREADER",
     "HAVE_HIREDIS",
     "NULL3",
     "NULL_ARRAY2",
@@ -75,6 +81,7 @@ __all__ = [
     "ONE",
     "PONG",
     "ZERO",
+    "CRequestReader",
     "Err",
     "HiredisRequestReader",
     "ProtocolError",
@@ -659,16 +666,30 @@ def _check_at(buf: Any, req: list[Any], pos: int, max_mbulk: int, max_bulk: int)
 _BULK_SIZE = tuple(n + 5 + len(str(n)) for n in range(4096))
 
 
-RequestReader: type[PyRequestReader] = HiredisRequestReader if HAVE_HIREDIS else PyRequestReader
+try:  # the C reader, built with the package when a compiler was at hand
+    from ._creader import Reader as CRequestReader
+    from ._creader import _init as _creader_init
+
+    _creader_init(ProtocolError, QueryBufferLimitError, split_args, _expected_dollar)
+except ImportError:  # pragma: no cover - depends on the build
+    CRequestReader = None
+
+HAVE_CREADER = CRequestReader is not None
+
+# the fastest reader available: C, else hiredis-backed, else pure Python
+RequestReader: Any = (
+    CRequestReader if HAVE_CREADER else HiredisRequestReader if HAVE_HIREDIS else PyRequestReader
+)
 
 
 def make_reader(pure: bool = False, **limits: int) -> PyRequestReader:
-    """Return a new request reader: hiredis-backed when available unless ``pure``.
+    """Return a new request reader: the fastest available (``RequestReader``) unless
+    ``pure`` asks for the Python reference.
 
     ``limits`` are the reader keyword arguments: max_bulk_len, max_inline,
     max_multibulk, query_buffer_limit.
     """
-    cls = PyRequestReader if pure or not HAVE_HIREDIS else HiredisRequestReader
+    cls = PyRequestReader if pure else RequestReader
     return cls(**limits)
 
 

@@ -33,17 +33,20 @@ def new_node_id(rng) -> str:
 class JobIdGenerator:
     """Generates job IDs for one node. Pure: the seed comes from the caller's RNG."""
 
-    __slots__ = ("_head", "_seed", "_counter", "_ttl_cache")
+    __slots__ = ("_head", "_seed", "_h0", "_counter", "_ttl_cache")
 
     def __init__(self, node_id: str, seed: bytes) -> None:
         self._head = _PREFIX + node_id[:8].encode() + b"-"
         self._seed = seed
+        self._h0 = _sha1(seed)  # hashed once: each ID copies it (cheaper than a new hash)
         self._counter = 0
         self._ttl_cache: dict = {}
 
     def next_id(self, ttl_seconds: int, retry: int) -> bytes:
         self._counter = c = self._counter + 1
-        digest = _sha1(self._seed + c.to_bytes(8, "little")).digest()
+        h = self._h0.copy()
+        h.update(c.to_bytes(8, "little"))
+        digest = h.digest()
         cache = self._ttl_cache
         key = ttl_seconds if retry else -ttl_seconds  # TTLs are > 0
         tail = cache.get(key)
