@@ -10,7 +10,8 @@ def gotjob_without_copy() -> None:
     from disquepy.core import cluster, messages
 
     def _on_repljob(self, p, fields, now):
-        self.send([p.id], messages.GOTJOB, fields[0][0])
+        for w in fields:  # one or more jobs per message
+            self.send([p.id], messages.GOTJOB, w[0])
 
     cluster._HANDLERS[messages.REPLJOB] = _on_repljob
 

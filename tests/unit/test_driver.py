@@ -65,6 +65,11 @@ def connect(driver):
     return p, t
 
 
+def settle(loop) -> None:
+    """Run what the driver deferred to the end of the loop iteration."""
+    loop.run_until_complete(asyncio.sleep(0))
+
+
 def test_outbox_replies_wait_behind_held_replies():
     loop, node, driver = make()
     a, ta = connect(driver)
@@ -72,6 +77,8 @@ def test_outbox_replies_wait_behind_held_replies():
     a.data_received(b"GETJOB FROM theirs\r\n")  # blocks
     driver.aof = HoldingAof()
     c.data_received(b"ADDJOB theirs y 0\r\n")  # serves A through the outbox
+    assert driver.aof.held == [(c, next(d for conn, d in driver.aof.held if conn is c))]
+    settle(loop)  # the node's outputs go at the end of the loop iteration
     assert ta.written == []  # not written past replies the AOF holds
     held_for_a = [d for conn, d in driver.aof.held if conn is a]
     assert len(held_for_a) == 1 and held_for_a[0].startswith(b"*1\r\n*3\r\n$6\r\ntheirs")

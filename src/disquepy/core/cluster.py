@@ -87,11 +87,13 @@ class ClusterMixin:
         self.msgs_sent = 0
         self.msgs_received = 0
         self._next_ping = now
+        self._reach_ids: list = []  # reachable_peers(), sorted; rebuilt, never mutated
 
     def membership_changed(self) -> None:
         peers = self.peers.values()
         self.size = 1 + sum(1 for p in peers if not p.flags & P_HANDSHAKE)
-        self.reachable = sum(1 for p in peers if self._reachable(p))
+        self._reach_ids = sorted(p.id for p in peers if self._reachable(p))
+        self.reachable = len(self._reach_ids)
         self.default_replicate = min(3, self.size)
         self._peers = self.size > 1
 
@@ -100,7 +102,8 @@ class ClusterMixin:
         return not p.flags & (P_HANDSHAKE | P_PFAIL | P_FAIL | P_LEAVING)
 
     def reachable_peers(self) -> list:
-        return [p.id for p in self.peers.values() if self._reachable(p)]
+        """IDs of the peers reachable now, sorted (a new list: the caller may keep it)."""
+        return list(self._reach_ids)
 
     def known_peers(self) -> list:
         return [p.id for p in self.peers.values() if not p.flags & P_HANDSHAKE]
@@ -120,6 +123,22 @@ class ClusterMixin:
             return
         msg = [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0, *fields]
         self.bus_out.append((list(dsts), msg))
+        self.msgs_sent += len(dsts)
+
+    def send_item(self, dsts: list, mtype: int, item) -> None:
+        """Send one item of a message that carries many (REPLJOB jobs, GOTJOB IDs):
+        it joins the previous message when that one is of the same type to the same
+        nodes, so a burst of replications costs one message per peer, not one per job.
+        Only the last message grows, so the order of messages is kept. ``dsts`` must
+        be sorted (equal sets compare equal)."""
+        out = self.bus_out
+        if out:
+            last_dsts, last = out[-1]
+            if last[0] == mtype and last_dsts == dsts and len(last) < M.MAX_ITEMS:
+                last.append(item)
+                return
+        out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
+                           item]))
         self.msgs_sent += len(dsts)
 
     def _peers_changed(self) -> None:
@@ -406,14 +425,15 @@ class ClusterMixin:
                           extrepl: bool):
         """ADDJOB with copies on other nodes (REPLJOB to repl-1 nodes, or repl nodes
         when this node keeps no copy). Returns the reply, or None while waiting."""
-        others = self.reachable_peers()
-        self.rng.shuffle(others)
+        others = self._reach_ids
         need = job.repl if extrepl else job.repl - 1
-        targets = others[:need]
+        # every reachable peer, or a random choice of them; sorted either way, so the
+        # REPLJOBs of a burst of jobs for the same nodes share one message
+        targets = others if need >= len(others) else sorted(self.rng.sample(others, need))
         job.delivered = tuple(targets) if extrepl else (self.myid, *targets)
         job.confirmed = () if extrepl else (self.myid,)
-        wire = M.job_to_wire(job, self.idem_of.get(job.id))
-        self.send(targets, M.REPLJOB, wire)
+        if targets:
+            self.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.idem_of.get(job.id)))
         if is_async or not targets:
             job.state = ACTIVE
             self._job_replicated(job, now, extrepl)
@@ -459,9 +479,9 @@ class ClusterMixin:
         spare = [n for n in self.reachable_peers() if n not in job.delivered]
         if spare:
             job.delivered = (*job.delivered, self.rng.choice(spare))
-        wire = M.job_to_wire(job, self.idem_of.get(job.id))
-        self.send([n for n in job.delivered if n != self.myid and n not in job.confirmed],
-                  M.REPLJOB, wire)
+        dsts = sorted(n for n in job.delivered if n != self.myid and n not in job.confirmed)
+        if dsts:
+            self.send_item(dsts, M.REPLJOB, M.job_to_wire(job, self.idem_of.get(job.id)))
         at = now + REPL_RETRY_MS
         if deadline and deadline < at:
             at = deadline
@@ -476,32 +496,38 @@ class ClusterMixin:
             self.outbox.append((client, resp.error(error)))
 
     def _on_repljob(self, p: Peer, fields, now) -> None:
-        (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-         delivered, idem) = M.job_from_wire(fields[0])
-        job = self.jobs.get(jid)
-        if job is not None:
-            job.delivered = tuple(dict.fromkeys((*job.delivered, *delivered)))
-            if job.state != WAIT_REPL:
-                self.send([p.id], M.GOTJOB, jid)
-            return
-        q = self.queues.get(queue)
-        if q is not None and q.flags & 1:  # paused in input: refuse new copies
-            return
-        if self.memory_level() >= 1:  # near the limit: let other nodes hold it
-            return
-        job = self._job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl, nacks,
-                                  adeliv, delivered, now, idem)
-        if job is None:
-            return
-        self.send([p.id], M.GOTJOB, jid)
+        """Copies of jobs to hold (one or more per message): GOTJOB for each we hold."""
+        me = [p.id]
+        full = self.memory_level() >= 1  # near the limit: let other nodes hold new copies
+        for w in fields:
+            try:
+                (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
+                 delivered, idem) = M.job_from_wire(w)
+            except ValueError:
+                continue  # a malformed job: the others of the message still count
+            job = self.jobs.get(jid)
+            if job is not None:
+                job.delivered = tuple(dict.fromkeys((*job.delivered, *delivered)))
+                if job.state != WAIT_REPL:
+                    self.send_item(me, M.GOTJOB, jid)
+                continue
+            if full:
+                continue
+            q = self.queues.get(queue)
+            if q is not None and q.flags & 1:  # paused in input: refuse new copies
+                continue
+            job = self._job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl,
+                                      nacks, adeliv, delivered, now, idem)
+            if job is not None:
+                self.send_item(me, M.GOTJOB, jid)
 
     def _job_from_wire(self, jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
                        delivered, now, idem=None):
         if retry == 0 and jid in self.amo_done:
             return None  # an at-most-once job delivered here before: a stale copy
-        job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
-        if job.etime <= now:
+        if ctime // 1_000_000 + ttl * 1000 <= now:  # Job.etime
             return None
+        job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
         job.nacks, job.adeliv = nacks, adeliv
         if self.myid not in delivered:
             delivered = (*delivered, self.myid)
@@ -522,9 +548,14 @@ class ClusterMixin:
         return job
 
     def _on_gotjob(self, p: Peer, fields, now) -> None:
-        job = self.jobs.get(fields[0])
-        if job is None or job.state != WAIT_REPL:
-            return
+        """The sender holds copies of these jobs (one or more IDs per message)."""
+        get = self.jobs.get
+        for jid in fields:
+            job = get(jid) if type(jid) is bytes else None
+            if job is not None and job.state == WAIT_REPL:
+                self._got_copy(p, job, now)
+
+    def _got_copy(self, p: Peer, job: Job, now: int) -> None:
         if p.id not in job.confirmed:
             job.confirmed = (*job.confirmed, p.id)
         if p.id not in job.delivered:

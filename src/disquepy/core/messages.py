@@ -11,8 +11,8 @@ Fields after the header, by type:
     PING / PONG   [gossip, your_ip] gossip: [[id, ip, port, flags], ...]
     MEET          [gossip, your_ip] the address the sender used to reach us
     FAIL          [node_id]
-    REPLJOB       [job]             job: see job_to_wire
-    GOTJOB        [job_id]
+    REPLJOB       [job, ...]        job: see job_to_wire; one or more
+    GOTJOB        [job_id, ...]     one or more
     ENQUEUE       [job_id]
     WILLQUEUE     [job_id]
     QUEUED        [job_id, incr]    incr: QUEUED_INCR_* for the counters
@@ -49,6 +49,9 @@ PAUSE = 21
 
 NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
 
+# most items (REPLJOB jobs, GOTJOB IDs) one message carries (see Node.send_item)
+MAX_ITEMS = 1000
+
 # sender flags
 SF_LEAVING = 1
 
@@ -81,6 +84,18 @@ def valid_node_id(nid) -> bool:
     return True
 
 
+def valid_node_ids(ids: list) -> bool:
+    """valid_node_id() of every item; IDs seen before are checked in one set operation
+    (msgpack yields exact ``str``, ``bytes`` or containers: only a ``str`` can be in
+    the set, and an unhashable item raises TypeError)."""
+    try:
+        if _VALID_IDS.issuperset(ids):
+            return True
+    except TypeError:
+        return False
+    return all(map(valid_node_id, ids))
+
+
 MAX_IDEM_KEY = 256  # longest ADDJOB IDEMPOTENT key
 
 
@@ -105,7 +120,7 @@ def job_from_wire(w: list):
             and type(nacks) is int and type(adeliv) is int and type(delivered) is list
             and ttl > 0 and delay >= 0 and retry >= 0 and 0 < repl < 65536
             and nacks >= 0 and adeliv >= 0 and ctime >= 0
-            and all(map(valid_node_id, delivered))
+            and valid_node_ids(delivered)
             and (idem is None or (type(idem) is bytes and 0 < len(idem) <= MAX_IDEM_KEY))):
         raise ValueError("bad job on the wire")
     return (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, tuple(delivered),

@@ -218,13 +218,19 @@ class Driver:
 
     def on_bus_frame(self, msg: list, peer_ip: str) -> None:
         self.node.handle_message(msg, peer_ip, self.now())
-        # frames arrive in bursts (one read holds many): deliver the node's outputs once
-        # for the whole burst, at the end of this loop iteration
+        self.after_event_soon()
+
+    def after_event_soon(self) -> None:
+        """after_event() once, at the end of this loop iteration. Clients' requests and
+        bus frames arrive in bursts (one per ready socket): delivering the node's
+        outputs once for the burst sends one frame per peer for all of it, whose
+        messages carry many items (REPLJOB jobs, GOTJOB IDs). Replies to the clients
+        that sent the requests do not wait for this: they were written already."""
         if not self._after_scheduled:
             self._after_scheduled = True
-            self.loop.call_soon(self._after_bus)
+            self.loop.call_soon(self._after_soon)
 
-    def _after_bus(self) -> None:
+    def _after_soon(self) -> None:
         self._after_scheduled = False
         self.after_event()
 

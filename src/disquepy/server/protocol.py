@@ -74,7 +74,7 @@ class ClientProtocol(asyncio.Protocol):
         client = self.client
         if client.blocked is None:
             self.process()
-            self.driver.after_event()
+            self.driver.after_event_soon()
         elif not self.paused and len(self.reader) > _PAUSE_READING_AT:
             self.paused = True
             self.transport.pause_reading()

@@ -89,10 +89,13 @@ class Shrinker:
     def first_failing(self, cands: list) -> RunResult | None:
         """Run the candidates (in parallel batches); the first, in order, that fails."""
         cands = [c for c in cands if c is not None]
-        for k in range(0, len(cands), self.jobs):
+        k = 0
+        while k < len(cands):
             if self.out_of_budget():
                 return None
-            batch = cands[k:k + self.jobs]
+            # never more runs than the budget has left (a batch runs whole)
+            batch = cands[k:k + min(self.jobs, self.max_runs - self.runs)]
+            k += len(batch)
             results = self.pool.map(_run_one, batch, chunksize=1)
             self.runs += len(batch)
             for r in results:
