@@ -96,9 +96,13 @@ def test_replies_written_at_once_without_aof():
 class FakeBus:
     def __init__(self) -> None:
         self.sent: list = []
+        self.flushes = 0
 
     def send(self, node_id: str, frame: bytes) -> None:
         self.sent.append((node_id, frame))
+
+    def flush_now(self) -> None:
+        self.flushes += 1
 
     def sync_links(self, links) -> None:
         pass
@@ -112,7 +116,7 @@ def test_bus_frames_wait_behind_the_aof_write():
     node.bus_out.append((["b" * 40], [1, node.myid, node.port, 0]))
     driver.aof = HoldingAof()
     driver.after_event()
-    assert driver.bus.sent == []
+    assert driver.bus.sent == [] and driver.bus.flushes == 0
     (write, frame), = driver.aof.held
     write(frame)
     assert driver.bus.sent == [("b" * 40, frame)]
@@ -121,4 +125,5 @@ def test_bus_frames_wait_behind_the_aof_write():
     node.bus_out.append((["b" * 40], [1, node.myid, node.port, 0]))
     driver.after_event()
     assert len(driver.bus.sent) == 2
+    assert driver.bus.flushes == 1  # written at once, not at the next iteration
     loop.close()

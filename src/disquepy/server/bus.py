@@ -496,6 +496,14 @@ class Bus:
             if self._flush_handle is None:
                 self._flush_handle = self.loop.call_soon(self._flush)
 
+    def flush_now(self) -> None:
+        """Write the queued frames now instead of at the end of the iteration (the
+        caller runs at the end of it already)."""
+        h = self._flush_handle
+        if h is not None:
+            h.cancel()
+            self._flush()
+
     def send_many(self, node_ids: Iterable[str], frame: bytes) -> None:
         """The same encoded frame to several nodes."""
         send = self.send

@@ -203,6 +203,10 @@ class Driver:
                     aof.hold_call(partial(bus.send, d), frame)
                 else:
                     bus.send(d, frame)
+            if not hold:
+                # outputs are delivered once per iteration already (after_event_soon):
+                # write now rather than wait for the bus's own end-of-iteration flush
+                bus.flush_now()
         if node.cluster_dirty:
             node.cluster_dirty = False
             self.save_nodes_conf()
