@@ -15,7 +15,10 @@ from disquepy.spark.source import (
     DisqueBatchWriter,
     _AddJobSpec,
     chunk_tokens,
+    marker_batch,
+    node_readers,
     share,
+    stream_columns,
     write_partition,
 )
 
@@ -44,6 +47,31 @@ def test_share_splits_a_cap_fairly_and_never_exceeds_qlen():
 def test_chunk_tokens_cover_the_count_exactly():
     assert chunk_tokens("t", 2500, 1000) == [("t:0", 1000), ("t:1", 1000), ("t:2", 500)]
     assert chunk_tokens("t", 0, 1000) == []
+
+
+def test_stream_columns_from_getjob_replies():
+    reply = [[b"q1", b"D-1", b"a\xff", b"nacks", 2, b"additional-deliveries", 3],
+             [b"q2", b"D-2", b"b", b"additional-deliveries", 5, b"nacks", 1],  # other order
+             [b"q1", b"D-3", b"c", b"nacks", 0, b"additional-deliveries", 0]]
+    cols = stream_columns(reply, "string", "n1")
+    assert cols == [["D-1", "D-2", "D-3"], ["q1", "q2", "q1"], ["a\ufffd", "b", "c"],
+                    ["active"] * 3, [None] * 3, [2, 1, 0], [3, 5, 0], ["n1"] * 3]
+    assert stream_columns(reply, "binary", "n1")[2] == [b"a\xff", b"b", b"c"]
+
+
+def test_node_readers_deal_every_chunk_once():
+    # one task when there is one chunk: the marker keeps the batch's name
+    assert node_readers("spark:s:3", 500, 1000, 2) == [("spark:s:3", [("spark:s:3:0", 500)])]
+    assert node_readers("spark:s:3", 0, 1000, 2) == []
+    for count, readers in ((2500, 2), (7000, 3), (3000, 8), (10, 1)):
+        tasks = node_readers("spark:s:3", count, 1000, readers)
+        assert len(tasks) == min(readers, -(-count // 1000))
+        dealt = [c for _, chunks in tasks for c in chunks]
+        assert dealt == chunk_tokens("spark:s:3", count, 1000)  # in order, none twice
+        sizes = [len(chunks) for _, chunks in tasks]
+        assert max(sizes) - min(sizes) <= 1
+        assert len({m for m, _ in tasks}) == len(tasks)
+        assert all(marker_batch(m) == 3 for m, _ in tasks)
 
 
 def test_options_are_case_insensitive_and_validated(single):

@@ -35,10 +35,12 @@ Streaming read (``spark.readStream``), at-least-once end to end
     so a query restarted from its checkpoint keeps its identity without any option.
     ``latestOffset`` asks every node for QLEN of the queues and plans at most
     ``maxJobsPerTrigger`` jobs (Spark's ReadMaxRows limit), shared fairly between
-    nodes; with nothing queued it returns ``start`` (no batch). Each batch has one
-    partition per node with jobs; the executor fetches with
+    nodes; with nothing queued it returns ``start`` (no batch). A node's share of a
+    batch is fetched with
     ``GETJOB NOHANG COUNT k WITHCOUNTERS TOKEN <stream>:<batch>:<chunk> FROM queues``
-    in chunks of ``fetchSize`` and always runs every chunk of its plan. The server
+    in chunks of ``fetchSize``, the chunks dealt to ``readersPerNode`` partitions
+    (default 2; fewer when there are fewer chunks) so executors fetch and convert in
+    parallel even from one node; every task always runs every chunk it was given. The server
     remembers what each token delivered, so a task retry, a second action on the
     batch's DataFrame in ``foreachBatch``, or a batch replayed after a driver crash
     reads the same jobs again instead of taking new ones.
@@ -61,9 +63,11 @@ Streaming read (``spark.readStream``), at-least-once end to end
 
     A failed batch is never acknowledged: its jobs come back by their retry time. A
     long batch keeps its jobs: when a read task has fetched all its chunks it leaves a
-    marker job (body = its token base, REPLICATE 1, IDEMPOTENT so a retry adds none) in
+    marker job (body = its marker token, ``spark:<stream>:<batch>[#<reader>]``,
+    REPLICATE 1, IDEMPOTENT so a retry adds none) in
     ``__disquepy_spark_marks__:<stream>`` on its node; a driver thread polls those
-    queues with QPEEK (non-consuming) and, for each node whose marker is there, replays
+    queues with QPEEK (non-consuming) and, for each node whose markers (one per read
+    task) are all there, replays
     the tokens and sends WORKING for every job at once and then every
     ``workingInterval`` seconds (default 60, must stay below the producers' RETRY; 0
     disables). The driver never replays a token before its read task used it (that
@@ -146,6 +150,28 @@ def _decode_body(body: bytes, fmt: str) -> Any:
 
 def _to_str(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def stream_columns(reply: list, fmt: str, node_id: str) -> list[list]:
+    """A ``GETJOB ... WITHCOUNTERS`` reply as columns in STREAM_COLUMNS order, a column
+    at a time (this runs for every job a stream reads)."""
+    n = len(reply)
+    names: dict = {}  # a reply holds a few queue names: decode each once
+    queues = [names.get(j[0]) or names.setdefault(j[0], _to_str(j[0])) for j in reply]
+    bodies = ([j[2] for j in reply] if fmt == "binary"
+              else [j[2].decode("utf-8", "replace") for j in reply])
+    nacks: list = []
+    adeliv: list = []
+    for j in reply:
+        if len(j) == 7 and j[3] == b"nacks" and j[5] == b"additional-deliveries":
+            nacks.append(int(j[4]))
+            adeliv.append(int(j[6]))
+        else:  # counters in another shape: by name
+            d = dict(zip(j[3::2], j[4::2], strict=False))
+            nacks.append(int(d.get(b"nacks", 0)))
+            adeliv.append(int(d.get(b"additional-deliveries", 0)))
+    return [[j[1].decode() for j in reply], queues, bodies, ["active"] * n, [None] * n,
+            nacks, adeliv, [node_id] * n]
 
 
 def _arrow_batch(schema: StructType, columns: list[list]) -> Any:
@@ -477,19 +503,18 @@ class DisqueSnapshotReader(DataSourceReader):
 
 @dataclass
 class BatchPartition(InputPartition):
-    """One node's share of a micro-batch: fetch ``count`` jobs under the batch's tokens."""
+    """A share of one node's part of a micro-batch: the GETJOBs of ``chunks`` (token,
+    COUNT), then a marker job named ``mark`` once they are all fetched."""
 
     node: NodeAddr
-    token: str
-    count: int
-    fetch: int
+    mark: str
+    chunks: list[tuple[str, int]]
     queues: list[str] = field(default_factory=list)
 
-    def __init__(self, node: NodeAddr, token: str, count: int, fetch: int,
+    def __init__(self, node: NodeAddr, mark: str, chunks: list[tuple[str, int]],
                  queues: list[str]) -> None:
-        self.node, self.token, self.count, self.fetch, self.queues = (
-            node, token, count, fetch, queues)
-        self.value = token
+        self.node, self.mark, self.chunks, self.queues = node, mark, chunks, queues
+        self.value = mark
 
 
 def mark_queue(token: str) -> str:
@@ -509,6 +534,28 @@ def chunk_tokens(token: str, count: int, fetch: int) -> list[tuple[str, int]]:
         left -= k
         i += 1
     return out
+
+
+def node_readers(base: str, count: int, fetch: int, readers: int) -> list[tuple[str, list]]:
+    """How ``count`` jobs of one node in batch ``base`` are read: (marker token, chunks)
+    per read task. The node's chunks (``chunk_tokens``) are dealt into at most
+    ``readers`` contiguous groups; one group keeps the batch's own name as marker."""
+    chunks = chunk_tokens(base, count, fetch)
+    n = max(1, min(readers, len(chunks)))
+    if n == 1:
+        return [(base, chunks)] if chunks else []
+    size, extra = divmod(len(chunks), n)
+    out, lo = [], 0
+    for k in range(n):
+        hi = lo + size + (1 if k < extra else 0)
+        out.append((f"{base}#{k}", chunks[lo:hi]))
+        lo = hi
+    return out
+
+
+def marker_batch(token: str) -> int:
+    """The batch number in a marker token (``spark:<stream>:<batch>[#<reader>]``)."""
+    return int(token.rsplit(":", 1)[1].split("#", 1)[0])
 
 
 def share(qlens: dict[str, int], cap: int | None) -> dict[str, int]:
@@ -547,6 +594,9 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.password = opts.get("password")
         self.max_jobs = opt_int(opts, "maxjobspertrigger", None)
         self.fetch = max(1, opt_int(opts, "fetchsize", 1000))
+        # read tasks per node and batch: a node's jobs are fetched (and turned into
+        # Arrow batches) by that many executor tasks in parallel
+        self.readers = max(1, opt_int(opts, "readerspernode", 2))
         self.working_interval = float(opts.get("workinginterval", "60"))
         self.stream_id: str | None = None
         self.nodes: dict[str, NodeAddr] = {}
@@ -661,8 +711,9 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if node is None:  # gone: its jobs come back elsewhere by their retry
                 log.warning("disque stream: node %s of batch %s is gone", nid[:8], key[1])
                 continue
-            parts.append(BatchPartition(node, base, int(end["plan"][nid]), self.fetch,
-                                        self.queues))
+            for mark, chunks in node_readers(base, int(end["plan"][nid]), self.fetch,
+                                             self.readers):
+                parts.append(BatchPartition(node, mark, chunks, self.queues))
         with self._lock:
             self._inflight.setdefault(key, {"off": end, "seen": {}, "sent": {}})
         self._start_heartbeat()
@@ -672,26 +723,14 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Executor side: fetch this node's share under the batch's tokens."""
         node = partition.node
         conn = connect(node.host, node.port, self.password)
-        chunks = chunk_tokens(partition.token, partition.count, partition.fetch)
         try:
-            for reply in self._fetch(conn, chunks, partition.queues):
-                if not reply:
-                    continue
-                cols: list[list] = [[] for _ in STREAM_COLUMNS]
-                for job in reply:
-                    q, jid, body = job[0], job[1], job[2]
-                    d = dict(zip(job[3::2], job[4::2], strict=False))
-                    for col, v in zip(cols, (jid.decode(), _to_str(q),
-                                             _decode_body(body, self.fmt), "active", None,
-                                             int(d.get(b"nacks", 0)),
-                                             int(d.get(b"additional-deliveries", 0)), node.id),
-                                      strict=True):
-                        col.append(v)
-                yield _arrow_batch(self.schema, cols)
+            for reply in self._fetch(conn, partition.chunks, partition.queues):
+                if reply:
+                    yield _arrow_batch(self.schema, stream_columns(reply, self.fmt, node.id))
             # every chunk fetched: tell the driver these tokens are safe to replay
-            conn.execute_command("ADDJOB", mark_queue(partition.token), partition.token, 0,
-                                 "REPLICATE", 1, "TTL", 86400, "RETRY", 0,
-                                 "IDEMPOTENT", partition.token + ":mark")
+            mark = partition.mark
+            conn.execute_command("ADDJOB", mark_queue(mark), mark, 0, "REPLICATE", 1,
+                                 "TTL", 86400, "RETRY", 0, "IDEMPOTENT", mark + ":mark")
         finally:
             conn.close()
 
@@ -799,7 +838,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for nid in offset.get("plan", {}):
             try:
                 old = [jid for jid, tok in self._markers(nid, offset["stream"])
-                       if int(tok.rsplit(":", 1)[1]) <= upto]
+                       if marker_batch(tok) <= upto]
                 if old:
                     node = self.nodes[nid]
                     c = connect(node.host, node.port, self.password, timeout=10)
@@ -838,8 +877,11 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for nid in off["plan"]:
                     if nid in st["seen"]:
                         continue
+                    # every read task of the node left its marker: all tokens were used
+                    marks = {m for m, _ in node_readers(base, int(off["plan"][nid]),
+                                                        self.fetch, self.readers)}
                     try:
-                        if any(t == base for _, t in self._markers(nid, off["stream"])):
+                        if marks <= {t for _, t in self._markers(nid, off["stream"])}:
                             st["seen"][nid] = now
                     except Exception as e:
                         log.warning("disque stream: reading markers on %s failed: %s",
@@ -882,7 +924,7 @@ class DisqueDataSource(DataSource):
     JSON; without such a column the whole row as JSON), ``queueColumn``, ``keyColumn``,
     ``idempotent`` (default true), ``batchSize``, ``reportFile``; read: ``bodyFormat``
     (string or binary), ``states``, ``copies`` (all or primary); stream read:
-    ``maxJobsPerTrigger``, ``fetchSize``, ``workingInterval``.
+    ``maxJobsPerTrigger``, ``fetchSize``, ``readersPerNode``, ``workingInterval``.
     """
 
     @classmethod
