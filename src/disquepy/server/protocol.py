@@ -74,7 +74,9 @@ class ClientProtocol(asyncio.Protocol):
         client = self.client
         if client.blocked is None:
             self.process()
-            self.driver.after_event_soon()
+            driver = self.driver
+            if not driver._after_scheduled:
+                driver.after_event_soon()
         elif not self.paused and len(self.reader) > _PAUSE_READING_AT:
             self.paused = True
             self.transport.pause_reading()
@@ -94,10 +96,12 @@ class ClientProtocol(asyncio.Protocol):
     # --------------------------------------------------------------- work
     def process(self) -> None:
         """Run every complete buffered command until done or the client blocks."""
-        node, client, reader = self.node, self.client, self.reader
+        client, reader = self.client, self.reader
+        execute = self.node.execute
         now = int(_time() * 1000)
         client.last_cmd_time = now
-        out = []
+        first = None  # the first reply; `more` holds them all once there are several
+        more = None
         while True:
             try:
                 argv = reader.gets()
@@ -105,27 +109,30 @@ class ClientProtocol(asyncio.Protocol):
                 self.close()
                 return
             except ProtocolError as e:
-                out.append(resp.error("ERR " + str(e)))
-                self.transport.write(b"".join(out))
+                err = resp.error("ERR " + str(e))
+                self.transport.write(err if first is None else
+                                     first + err if more is None else b"".join(more) + err)
                 self.close()
                 return
             if argv is False:
                 break
-            reply = node.execute(client, argv, now)
-            if reply.__class__ is bytes:
-                out.append(reply)
-            elif reply is None:  # blocked: later commands wait for its reply
-                break
-            else:
-                data = self.driver.shell_request(self, reply)
-                if data is None:  # the driver answered (or closed) the connection
-                    out_data = b"".join(out)
-                    if out_data and not self.closing:
-                        self.send_replies(out_data)
+            reply = execute(client, argv, now)
+            if reply.__class__ is not bytes:
+                if reply is None:  # blocked: later commands wait for its reply
+                    break
+                reply = self.driver.shell_request(self, reply)
+                if reply is None:  # the driver answered (or closed) the connection
+                    if first is not None and not self.closing:
+                        self.send_replies(first if more is None else b"".join(more))
                     return
-                out.append(data)
-        if out:
-            self.send_replies(out[0] if len(out) == 1 else b"".join(out))
+            if first is None:
+                first = reply
+            elif more is None:
+                more = [first, reply]
+            else:
+                more.append(reply)
+        if first is not None:
+            self.send_replies(first if more is None else b"".join(more))
 
     def send_replies(self, data: bytes) -> None:
         """Write a batch of replies, after the AOF records they depend on (with
