@@ -43,11 +43,11 @@ cluster: $(STAMP) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
 
 test: $(STAMP) $(EXT) $(COMPAT)/.installed deps
-	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts setup.py
 
 bench: $(STAMP) $(EXT) deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
