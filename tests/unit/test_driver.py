@@ -85,6 +85,42 @@ def test_outbox_replies_wait_behind_held_replies():
     loop.close()
 
 
+def test_pipelined_replies_before_quit_are_sent():
+    loop, node, driver = make()
+    a, ta = connect(driver)
+    a.data_received(b"PING\r\nECHO hi\r\nQUIT\r\nPING\r\n")
+    assert b"".join(ta.written) == b"+PONG\r\n$2\r\nhi\r\n+OK\r\n"  # nothing after QUIT
+    loop.close()
+
+
+class FakeEvents:
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def write(self, events: list) -> None:
+        self.events.extend(events)
+
+
+def test_outputs_of_a_resumed_pipeline_are_delivered():
+    """A blocked GETJOB answered through the outbox resumes its client's pipeline;
+    what those commands produce besides replies (here event-log records) leaves too,
+    not at some later event."""
+    loop, node, driver = make()
+    node.events_on = True
+    driver.events = FakeEvents()
+    a, ta = connect(driver)
+    c, tc = connect(driver)
+    a.data_received(b"GETJOB FROM q\r\nADDJOB later x 0\r\n")
+    assert ta.written == []  # blocked, the ADDJOB waits behind it
+    c.data_received(b"ADDJOB q body 0\r\n")
+    driver._after_soon()  # the end of the iteration (settle() would also run timers)
+    assert ta.written[0].startswith(b"*1\r\n*3\r\n$1\r\nq")
+    assert ta.written[-1].startswith(b"+D-")  # the resumed ADDJOB ran
+    assert node.events_out == []
+    assert ("added", b"later") in [(e[1], e[3]) for e in driver.events.events]
+    loop.close()
+
+
 def test_replies_written_at_once_without_aof():
     loop, node, driver = make()
     a, ta = connect(driver)

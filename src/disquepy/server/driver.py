@@ -96,7 +96,8 @@ class Driver:
                     conn.write(data)
                 if client.blocked is None:
                     conn.resume()
-            if node.outbox:  # resumed pipelines produced more
+            # resumed pipelines may have produced more: replies, bus messages, records
+            if node.outbox or node.bus_out or node.aof_out or node.events_out:
                 self.after_event()
                 return
         # new timers only matter if earlier than the armed one (hints reset in arm())

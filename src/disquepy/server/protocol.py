@@ -120,10 +120,11 @@ class ClientProtocol(asyncio.Protocol):
             if reply.__class__ is not bytes:
                 if reply is None:  # blocked: later commands wait for its reply
                     break
+                if first is not None:  # earlier replies go first (QUIT may close)
+                    self.send_replies(first if more is None else b"".join(more))
+                    first = more = None
                 reply = self.driver.shell_request(self, reply)
                 if reply is None:  # the driver answered (or closed) the connection
-                    if first is not None and not self.closing:
-                        self.send_replies(first if more is None else b"".join(more))
                     return
             if first is None:
                 first = reply
