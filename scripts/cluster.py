@@ -36,6 +36,12 @@ def main() -> int:
     args = ap.parse_args()
     ports = [args.port + i for i in range(args.nodes)]
     procs = []
+
+    def stop(signum, frame):  # `kill` or a closed terminal stops the nodes as Ctrl-C does
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
     try:
         for p in ports:
             d = Path(args.dir) / str(p)
