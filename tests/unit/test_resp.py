@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 import collections
 import enum
+import gc
 import math
 import os
+import weakref
 from pathlib import Path
 
 import pytest
@@ -476,9 +478,13 @@ def test_errors_are_sticky(reader_cls):
         r.gets()
     with pytest.raises(ProtocolError) as again:
         r.gets()
-    assert again.value is first.value
-    with pytest.raises(ProtocolError):
+    # the same error: same class and message (the C reader raises a new instance, so
+    # that it holds no traceback, see test_c_reader_error_does_not_pin_its_connection)
+    assert type(again.value) is type(first.value)
+    assert again.value.message == first.value.message == "Protocol error: invalid multibulk length"
+    with pytest.raises(ProtocolError) as on_feed:
         r.feed(mb(b"PING"))
+    assert on_feed.value.message == first.value.message
 
 
 def test_commands_before_error_are_returned(reader_cls):
@@ -532,6 +538,34 @@ def test_c_reader_limits_and_memory():
     assert r.gets() == [b"PING"]
     with pytest.raises(TypeError):
         r.feed("PING\r\n")
+
+
+def test_c_reader_error_does_not_pin_its_connection():
+    # a connection holds its reader; the error a bad request raises carries a
+    # traceback whose frames hold the connection: kept by the reader (which the GC
+    # cannot see into), it would keep every such connection alive
+    if not HAVE_CREADER:
+        pytest.skip("no C reader")
+
+    class Conn:
+        def __init__(self) -> None:
+            self.reader = CRequestReader()
+
+        def process(self) -> str:
+            try:
+                self.reader.gets()
+            except ProtocolError as e:
+                return e.message
+            return ""
+
+    conn = Conn()
+    conn.reader.feed(b"*1\r\n$x\r\n")
+    assert conn.process() == "Protocol error: invalid bulk length"
+    assert conn.process() == "Protocol error: invalid bulk length"  # for good
+    ref = weakref.ref(conn)
+    del conn
+    gc.collect()
+    assert ref() is None
 
 
 @pytest.mark.skipif(not HAVE_HIREDIS, reason="hiredis not installed")

@@ -41,29 +41,59 @@ typedef struct {
     Py_ssize_t left;     /* multibulk elements still to read (0: between requests) */
     Py_ssize_t bulklen;  /* length of the bulk being read, -1 if its header is not read */
     PyObject *args;      /* list: elements of the request being read, or NULL */
-    PyObject *error;     /* the exception raised, raised again forever after */
+    /* the error raised, raised again (as a new exception) forever after. Only its
+     * class and message are kept: an exception object would hold its traceback,
+     * whose frames hold the connection holding this reader, a cycle the GC could
+     * not break since readers are not GC-tracked */
+    PyObject *err_type;
+    PyObject *err_msg;
     long long max_bulk;
     Py_ssize_t max_inline;
     long long max_mbulk;
     long long qb_limit;
 } Reader;
 
-/* Set (and keep) the reader's error; always returns NULL. */
+/* Keep the class and message of `exc` (a new reference, consumed) as the reader's
+ * error for good, and raise it; always returns NULL. */
+static PyObject *
+keep_and_raise(Reader *r, PyObject *exc)
+{
+    PyObject *msg = PyObject_GetAttrString(exc, "message");
+    if (msg == NULL) {
+        PyErr_Clear();
+        msg = PyObject_Str(exc);
+        if (msg == NULL) {
+            Py_DECREF(exc);
+            return NULL;
+        }
+    }
+    PyObject *type = (PyObject *)Py_TYPE(exc);
+    Py_INCREF(type);
+    Py_XSETREF(r->err_type, type);
+    Py_XSETREF(r->err_msg, msg);
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* Fail with a new `cls(msg)`; always returns NULL. */
 static PyObject *
 fail(Reader *r, PyObject *cls, const char *msg)
 {
     PyObject *exc = PyObject_CallFunction(cls, "s", msg);
     if (exc == NULL)
         return NULL;
-    Py_XSETREF(r->error, exc);
-    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-    return NULL;
+    return keep_and_raise(r, exc);
 }
 
 static PyObject *
 raise_kept(Reader *r)
 {
-    PyErr_SetObject((PyObject *)Py_TYPE(r->error), r->error);
+    PyObject *exc = PyObject_CallOneArg(r->err_type, r->err_msg);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
     return NULL;
 }
 
@@ -241,9 +271,7 @@ parse(Reader *r)
                                                       (int)(unsigned char)buf[pos]);
                 if (exc == NULL)
                     return NULL;
-                Py_XSETREF(r->error, exc);
-                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
-                return NULL;
+                return keep_and_raise(r, exc);
             }
             /* digits only (a negative length is invalid too), no leading zero */
             Py_ssize_t width = nl - pos; /* '$' and the digits */
@@ -301,20 +329,21 @@ release(Reader *r)
 static PyObject *
 Reader_gets(Reader *r, PyObject *Py_UNUSED(ignored))
 {
-    if (r->error != NULL)
+    if (r->err_type != NULL)
         return raise_kept(r);
     for (;;) {
         PyObject *argv = parse(r);
         if (argv == NULL) {
-            if (r->error == NULL && PyErr_Occurred()) {
-                /* not a protocol error (e.g. MemoryError): the reader stays usable
-                 * only if nothing was consumed; make it fail for good instead */
+            if (r->err_type == NULL && PyErr_Occurred()) {
+                /* not a protocol error (e.g. MemoryError): the reader's state may be
+                 * half-updated, so it fails for good with that error */
                 PyObject *type, *value, *tb;
                 PyErr_Fetch(&type, &value, &tb);
                 PyErr_NormalizeException(&type, &value, &tb);
-                Py_XINCREF(value);
-                Py_XSETREF(r->error, value);
-                PyErr_Restore(type, value, tb);
+                Py_XDECREF(type);
+                Py_XDECREF(tb);
+                if (value != NULL)
+                    return keep_and_raise(r, value);
             }
             return NULL;
         }
@@ -333,7 +362,7 @@ static PyObject *
 Reader_feed(Reader *r, PyObject *data)
 {
     Py_buffer view;
-    if (r->error != NULL)
+    if (r->err_type != NULL)
         return raise_kept(r);
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -406,7 +435,8 @@ Reader_dealloc(Reader *r)
 {
     PyMem_Free(r->buf);
     Py_XDECREF(r->args);
-    Py_XDECREF(r->error);
+    Py_XDECREF(r->err_type);
+    Py_XDECREF(r->err_msg);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 

@@ -17,8 +17,8 @@ Request readers
 
 ``gets`` raises ``ProtocolError`` whose ``message`` is Redis's exact text; the
 server replies ``-ERR <message>`` and closes the connection.  Readers do not
-recover from errors: once raised, the same error is raised again by every
-later ``feed``/``gets`` call.
+recover from errors: once raised, the same error (class and message) is raised
+again by every later ``feed``/``gets`` call.
 
 The parsing rules are those of Redis/Disque's ``processInlineBuffer`` and
 ``processMultibulkBuffer`` (networking.c), including their leniencies: the

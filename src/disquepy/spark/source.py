@@ -539,7 +539,8 @@ def chunk_tokens(token: str, count: int, fetch: int) -> list[tuple[str, int]]:
 def node_readers(base: str, count: int, fetch: int, readers: int) -> list[tuple[str, list]]:
     """How ``count`` jobs of one node in batch ``base`` are read: (marker token, chunks)
     per read task. The node's chunks (``chunk_tokens``) are dealt into at most
-    ``readers`` contiguous groups; one group keeps the batch's own name as marker."""
+    ``readers`` contiguous groups, marked ``<base>#<k>``; a lone group is marked with
+    the batch's own name ``base``."""
     chunks = chunk_tokens(base, count, fetch)
     n = max(1, min(readers, len(chunks)))
     if n == 1:
