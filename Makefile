@@ -11,9 +11,9 @@ EXT := $(VENV)/.ext-built
 COMPAT := .venv-compat
 PORT ?= 7711
 
-.PHONY: run cluster test lint bench deps clean
+.PHONY: run cluster test lint bench deps builddeps clean
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py | builddeps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,spark]'
@@ -28,6 +28,14 @@ $(COMPAT)/.installed:
 	$(PY) -m venv $(COMPAT)
 	$(COMPAT)/bin/pip install -q 'redis==3.5.3' 'pydisque==0.1.5'
 	touch $@
+
+# a C compiler and Python's headers build the request reader (codec/_creader.c)
+builddeps:
+	@command -v cc >/dev/null && $(PY) -c "import os, sys, sysconfig; \
+	  sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+	|| { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev >/dev/null; }
 
 deps:
 	@command -v redis-cli >/dev/null && command -v redis-server >/dev/null || { \
