@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import pty
+import queue
 import select
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -63,15 +65,25 @@ def test_exit_and_end_of_input_stop_the_prompt(run_cli, server):
 
 
 class Reader:
-    """Lines from a process's stdout, with a deadline for each."""
+    """Lines from a process's stdout, with a deadline for each.
+
+    A thread reads them: select() on the pipe cannot see lines that an earlier
+    readline() already pulled into the file's buffer (two replies written at once),
+    and would wait for them in vain."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True).start()
+
+    def _pump(self, stdout) -> None:
+        for line in stdout:
+            self.lines.put(line)
 
     def line(self, timeout: float = 10.0) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, "no output from the prompt in time"
-        return self.proc.stdout.readline()
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("no output from the prompt in time") from None
 
 
 @pytest.mark.timeout(90)
