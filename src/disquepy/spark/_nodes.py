@@ -117,28 +117,19 @@ def discover(opts: dict[str, str]) -> list[NodeAddr]:
 def pipeline(conn: redis.Redis, commands: list[tuple]) -> list[Any]:
     """Send ``commands`` in one write, read every reply; error replies are returned as
     ResponseError instances (not raised) so one bad command does not hide the others."""
-    c = conn.connection_pool.get_connection()
-    try:
-        c.send_packed_command(c.pack_commands(commands))
-        out: list[Any] = []
-        for _ in commands:
-            try:
-                out.append(c.read_response())
-            except ResponseError as e:
-                out.append(e)
-        return out
-    except BaseException:
-        c.disconnect()
-        raise
-    finally:
-        conn.connection_pool.release(c)
+    return _round_trip(conn, len(commands), lambda c: c.pack_commands(commands))
 
 
 def send_packed(conn: redis.Redis, payload: bytes, n: int) -> list[Any]:
     """Like :func:`pipeline` for ``n`` commands already encoded as RESP in ``payload``."""
+    return _round_trip(conn, n, lambda c: [payload], check_health=False)
+
+
+def _round_trip(conn: redis.Redis, n: int, pack: Any, check_health: bool = True) -> list[Any]:
+    """One write of what ``pack(connection)`` returns, then ``n`` replies read."""
     c = conn.connection_pool.get_connection()
     try:
-        c.send_packed_command([payload], check_health=False)
+        c.send_packed_command(pack(c), check_health=check_health)
         out: list[Any] = []
         for _ in range(n):
             try:
