@@ -507,6 +507,8 @@ class Node(ClusterMixin):
         if job.state == ACKED:
             return
         self.stats.jobs_acked += 1
+        if self.events_on:
+            self.events_out.append((now, "acked", job.id, job.queue, None))
         if not self._peers:
             self.unregister(job)
             return

@@ -15,8 +15,6 @@ def ackjob(node, client, argv, now):
             job = node.dummy_ack(jid, now)
         elif job.state != ACKED:
             known += 1
-            if node.events_on:
-                node.events_out.append((now, "acked", jid, job.queue, None))
             node.ack(job, now)
         if job is not None and job.state == ACKED:
             node.start_gc(job, now)
@@ -49,8 +47,6 @@ def acktoken(node, client, argv, now):
             if job is None or job.state == ACKED:
                 continue
             acked += 1
-            if node.events_on:
-                node.events_out.append((now, "acked", jid, job.queue, None))
             node.ack(job, now)
             if job.state == ACKED:
                 node.start_gc(job, now)
