@@ -517,6 +517,12 @@ class BatchPartition(InputPartition):
         self.value = mark
 
 
+def batch_token(offset: dict) -> str:
+    """The token base of the micro-batch ending at ``offset``: ``spark:<stream>:<batch>``
+    (its GETJOB chunks are ``<base>:<i>``, its markers ``<base>[#<reader>]``)."""
+    return f"spark:{offset['stream']}:{offset['batch']}"
+
+
 def mark_queue(token: str) -> str:
     """The queue where read tasks leave a marker job once they fetched under ``token``
     (``spark:<stream>:<batch>``): one queue per stream."""
@@ -693,7 +699,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._acker.start()
 
     def _wait_acks(self, timeout: float = 300.0) -> None:
-        t = getattr(self, "_acker", None)
+        t = self._acker
         if t is not None:
             t.join(timeout)
             if t.is_alive():
@@ -705,7 +711,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end == start or not end.get("plan"):
             return []
         key = (end["stream"], int(end["batch"]))
-        base = f"spark:{end['stream']}:{end['batch']}"
+        base = batch_token(end)
         parts = []
         for nid in sorted(end["plan"]):
             node = self._node(nid)
@@ -763,7 +769,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _batch_ids(self, offset: dict) -> dict[str, list[bytes]]:
         """node id -> job IDs the batch's tokens delivered there (nothing consumed)."""
         out: dict[str, list[bytes]] = {}
-        base = f"spark:{offset['stream']}:{offset['batch']}"
+        base = batch_token(offset)
         for nid, count in sorted(offset.get("plan", {}).items()):
             node = self._node(nid)
             if node is None:
@@ -790,7 +796,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         t_ack = time.monotonic()
         total = 0
-        base = f"spark:{offset['stream']}:{offset['batch']}"
+        base = batch_token(offset)
         # ACKTOKEN acks what each token delivered on its node, in one command per
         # 1000 tokens: no replay of the bodies, no second round trip with the IDs
         for nid, count in sorted(offset["plan"].items()):
@@ -874,7 +880,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 batches = list(self._inflight.items())
             for k, st in batches:
                 off = st["off"]
-                base = f"spark:{off['stream']}:{off['batch']}"
+                base = batch_token(off)
                 for nid in off["plan"]:
                     if nid in st["seen"]:
                         continue
