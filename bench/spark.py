@@ -163,7 +163,8 @@ def spark_write(spark, df, port: int, rows: int, idempotent: bool, tmp: Path) ->
 
 def spark_read(spark, port: int, rows: int, tmp: Path, n: int) -> tuple[float, float]:
     """(jobs/s over the whole query, jobs/s from its first trigger): availableNow in 4
-    micro-batches into the noop sink; every job acked when the query ends."""
+    micro-batches into the noop sink; every job acked when the query ends. Prints
+    each micro-batch's durations as Spark reports them (not for the warm-up, n < 0)."""
     from datetime import datetime
 
     t0 = time.perf_counter()
@@ -181,6 +182,14 @@ def spark_read(spark, port: int, rows: int, tmp: Path, n: int) -> tuple[float, f
     left = int(c.execute_command("QLEN", "bench"))
     jobs = sum(int(x) for x in c.execute_command("DEBUG", "JOBS"))
     assert left == 0 and jobs == 0, (left, jobs)
+    if n >= 0:  # where a micro-batch's time goes (Spark's own durations, ms)
+        keys = ("addBatch", "walCommit", "commitOffsets", "latestOffset", "queryPlanning",
+                "triggerExecution")
+        for p in q.recentProgress:
+            if p["numInputRows"]:
+                d = p["durationMs"]
+                print(f"  batch {p['batchId']}: {p['numInputRows']} jobs, "
+                      + ", ".join(f"{k} {d.get(k, 0)}" for k in keys), flush=True)
     return rows / dt, rows / (t_end - first.timestamp())
 
 

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Python cost of the request and replication paths, in process (no sockets, no load
+generator): steadier than end-to-end rates on a shared 2-core machine, and what an
+optimisation of the shell or the core changes.
+
+    .venv/bin/python bench/inproc.py                      # all three measures
+    .venv/bin/python bench/inproc.py --only reader,replicate
+    .venv/bin/python bench/inproc.py --src /tmp/old/src   # A/B against another tree
+
+- ``reader``: one ADDJOB request fed and parsed (feed + gets until False), per reader
+  class available (pure Python, hiredis-backed, C).
+- ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, with a
+  fake transport (parse, execute, reply; the core's ADDJOB included).
+- ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
+  every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
+  peer into frames, encoded, decoded and handled as the driver does. Microseconds of
+  Python per replicated job, summed over the three nodes.
+
+Each figure is the best of ``--rounds`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ADDJOB = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$16\r\n0123456789abcdef\r\n$1\r\n0\r\n"
+PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+def best(fn, n: int, rounds: int) -> float:
+    """Microseconds per call of ``fn(n)``, best round. ``fn`` makes about n calls and
+    returns how many it made (None: exactly n)."""
+    fn(min(n, 1000))
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        done = fn(n) or n
+        out.append((time.perf_counter() - t0) / done * 1e6)
+    return min(out)
+
+
+def bench_reader(n: int, rounds: int) -> None:
+    from disquepy.codec import resp
+
+    classes = [resp.PyRequestReader]
+    if resp.HAVE_HIREDIS:
+        classes.append(resp.HiredisRequestReader)
+    if getattr(resp, "HAVE_CREADER", False):
+        classes.append(resp.CRequestReader)
+    for cls in classes:
+        r = cls()
+
+        def run(k: int, r=r) -> None:
+            feed, gets = r.feed, r.gets
+            for _ in range(k):
+                feed(ADDJOB)
+                while gets() is not False:
+                    pass
+
+        print(f"reader    {cls.__name__:22s} {best(run, n, rounds):6.2f} us per ADDJOB request")
+
+
+def bench_protocol(n: int, rounds: int) -> None:
+    from disquepy.core.config import Config
+    from disquepy.core.ids import new_node_id
+    from disquepy.core.node import Node
+    from disquepy.server.driver import Driver
+    from disquepy.server.protocol import ClientProtocol
+
+    class Transport:
+        def write(self, data: bytes) -> None:
+            pass
+
+        def get_extra_info(self, key: str):
+            return ("127.0.0.1", 1)
+
+    for name, cmd in (("PING", PING), ("ADDJOB", ADDJOB)):
+        cfg = Config()
+        cfg.dir = tempfile.mkdtemp()
+        node = Node(cfg, new_node_id(random.Random(1)), random.Random(2), Driver.now())
+        loop = asyncio.new_event_loop()
+        proto = ClientProtocol(Driver(node, cfg, None, loop))
+        proto.connection_made(Transport())
+
+        def run(k: int, dr=proto.data_received, cmd=cmd) -> None:
+            for _ in range(k):
+                dr(cmd)
+
+        print(f"protocol  data_received {name:8s}       {best(run, n, rounds):6.2f} us")
+        loop.close()
+
+
+def bench_replicate(n: int, rounds: int) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from clusterharness import Cluster
+
+    from disquepy.codec.bus import FrameReader, encode_frame
+    from disquepy.core.messages import BATCH
+
+    burst = 16
+    c = Cluster(3)
+    c.meet_all()
+    nodes = c.nodes
+    index = {node.myid: i for i, node in enumerate(nodes)}
+    clients = [[node.new_client(now=c.now) for _ in range(burst)] for node in nodes]
+    argv = [b"ADDJOB", b"q", b"0123456789abcdef", b"0", b"REPLICATE", b"3"]
+
+    def flush(inbox: list) -> None:  # what the driver does once per loop iteration
+        for node in nodes:
+            out, node.bus_out = node.bus_out, []
+            node.outbox.clear()
+            per: dict = {}
+            for dsts, msg in out:
+                for d in dsts:
+                    per.setdefault(d, []).append(msg)
+            for d, msgs in per.items():
+                inbox[index[d]].append(encode_frame(
+                    msgs[0] if len(msgs) == 1 else [BATCH, node.myid, node.port, 0, msgs]))
+
+    def deliver(inbox: list, now: int) -> None:
+        for j, frames in enumerate(inbox):
+            reader = FrameReader()
+            for f in frames:
+                reader.feed(f)
+                nodes[j].handle_message(reader.gets(), "127.0.0.1", now)
+            frames.clear()
+
+    def run(jobs: int) -> int:
+        inbox: list = [[], [], []]
+        turns = max(1, jobs // (3 * burst))
+        for _ in range(turns):
+            c.now += 1
+            for node, cls in zip(nodes, clients, strict=True):
+                for cl in cls:
+                    node.execute(cl, argv, c.now)
+            flush(inbox)
+            deliver(inbox, c.now)  # REPLJOBs
+            flush(inbox)
+            deliver(inbox, c.now)  # GOTJOBs
+            flush(inbox)
+        return turns * 3 * burst
+
+    us = best(run, n, rounds)
+    print(f"replicate REPLICATE 3, 3 nodes, bursts of {burst} {us:6.2f} us per job "
+          f"(all three nodes; jobs held per node: {nodes[0].jobs.count})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="reader,protocol,replicate")
+    ap.add_argument("--requests", type=int, default=100_000, help="calls per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--src", help="measure the package in this source tree (A/B)")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, os.path.abspath(args.src or str(ROOT / "src")))
+    gc.set_threshold(10_000, 50, 100)  # the server's policy (driver.start_gc_policy)
+    import disquepy
+
+    print(f"disquepy from {Path(disquepy.__file__).parent}")
+    todo = {"reader": bench_reader, "protocol": bench_protocol,
+            "replicate": bench_replicate}
+    for name in args.only.split(","):
+        if name not in todo:
+            ap.error(f"--only: unknown measure {name!r} (one of {', '.join(todo)})")
+        todo[name](args.requests if name != "replicate" else args.requests // 2, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
