@@ -7,9 +7,7 @@ import time
 
 import pytest
 import redis
-from support import CLUSTER_TIMEOUT_MS, hello_ok, wait_for  # noqa: F401 (used by other modules too)
-
-TIMEOUT_MS = CLUSTER_TIMEOUT_MS
+from support import hello_ok, wait_for
 
 
 def holders(clients, jid) -> list:
