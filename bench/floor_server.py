@@ -1,21 +1,18 @@
 #!/usr/bin/env python3
-"""The "floor" reference server for bench/run.py: a bare uvloop protocol.
+"""The "floor" reference server for bench/run.py: a bare uvloop RESP protocol.
 
-It answers every PING with +PONG and does nothing else: no command parsing,
-no dispatch, no data structures.  Whatever rate it reaches is the most any
-Python asyncio (uvloop) server can do for PING on this machine, so comparing
-it with Redis shows how much of disquepy's gap is the event loop itself.
+Every request is parsed with disquepy's fastest request reader (the C one when it
+was built, else hiredis-backed) and answered with a canned reply picked by the
+command's name: PING +PONG, ADDJOB a fixed job ID, GETJOB a fixed one-job array,
+ACKJOB :1, LPUSH :1, RPOP a fixed bulk, anything else +OK. No dispatch, no data
+structures, nothing remembered: whatever rate it reaches is the most any Python
+asyncio (uvloop) server that speaks RESP can do on this machine for that workload,
+so its ratio to Redis is the ceiling of disquepy's ratio.
 
-Each chunk read is scanned for complete commands by counting the terminator
-b"PING\\r\\n" (one bytes.count() call in C).  That covers RESP multibulk
-requests (*1\\r\\n$4\\r\\nPING\\r\\n, as bench/loadgen and redis-cli send
-them) and inline "PING\\r\\n", pipelined or not.  A command split across
-reads is kept in a carry-over of at most 5 bytes (a partial "PING\\r"), so it
-is counted once its end arrives.  All replies for a chunk go out in one
-transport.write().  Anything that is not a PING is silently ignored.
+All replies for a chunk go out in one transport.write(), as disquepy does.
 
 Usage: .venv/bin/python bench/floor_server.py --port 7711
-Needs uvloop (a disquepy dependency; run it with the project's venv python).
+Needs uvloop and the disquepy package (run it with the project's venv python).
 """
 
 from __future__ import annotations
@@ -24,33 +21,44 @@ import argparse
 import asyncio
 import signal
 import sys
+from pathlib import Path
 
-TERM = b"PING\r\n"
-TLEN = len(TERM)
-PONG = b"+PONG\r\n"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from disquepy.codec.resp import make_reader  # noqa: E402
+
+_ID = b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
+_BODY = b"0123456789abcdef"
+REPLIES = {
+    b"PING": b"+PONG\r\n",
+    b"ADDJOB": b"+" + _ID + b"\r\n",
+    b"GETJOB": b"*1\r\n*3\r\n$1\r\nq\r\n$40\r\n" + _ID + b"\r\n$16\r\n" + _BODY + b"\r\n",
+    b"ACKJOB": b":1\r\n",
+    b"LPUSH": b":1\r\n",
+    b"RPOP": b"$16\r\n" + _BODY + b"\r\n",
+}
+OK = b"+OK\r\n"
 
 
 class FloorProtocol(asyncio.Protocol):
-    __slots__ = ("transport", "carry")
+    __slots__ = ("transport", "reader")
 
     def __init__(self) -> None:
         self.transport = None
-        self.carry = b""
+        self.reader = make_reader()
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        if self.carry:
-            data = self.carry + data
-        n = data.count(TERM)
-        if n:
-            end = data.rfind(TERM) + TLEN
-            # Only a partial terminator after the last command is worth keeping.
-            self.carry = data[end:][-(TLEN - 1) :] if end < len(data) else b""
-            self.transport.write(PONG * n)
-        else:
-            self.carry = data[-(TLEN - 1) :]
+        reader = self.reader
+        reader.feed(data)
+        out = []
+        get = REPLIES.get
+        while (argv := reader.gets()) is not False:
+            out.append(get(argv[0].upper(), OK))
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
 
 async def serve(host: str, port: int) -> None:

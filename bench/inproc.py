@@ -97,6 +97,54 @@ def bench_protocol(n: int, rounds: int) -> None:
 
         print(f"protocol  data_received {name:8s}       {best(run, n, rounds):6.2f} us")
         loop.close()
+    bench_consume(n, rounds, Transport)
+
+
+def bench_consume(n: int, rounds: int, transport_cls) -> None:
+    """GETJOB NOHANG FROM q, then ACKJOB of the ID it returned: the consume workload's two
+    requests, each through data_received, the queue preloaded before each round."""
+    from disquepy.core.config import Config
+    from disquepy.core.ids import new_node_id
+    from disquepy.core.node import Node
+    from disquepy.server.driver import Driver
+    from disquepy.server.protocol import ClientProtocol
+
+    cfg = Config()
+    cfg.dir = tempfile.mkdtemp()
+    node = Node(cfg, new_node_id(random.Random(1)), random.Random(2), Driver.now())
+    loop = asyncio.new_event_loop()
+    proto = ClientProtocol(Driver(node, cfg, None, loop))
+    last: list = [b""]
+
+    class Capture(transport_cls):
+        def write(self, data: bytes) -> None:
+            last[0] = data
+
+    proto.connection_made(Capture())
+    getjob = b"*4\r\n$6\r\nGETJOB\r\n$6\r\nNOHANG\r\n$4\r\nFROM\r\n$1\r\nq\r\n"
+    dr = proto.data_received
+
+    def load(k: int) -> None:
+        for _ in range(k):
+            dr(ADDJOB)
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            dr(getjob)
+            jid = last[0][20:60]  # *1 *3 $1 q $40 <id>
+            dr(b"*2\r\n$6\r\nACKJOB\r\n$40\r\n" + jid + b"\r\n")
+
+    load(min(n, 1000))
+    run(min(n, 1000))
+    out = []
+    for _ in range(rounds):
+        load(n)
+        t0 = time.perf_counter()
+        run(n)
+        out.append((time.perf_counter() - t0) / n * 1e6)
+    assert node.jobs.count == 0, node.jobs.count
+    print(f"protocol  GETJOB + ACKJOB (consume)     {min(out):6.2f} us per job")
+    loop.close()
 
 
 def bench_replicate(n: int, rounds: int) -> None:
