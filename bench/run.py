@@ -24,6 +24,9 @@ the project's performance targets:
     cluster       a 3-node disquepy cluster on loopback (bench/cluster.py): ADDJOB
                   REPLICATE 3 sync/async vs a 1-node REPLICATE 1 baseline, federation
                   latency, producer-on-A/consumer-on-B pipeline (no Redis side)
+    spark         the Spark connector against the plain client (bench/spark.py, run
+                  with the venv python: needs PySpark and Java): batch write and
+                  stream read, with a server-less floor for the read
     aof           the append-only file (bench/aof.py): ADDJOB with 50 connections on
                   four fresh servers (AOF off, appendfsync no/everysec/always), raw
                   fdatasync latency, and the BGREWRITEAOF pause seen by a PING probe
@@ -98,7 +101,7 @@ LEGEND = {
 FLOOR_LINE = ("floor = bare uvloop protocol, requests parsed, canned replies: the most any "
               "Python asyncio server can do here")
 # --only names; "consume" selects both consume rows.
-ONLY_NAMES = ("produce", "consume", "consume-1rtt", "ping", "memory", "cluster", "aof")
+ONLY_NAMES = ("produce", "consume", "consume-1rtt", "ping", "memory", "cluster", "aof", "spark")
 ONLY_ALIASES = {"consume": {"consume", "consume-1rtt"}}
 BODY_SIZE = 16
 
@@ -547,6 +550,22 @@ def bench_memory(args, scratch: Path) -> dict:
     return res
 
 
+def bench_spark(args, scratch: Path) -> dict:
+    """bench/spark.py in a subprocess (PySpark and its JVM stay out of this process);
+    its output goes straight through; its JSON (with its targets) comes back."""
+    out = scratch / "spark.json"
+    cmd = [str(_VENV_PY if _VENV_PY.exists() else sys.executable), str(BENCH / "spark.py"),
+           "--json", str(out), *(["--quick"] if args.quick else [])]
+    print(f"\nspark: {shlex.join(cmd)}", flush=True)
+    try:
+        rc = subprocess.run(cmd, cwd=ROOT, timeout=args.spark_timeout).returncode
+    except subprocess.TimeoutExpired as e:
+        raise HarnessError(f"bench/spark.py did not finish in {args.spark_timeout} s") from e
+    if rc != 0 or not out.exists():
+        raise HarnessError(f"bench/spark.py exited with status {rc}")
+    return json.loads(out.read_text())
+
+
 def ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
@@ -795,6 +814,21 @@ def markdown(results: dict) -> str:
         out += aof.markdown(ab)
     elif ab:
         out += [f"AOF benchmark: error: {ab['error'].splitlines()[0]}", ""]
+    sp = results.get("spark")
+    if sp and "error" not in sp:
+        b, r = sp["best"], sp["ratios"]
+        out += [
+            f"Spark connector (bench/spark.py, {sp['rows']:,} rows/jobs, {sp['conns']} "
+            "connections, best round): batch write with keys "
+            f"{b['spark_write']:,.0f} vs {b['plain_write_keys']:,.0f} rows/s "
+            f"({fmt_ratio(r['write_keys'])}); stream read, default options, "
+            f"{b['spark_read_running']:,.0f} vs {b['plain_read']:,.0f} jobs/s "
+            f"({fmt_ratio(r['read_running'])}; floor {fmt_ratio(r['floor_running'])}); with "
+            f"maxJobsPerTrigger {sp['per_trigger']:,}: {b['spark_read_capped_running']:,.0f} "
+            f"({fmt_ratio(r['read_capped_running'])}; floor "
+            f"{fmt_ratio(r['floor_capped_running'])}).",
+            "",
+        ]
     if results["targets"]:
         out += ["| Target | Result | |", "|---|---|---|"]
         for t in results["targets"]:
@@ -885,7 +919,7 @@ def parse_args(argv=None):
     )
     ap.add_argument(
         "--only",
-        default="produce,consume,ping,memory,cluster,aof",
+        default="produce,consume,ping,memory,cluster,aof,spark",
         help=f"comma-separated subset of {','.join(ONLY_NAMES)} "
         "(consume selects consume and consume-1rtt)",
     )
@@ -911,6 +945,12 @@ def parse_args(argv=None):
     ap.add_argument("--strict", action="store_true", help="exit 1 if any target FAILs")
     cluster.add_args(ap)
     aof.add_args(ap)
+    ap.add_argument(
+        "--spark-timeout",
+        type=float,
+        default=1800.0,
+        help="time bound of the spark benchmark, seconds (default 1800)",
+    )
     args = ap.parse_args(argv)
     cluster.finish_args(ap, args)
     aof.finish_args(ap, args)  # args.aof_repeat: --repeat, or 3 when not given
@@ -955,9 +995,10 @@ def main(argv=None) -> int:
         "memory": None,
         "cluster": None,
         "aof": None,
+        "spark": None,
         "targets": [],
     }
-    cluster_failed = aof_failed = False
+    cluster_failed = aof_failed = spark_failed = False
     scratch = Path(tempfile.mkdtemp(prefix="disquepy-bench-"))
     try:
         build_loadgen()
@@ -1006,6 +1047,13 @@ def main(argv=None) -> int:
                 log(f"\nbench: aof benchmark failed: {e}")
                 results["aof"] = {"error": str(e)}
                 aof_failed = True
+        if "spark" in args.only:
+            try:
+                results["spark"] = bench_spark(args, scratch)
+            except HarnessError as e:
+                log(f"\nbench: spark benchmark failed: {e}")
+                results["spark"] = {"error": str(e)}
+                spark_failed = True
         results["targets"] = evaluate_targets(results["rows"], results["memory"])
         if results["cluster"]:
             results["targets"] += results["cluster"].get("targets") or [
@@ -1027,6 +1075,16 @@ def main(argv=None) -> int:
                     "note": results["aof"]["error"].splitlines()[0],
                 }
             ]
+        if results["spark"]:
+            results["targets"] += results["spark"].get("targets") or [
+                {
+                    "name": "spark benchmark ran",
+                    "value": None,
+                    "pass": False,
+                    "shown": "error",
+                    "note": results["spark"]["error"],
+                }
+            ]
         print_targets(results["targets"])
         if args.markdown:
             print("\n" + markdown(results))
@@ -1042,7 +1100,7 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
             log(f"results written to {args.json}")
         shutil.rmtree(scratch, ignore_errors=True)
-    if cluster_failed or aof_failed:
+    if cluster_failed or aof_failed or spark_failed:
         return 2
     if args.strict and not all(t["pass"] for t in results["targets"]):
         return 1
