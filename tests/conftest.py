@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -8,6 +9,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import CLUSTER_TIMEOUT_MS, Server, join_cluster  # noqa: E402
+
+# Tests send SIGINT to the processes they start (Ctrl-C in the CLI, the cluster script,
+# the chaos runner). A shell started in the background (`make test &`, nohup) hands its
+# children SIGINT *ignored*, and an ignored signal stays ignored across exec: those
+# processes would never see the Ctrl-C. A handled signal is reset to the default on
+# exec, so handling it here gives every process the tests start a working Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
