@@ -52,11 +52,15 @@ class FloorProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         reader = self.reader
-        reader.feed(data)
         out = []
         get = REPLIES.get
-        while (argv := reader.gets()) is not False:
-            out.append(get(argv[0].upper(), OK))
+        try:
+            reader.feed(data)
+            while (argv := reader.gets()) is not False:
+                out.append(get(argv[0].upper(), OK))
+        except Exception:  # malformed input (not from bench/loadgen): drop the client
+            self.transport.close()
+            return
         if out:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 

@@ -10,7 +10,8 @@ optimisation of the shell or the core changes.
 - ``reader``: one ADDJOB request fed and parsed (feed + gets until False), per reader
   class available (pure Python, hiredis-backed, C).
 - ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, with a
-  fake transport (parse, execute, reply; the core's ADDJOB included).
+  fake transport (parse, execute, reply; the core's ADDJOB included); then the consume
+  pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call).
 - ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
   every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of

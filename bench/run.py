@@ -557,10 +557,19 @@ def bench_spark(args, scratch: Path) -> dict:
     cmd = [str(_VENV_PY if _VENV_PY.exists() else sys.executable), str(BENCH / "spark.py"),
            "--json", str(out), *(["--quick"] if args.quick else [])]
     print(f"\nspark: {shlex.join(cmd)}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT)
     try:
-        rc = subprocess.run(cmd, cwd=ROOT, timeout=args.spark_timeout).returncode
+        rc = proc.wait(timeout=args.spark_timeout)
     except subprocess.TimeoutExpired as e:
         raise HarnessError(f"bench/spark.py did not finish in {args.spark_timeout} s") from e
+    finally:
+        if proc.poll() is None:  # timed out or interrupted: let it stop its server and JVM
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     if rc != 0 or not out.exists():
         raise HarnessError(f"bench/spark.py exited with status {rc}")
     return json.loads(out.read_text())
@@ -878,7 +887,7 @@ def meta(args) -> dict:
         "redis_version": redis_version,
         "command": shlex.join([display_path(sys.executable), *sys.argv]),
         "ours_cmd": args.ours_cmd,
-        "floor_cmd": args.floor_cmd if "ping" in args.only else None,
+        "floor_cmd": args.floor_cmd if args.only & {*WORKLOADS, "ping"} else None,
         "requests": args.requests,
         "repeat": args.repeat,
     }

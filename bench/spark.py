@@ -39,6 +39,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -208,6 +209,10 @@ def spark_read(spark, port: int, rows: int, tmp: Path, n: str,
     return rows / dt, rows / (t_end - first.timestamp())
 
 
+def _on_sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
 def floor_source():
     """The server-less floor: a stream source with the connector's schema, offsets
     (``rows`` jobs planned as the connector plans them: all, or maxJobsPerTrigger a
@@ -292,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # so the finally below stops the server
     if a.quick:
         a.rows, a.rounds = 50_000, 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
