@@ -12,6 +12,7 @@ import time
 import pytest
 from support import wait_for
 
+from disquepy.client import Disque
 from disquepy.worker import (
     Backoff,
     RetryLater,
@@ -241,6 +242,64 @@ def test_a_job_that_waited_in_its_queue_is_kept_too(dq, server):
     release.set()
     w.stop(5)
     assert stolen == [] and w.stats["acked"] == 1
+
+
+class _CountingDisque(Disque):
+    """A client that counts its round trips: single commands and pipeline executions."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.trips: list[tuple] = []
+
+    def _run(self, args, parser):
+        self.trips.append(tuple(str(a) for a in args[:1]))
+        return super()._run(args, parser)
+
+    def pipeline(self):
+        p = super().pipeline()
+        execute = p.execute
+
+        def counted():
+            self.trips.append(tuple(str(args[0]) for args, _ in p._queued))
+            return execute()
+
+        p.execute = counted
+        return p
+
+
+def test_a_busy_worker_acks_with_its_next_fetch(server):
+    """Each job's ACKJOB travels with the next GETJOB NOHANG: one round trip per job
+    while jobs are queued (two before), and every job acked."""
+    dq = _CountingDisque([f"127.0.0.1:{server.port}"])
+    try:
+        ids = [dq.add_job("q", json.dumps(i)) for i in range(40)]
+        dq.trips.clear()
+        got = []
+        w = Worker(dq, ["q"], 1, got.append, poll_timeout_ms=100).start()
+        wait_for(lambda: w.stats["acked"] == 40, what="40 acks")
+        trips = list(dq.trips)
+        assert w.stop(5)
+        assert sorted(got) == list(range(40))
+        assert all(dq.show(i) is None for i in ids)
+        paired = [t for t in trips if t == ("ACKJOB", "GETJOB")]
+        assert len(paired) == 40, trips[:6]
+        # the rest: the first blocking GETJOB, and polls once the queue was empty
+        assert all(t == ("GETJOB",) for t in trips if t not in paired), trips
+        assert len(trips) <= 40 + 5, len(trips)
+    finally:
+        dq.close()
+
+
+def test_stopping_worker_sends_the_acks_it_holds(dq):
+    """A stop requested while a job finishes: its ACK still goes out (alone), no job is
+    NACKed or left to come back."""
+    ids = [dq.add_job("q", json.dumps(i)) for i in range(5)]
+    w = Worker(dq, ["q"], 1, lambda p: p == 4 and w.request_stop(), poll_timeout_ms=100)
+    w.start()
+    wait_for(lambda: w.stopping and w.stats["acked"] == 5, what="5 acks after the stop")
+    assert w.stop(5)
+    assert all(dq.show(i) is None for i in ids)
+    assert w.stats["requeued-on-stop"] == 0 and w.stats["acked"] == 5
 
 
 def test_structured_log_line_per_job(dq, caplog):

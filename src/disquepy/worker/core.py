@@ -57,6 +57,16 @@ class _InFlight:
     abandoned: bool = False  # NACKed by shutdown: the handler's result is ignored
 
 
+@dataclass(slots=True)
+class _Done:
+    """A job whose handler succeeded, waiting for its ACK to go out."""
+
+    job: Job
+    attempt: int
+    t0: float
+    heartbeats: int
+
+
 _local = threading.local()
 
 
@@ -89,9 +99,12 @@ class Worker:
     them by priority) and call ``fn(payload)`` — the body decoded as JSON by default
     (``body="bytes"``/``"text"`` to get it raw; a body that is not JSON arrives as bytes).
 
-    - Success: ACKJOB. While a handler runs longer than 0.2 s the worker reads the job's
-      retry with SHOW (once) and sends WORKING at 80 % of it, so long jobs are not
-      re-delivered.
+    - Success: ACKJOB, sent in the same write as the thread's next fetch (a ``GETJOB
+      NOHANG``), so a busy worker makes one round trip per job; when that fetch finds
+      nothing, the thread blocks in GETJOB as usual. The ``acked`` outcome is logged once
+      the node answered the ACK.
+    - Long jobs: while a handler runs longer than 0.2 s the worker reads the job's retry
+      with SHOW (once) and sends WORKING at 80 % of it, so they are not re-delivered.
     - Failure (exception): NACK; or, with a ``backoff`` policy (or when the handler raises
       :class:`RetryLater`), re-add the body to the queue with a growing ``DELAY``, the
       job's RETRY and remaining TTL, and the attempt number in an envelope, then ACK the
@@ -148,7 +161,8 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.poll_timeout_ms = poll_timeout_ms
         self.heartbeat = heartbeat
-        self._ack = self.client.fast_ack if ack == "fastack" else self.client.ack
+        self._fast = ack == "fastack"
+        self._ack = self.client.fast_ack if self._fast else self.client.ack
         self.log = logger or log
         self.stats: Counter = Counter()
         self._stats_lock = threading.Lock()
@@ -246,20 +260,68 @@ class Worker:
         queues = self.queues
         get = self.client.get_jobs
         errors = 0
-        while not self._stop.is_set():
-            try:
-                jobs = get(queues, timeout_ms=self.poll_timeout_ms, with_counters=True)
-                errors = 0
-            except DisqueError as e:
-                errors += 1
-                self.log.warning("event=fetch-error error=%r", e)
-                self._stop.wait(min(0.1 * 2 ** errors, 5.0))
-                continue
-            for job in jobs:
-                if self._stop.is_set():
-                    self._nack_unstarted(job)
-                else:
-                    self._process(job)
+        # jobs handled successfully whose ACK is not sent yet: it goes out in one write
+        # with the next fetch (GETJOB NOHANG), so a busy worker makes one round trip
+        # per job instead of two; an idle one then blocks in a plain GETJOB
+        acks: list[_Done] = []
+        try:
+            while not self._stop.is_set():
+                try:
+                    if acks:
+                        batch, acks = acks, []
+                        jobs = self._ack_then_fetch(batch)
+                        if not jobs:
+                            continue
+                    else:
+                        jobs = get(queues, timeout_ms=self.poll_timeout_ms,
+                                   with_counters=True)
+                    errors = 0
+                except DisqueError as e:
+                    errors += 1
+                    self.log.warning("event=fetch-error error=%r", e)
+                    self._stop.wait(min(0.1 * 2 ** errors, 5.0))
+                    continue
+                for job in jobs:
+                    if self._stop.is_set():
+                        self._nack_unstarted(job)
+                    else:
+                        done = self._process(job)
+                        if done is not None:
+                            acks.append(done)
+        finally:
+            if acks:  # stopping: the last jobs' ACK alone
+                self._ack_done(acks)
+
+    def _ack_then_fetch(self, done: list[_Done]) -> list:
+        """ACK the jobs in ``done`` and fetch without blocking, in one round trip."""
+        p = self.client.pipeline()
+        (p.fast_ack if self._fast else p.ack)(*[d.job.id for d in done])
+        p.get_jobs(self.queues, nohang=True, with_counters=True)
+        try:
+            acked, jobs = p.execute()
+        except DisqueError as e:  # nothing is known of the ACK: the jobs may come back
+            for d in done:
+                self._emit(d.job, d.attempt, "ack-failed", d.t0, error=repr(e))
+            raise
+        self._acked(done, acked)
+        if isinstance(jobs, Exception):
+            raise jobs
+        return jobs
+
+    def _ack_done(self, done: list[_Done]) -> None:
+        try:
+            acked = self._ack(*[d.job.id for d in done])
+        except DisqueError as e:
+            acked = e
+        self._acked(done, acked)
+
+    def _acked(self, done: list[_Done], reply: Any) -> None:
+        if isinstance(reply, Exception):
+            for d in done:
+                self._emit(d.job, d.attempt, "ack-failed", d.t0, error=repr(reply))
+            return
+        for d in done:
+            self._emit(d.job, d.attempt, "acked", d.t0, heartbeats=d.heartbeats)
 
     def _nack_unstarted(self, job: Job) -> None:
         try:
@@ -270,7 +332,9 @@ class Worker:
 
     # ------------------------------------------------------------------ one job
 
-    def _process(self, job: Job) -> None:
+    def _process(self, job: Job) -> _Done | None:
+        """Run the job's handler. A success is returned, to be ACKed by the caller (with
+        its next fetch); every other outcome is dealt with here."""
         t0 = time.monotonic()
         route = self.routes[job.queue]
         raw = job.body if isinstance(job.body, bytes) else job.body.encode()
@@ -302,14 +366,9 @@ class Worker:
             self._emit(job, attempt, "finished-after-nack", t0, failed=exc is not None)
             return
         if exc is None:
-            try:
-                self._ack(job.id)
-            except DisqueError as e:
-                self._emit(job, attempt, "ack-failed", t0, error=repr(e))
-                return
-            self._emit(job, attempt, "acked", t0, heartbeats=rec.heartbeats)
-            return
+            return _Done(job, attempt, t0, rec.heartbeats)
         self._failed(job, route, env.body, exc, prior_failures + 1, attempt, t0)
+        return None
 
     def _failed(self, job: Job, route: Route, body: bytes, exc: BaseException,
                 failures: int, attempt: int, t0: float) -> None:
