@@ -734,9 +734,9 @@ def _bench_cluster(args, scratch: Path) -> dict:
             # is the figure (a run's ratio to a baseline from other minutes says little)
             rr = [R.ratio(x, b) for x, b in zip(res[key]["runs_ops_per_sec"],
                                                 res["baseline"]["runs_ops_per_sec"], strict=True)]
-            known = sorted(x for x in rr if x is not None)
+            known = [x for x in rr if x is not None]
             res[key]["round_ratios"] = rr
-            res[key]["ratio"] = known[len(known) // 2] if known else None
+            res[key]["ratio"] = statistics.median(known) if known else None
             print_tp_row(res[key], res[key]["ratio"])
         if k > 1:
             print(f"  median of {k} alternating rounds; ratio = the median of the rounds' "
