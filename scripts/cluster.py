@@ -3,8 +3,9 @@
 
     python scripts/cluster.py --nodes 3 --port 7711
 
-Each node runs in var/cluster/<port>/ (its nodes.conf and log live there). Ctrl-C
-stops every node.
+Each node runs in var/cluster/<port>/ (its nodes.conf and log live there). Ctrl-C,
+SIGTERM or SIGHUP stop every node; if this script is killed outright (kill -9), its
+nodes die with it (parent-death signal, Linux).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from disquepy.chaos.cluster import die_with_parent  # noqa: E402
 
 
 def command(port: int, line: str, timeout: float = 2.0) -> bytes:
@@ -49,7 +53,7 @@ def main() -> int:
             log = open(d / "disque.log", "ab")  # noqa: SIM115 - lives as long as the node
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "disquepy.server.main", "--port", str(p)],
-                cwd=d, stdout=log, stderr=subprocess.STDOUT,
+                cwd=d, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
                 env=dict(os.environ, PYTHONPATH=str(ROOT / "src"))))
         deadline = time.monotonic() + args.wait
         for p in ports:

@@ -29,9 +29,10 @@ SRC = str(Path(__file__).resolve().parent.parent.parent)  # the directory holdin
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the chaos process dies, however it dies
-    (kill -9 included), so no node outlives its run. Linux only; elsewhere a no-op."""
+def die_with_parent() -> None:
+    """In the child before exec (``preexec_fn``): SIGKILL when the process that started
+    it dies, however it dies (kill -9 included), so no node outlives the chaos run or
+    ``make cluster``. Linux only; elsewhere a no-op."""
     try:
         import ctypes
 
@@ -102,7 +103,7 @@ class NodeProc:
             f.flush()
             self.proc = subprocess.Popen(
                 self.command(), cwd=self.workdir, stdout=f, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                start_new_session=True, preexec_fn=die_with_parent,
             )
         self.incarnation += 1
         self.expected_exit = False
