@@ -550,6 +550,16 @@ def bench_memory(args, scratch: Path) -> dict:
     return res
 
 
+def sub_bench(name: str):
+    """The runner of the benchmark kept in its own module: (args, scratch) -> results."""
+    if name == "spark":
+        return bench_spark
+    import aof  # bench/aof.py and bench/cluster.py import this module back as "run"
+    import cluster
+
+    return {"aof": aof.bench_aof, "cluster": cluster.bench_cluster}[name]
+
+
 def bench_spark(args, scratch: Path) -> dict:
     """bench/spark.py in a subprocess (PySpark and its JVM stay out of this process);
     its output goes straight through; its JSON (with its targets) comes back."""
@@ -1007,7 +1017,7 @@ def main(argv=None) -> int:
         "spark": None,
         "targets": [],
     }
-    cluster_failed = aof_failed = spark_failed = False
+    sub_failed = False
     scratch = Path(tempfile.mkdtemp(prefix="disquepy-bench-"))
     try:
         build_loadgen()
@@ -1035,65 +1045,25 @@ def main(argv=None) -> int:
         if "memory" in args.only:
             results["memory"] = bench_memory(args, scratch)
             print_memory(results["memory"])
-        if "cluster" in args.only:
-            import cluster
-
-            try:
-                results["cluster"] = cluster.bench_cluster(args, scratch)
-            except HarnessError as e:
-                log(f"\nbench: cluster benchmark failed: {e}")
-                results["cluster"] = {"error": str(e)}
-                cluster_failed = True
-        if "aof" in args.only:
-            import aof
-
-            try:
-                results["aof"] = aof.bench_aof(args, scratch)
-                if results["aof"].get("failed"):
-                    log(f"\nbench: aof benchmark: {results['aof']['failed']}")
-                    aof_failed = True
-            except HarnessError as e:
-                log(f"\nbench: aof benchmark failed: {e}")
-                results["aof"] = {"error": str(e)}
-                aof_failed = True
-        if "spark" in args.only:
-            try:
-                results["spark"] = bench_spark(args, scratch)
-            except HarnessError as e:
-                log(f"\nbench: spark benchmark failed: {e}")
-                results["spark"] = {"error": str(e)}
-                spark_failed = True
         results["targets"] = evaluate_targets(results["rows"], results["memory"])
-        if results["cluster"]:
-            results["targets"] += results["cluster"].get("targets") or [
-                {
-                    "name": "cluster benchmark ran",
-                    "value": None,
-                    "pass": False,
-                    "shown": "error",
-                    "note": results["cluster"]["error"].splitlines()[0],
-                }
-            ]
-        if results["aof"]:
-            results["targets"] += results["aof"].get("targets") or [
-                {
-                    "name": "aof benchmark ran",
-                    "value": None,
-                    "pass": False,
-                    "shown": "error",
-                    "note": results["aof"]["error"].splitlines()[0],
-                }
-            ]
-        if results["spark"]:
-            results["targets"] += results["spark"].get("targets") or [
-                {
-                    "name": "spark benchmark ran",
-                    "value": None,
-                    "pass": False,
-                    "shown": "error",
-                    "note": results["spark"]["error"],
-                }
-            ]
+        # the benchmarks in their own modules: each reports its own targets; one that
+        # could not run reports that instead, and makes the exit status 2
+        for name in ("cluster", "aof", "spark"):
+            if name not in args.only:
+                continue
+            try:
+                res = results[name] = sub_bench(name)(args, scratch)
+                if res.get("failed"):
+                    log(f"\nbench: {name} benchmark: {res['failed']}")
+                    sub_failed = True
+            except HarnessError as e:
+                log(f"\nbench: {name} benchmark failed: {e}")
+                res = results[name] = {"error": str(e)}
+                sub_failed = True
+            results["targets"] += res.get("targets") or [{
+                "name": f"{name} benchmark ran", "value": None, "pass": False,
+                "shown": "error", "note": (res.get("error") or res.get("failed") or "").split("\n")[0],
+            }]
         print_targets(results["targets"])
         if args.markdown:
             print("\n" + markdown(results))
@@ -1109,7 +1079,7 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
             log(f"results written to {args.json}")
         shutil.rmtree(scratch, ignore_errors=True)
-    if cluster_failed or aof_failed or spark_failed:
+    if sub_failed:
         return 2
     if args.strict and not all(t["pass"] for t in results["targets"]):
         return 1
