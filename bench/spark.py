@@ -297,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, _on_sigterm)  # so the finally below stops the server
+    # SIGTERM unwinds through the finally below (stopping Spark and the node), but only
+    # once Spark is up: interrupted while it launches, pyspark leaves its JVM running
+    asked: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: asked.append(signum))
     if a.quick:
         a.rows, a.rounds = 50_000, 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -307,18 +310,23 @@ def main(argv: list[str] | None = None) -> int:
 
     from disquepy.spark import register
 
-    spark = (SparkSession.builder.master(f"local[{a.conns}]").appName("bench-spark")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(a.conns)).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    spark.dataSource.register(floor_source())
     cap = max(1, a.rows // 4)
     res: dict[str, list[float]] = {k: [] for k in (
         "spark_write", "spark_write_nokeys", "plain_write", "plain_write_keys",
         "spark_read", "spark_read_running", "spark_read_capped", "spark_read_capped_running",
         "floor_read_running", "floor_read_capped_running", "plain_read")}
+    spark = None
     try:
+        spark = (SparkSession.builder.master(f"local[{a.conns}]").appName("bench-spark")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", str(a.conns)).getOrCreate())
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        if asked:
+            raise KeyboardInterrupt
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        spark.dataSource.register(floor_source())
         df = spark.range(0, a.rows, numPartitions=a.conns).selectExpr(
             f"'{BODY}' as body").cache()
         df.count()
@@ -364,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}"
                                                       for k, v in res.items()), flush=True)
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         proc.kill()
         proc.wait()
         shutil.rmtree(tmp, ignore_errors=True)
