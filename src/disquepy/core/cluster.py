@@ -125,6 +125,21 @@ class ClusterMixin:
         self.bus_out.append((list(dsts), msg))
         self.msgs_sent += len(dsts)
 
+    def take_messages(self) -> dict:
+        """Take what was sent since the last call, per destination node: one message
+        each, a BATCH of them when several (so one frame per peer), in sending order."""
+        out, self.bus_out = self.bus_out, []
+        per: dict = {}
+        for dsts, msg in out:
+            for d in dsts:
+                lst = per.get(d)
+                if lst is None:
+                    per[d] = [msg]
+                else:
+                    lst.append(msg)
+        return {d: msgs[0] if len(msgs) == 1 else [M.BATCH, self.myid, self.port, 0, msgs]
+                for d, msgs in per.items()}
+
     def send_item(self, dsts: list, mtype: int, item) -> None:
         """Send one item of a message that carries many (REPLJOB jobs, GOTJOB IDs):
         it joins the previous message when that one is of the same type to the same

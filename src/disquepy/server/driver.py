@@ -18,7 +18,6 @@ from ..codec import resp
 from ..codec.bus import encode_frame
 from ..core.awake import NEVER
 from ..core.config import ConfigError
-from ..core.messages import BATCH
 from .log import log, set_level
 
 
@@ -184,22 +183,12 @@ class Driver:
         if node.links_dirty and bus is not None:
             node.links_dirty = False
             bus.sync_links(node.peer_links())
-        out, node.bus_out = node.bus_out, []
-        if bus is not None and out:
-            # everything for one peer in this iteration travels as one frame
-            per: dict = {}
-            for dsts, msg in out:
-                for d in dsts:
-                    lst = per.get(d)
-                    if lst is None:
-                        per[d] = [msg]
-                    else:
-                        lst.append(msg)
+        per = node.take_messages()  # one frame per peer for this iteration
+        if bus is not None and per:
             aof = self.aof
             hold = aof is not None and aof.holding  # frames leave after the AOF write
-            for d, msgs in per.items():
-                frame = encode_frame(
-                    msgs[0] if len(msgs) == 1 else [BATCH, node.myid, node.port, 0, msgs])
+            for d, msg in per.items():
+                frame = encode_frame(msg)
                 if hold:
                     aof.hold_call(partial(bus.send, d), frame)
                 else:

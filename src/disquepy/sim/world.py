@@ -22,7 +22,6 @@ import time
 from ..codec.bus import FrameReader, encode_frame
 from ..core.config import Config
 from ..core.job import ACTIVE
-from ..core.messages import BATCH
 from ..core.node import Node
 from .checkers import Checker, SimAbort
 from .clock import T0
@@ -148,27 +147,17 @@ class World:
 
     def _send(self, i: int, node: Node) -> None:
         """One frame per peer for everything this step sent it (BATCH if several)."""
-        out, node.bus_out = node.bus_out, []
+        per = node.take_messages()
         addrs = node.peer_links()
-        per: dict = {}
-        for dsts, msg in out:
-            for d in dsts:
-                lst = per.get(d)
-                if lst is None:
-                    per[d] = [msg]
-                else:
-                    lst.append(msg)
         net = self.net
         links = self.links[i]
-        for d, msgs in per.items():
+        for d, msg in per.items():
             addr = addrs.get(d)
             j = self.port_index.get(addr[1]) if addr else None
             if j is None:
                 net.stats.no_route += 1
                 continue
-            frame = encode_frame(
-                msgs[0] if len(msgs) == 1 else [BATCH, node.myid, node.port, 0, msgs]
-            )
+            frame = encode_frame(msg)
             if links.get(d):
                 net.transmit(self.now, i, j, self.incarnation[j], frame)
             elif net.drops_when_cut(i, j):
