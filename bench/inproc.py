@@ -10,8 +10,9 @@ optimisation of the shell or the core changes.
 - ``reader``: one ADDJOB request fed and parsed (feed + gets until False), per reader
   class available (pure Python, hiredis-backed, C).
 - ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, with a
-  fake transport (parse, execute, reply; the core's ADDJOB included); then the consume
-  pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call).
+  fake transport (parse, execute, reply; the core's ADDJOB included), on one connection
+  and on 50 taking turns (the job store grows over the rounds, as under load); then the
+  consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call).
 - ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
   every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of
@@ -70,40 +71,19 @@ def bench_reader(n: int, rounds: int) -> None:
         print(f"reader    {cls.__name__:22s} {best(run, n, rounds):6.2f} us per ADDJOB request")
 
 
-def bench_protocol(n: int, rounds: int) -> None:
-    from disquepy.core.config import Config
-    from disquepy.core.ids import new_node_id
-    from disquepy.core.node import Node
-    from disquepy.server.driver import Driver
-    from disquepy.server.protocol import ClientProtocol
+class Transport:
+    """A transport that swallows the replies (the protocol needs write and peername)."""
 
-    class Transport:
-        def write(self, data: bytes) -> None:
-            pass
+    def write(self, data: bytes) -> None:
+        pass
 
-        def get_extra_info(self, key: str):
-            return ("127.0.0.1", 1)
-
-    for name, cmd in (("PING", PING), ("ADDJOB", ADDJOB)):
-        cfg = Config()
-        cfg.dir = tempfile.mkdtemp()
-        node = Node(cfg, new_node_id(random.Random(1)), random.Random(2), Driver.now())
-        loop = asyncio.new_event_loop()
-        proto = ClientProtocol(Driver(node, cfg, None, loop))
-        proto.connection_made(Transport())
-
-        def run(k: int, dr=proto.data_received, cmd=cmd) -> None:
-            for _ in range(k):
-                dr(cmd)
-
-        print(f"protocol  data_received {name:8s}       {best(run, n, rounds):6.2f} us")
-        loop.close()
-    bench_consume(n, rounds, Transport)
+    def get_extra_info(self, key: str):
+        return ("127.0.0.1", 1)
 
 
-def bench_consume(n: int, rounds: int, transport_cls) -> None:
-    """GETJOB NOHANG FROM q, then ACKJOB of the ID it returned: the consume workload's two
-    requests, each through data_received, the queue preloaded before each round."""
+def node_with_clients(conns: int, transport: type = Transport) -> tuple:
+    """(node, event loop, [ClientProtocol]): a fresh node and ``conns`` connections on
+    ``transport`` objects, as the server has them. Close the loop when done."""
     from disquepy.core.config import Config
     from disquepy.core.ids import new_node_id
     from disquepy.core.node import Node
@@ -114,14 +94,45 @@ def bench_consume(n: int, rounds: int, transport_cls) -> None:
     cfg.dir = tempfile.mkdtemp()
     node = Node(cfg, new_node_id(random.Random(1)), random.Random(2), Driver.now())
     loop = asyncio.new_event_loop()
-    proto = ClientProtocol(Driver(node, cfg, None, loop))
+    driver = Driver(node, cfg, None, loop)
+    protos = []
+    for _ in range(conns):
+        proto = ClientProtocol(driver)
+        proto.connection_made(transport())
+        protos.append(proto)
+    return node, loop, protos
+
+
+def bench_protocol(n: int, rounds: int) -> None:
+    for name, cmd in (("PING", PING), ("ADDJOB", ADDJOB)):
+        for conns in (1, 50):
+            _, loop, protos = node_with_clients(conns)
+            drs = [p.data_received for p in protos]
+
+            def run(k: int, drs=drs, cmd=cmd) -> int:
+                # connections take turns, one request each, as 50 clients' reads come in
+                turns = max(1, k // len(drs))
+                for _ in range(turns):
+                    for dr in drs:
+                        dr(cmd)
+                return turns * len(drs)
+
+            print(f"protocol  data_received {name:8s} {conns:2d} conns "
+                  f"{best(run, n, rounds):6.2f} us")
+            loop.close()
+    bench_consume(n, rounds)
+
+
+def bench_consume(n: int, rounds: int) -> None:
+    """GETJOB NOHANG FROM q, then ACKJOB of the ID it returned: the consume workload's two
+    requests, each through data_received, the queue preloaded before each round."""
     last: list = [b""]
 
-    class Capture(transport_cls):
+    class Capture(Transport):
         def write(self, data: bytes) -> None:
             last[0] = data
 
-    proto.connection_made(Capture())
+    node, loop, (proto,) = node_with_clients(1, Capture)
     getjob = b"*4\r\n$6\r\nGETJOB\r\n$6\r\nNOHANG\r\n$4\r\nFROM\r\n$1\r\nq\r\n"
     dr = proto.data_received
 
@@ -153,7 +164,6 @@ def bench_replicate(n: int, rounds: int) -> None:
     from clusterharness import Cluster
 
     from disquepy.codec.bus import FrameReader, encode_frame
-    from disquepy.core.messages import BATCH
 
     burst = 16
     c = Cluster(3)
@@ -165,15 +175,9 @@ def bench_replicate(n: int, rounds: int) -> None:
 
     def flush(inbox: list) -> None:  # what the driver does once per loop iteration
         for node in nodes:
-            out, node.bus_out = node.bus_out, []
             node.outbox.clear()
-            per: dict = {}
-            for dsts, msg in out:
-                for d in dsts:
-                    per.setdefault(d, []).append(msg)
-            for d, msgs in per.items():
-                inbox[index[d]].append(encode_frame(
-                    msgs[0] if len(msgs) == 1 else [BATCH, node.myid, node.port, 0, msgs]))
+            for d, msg in node.take_messages().items():
+                inbox[index[d]].append(encode_frame(msg))
 
     def deliver(inbox: list, now: int) -> None:
         for j, frames in enumerate(inbox):

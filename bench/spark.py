@@ -226,7 +226,7 @@ def floor_source():
         SupportsTriggerAvailableNow,
     )
 
-    from disquepy.spark.source import DisqueDataSource
+    from disquepy.spark.source import DisqueDataSource, node_readers
 
     class Part(InputPartition):
         def __init__(self, n: int) -> None:
@@ -252,14 +252,10 @@ def floor_source():
             return {"planned": min(self.total, start["planned"] + cap)}
 
         def partitions(self, start: dict, end: dict) -> list:
+            # the connector's split of one node's share into read tasks and chunks
             n = end["planned"] - start["planned"]
-            chunks = -(-n // 1000)
-            if n <= 0:
-                return []
-            if chunks < 2:
-                return [Part(n)]
-            half = (chunks // 2) * 1000
-            return [Part(half), Part(n - half)]
+            return [Part(sum(k for _, k in chunks))
+                    for _, chunks in node_readers("floor", n, 1000, 2)]
 
         def commit(self, end: dict) -> None:
             pass
