@@ -29,6 +29,7 @@ P_FAIL = 4
 P_LEAVING = 8
 
 REPL_RETRY_MS = 50  # add one more node this often while replication is short
+_NOT_WAITING = (None, 0, False)  # repl_waiting's entry for a job nobody waits for
 WILLQUEUE_ADVANCE_MS = 500
 GC_MIN_MS = 1000  # first ack GC retry, doubling up to GC_MAX_MS
 GC_MAX_MS = 180_000
@@ -154,6 +155,18 @@ class ClusterMixin:
                 return
         out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
                            item]))
+        self.msgs_sent += len(dsts)
+
+    def send_items(self, dsts: list, mtype: int, items: list) -> None:
+        """send_item() of each of ``items``, in one step."""
+        out = self.bus_out
+        if out:
+            last_dsts, last = out[-1]
+            if last[0] == mtype and last_dsts == dsts and len(last) + len(items) <= M.MAX_ITEMS:
+                last.extend(items)
+                return
+        out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
+                           *items]))
         self.msgs_sent += len(dsts)
 
     def _peers_changed(self) -> None:
@@ -484,7 +497,7 @@ class ClusterMixin:
 
     def _repl_tick(self, job: Job, now: int) -> None:
         """A job still short of copies: give up at the deadline, else one more node."""
-        client, deadline, extrepl = self.repl_waiting.get(job.id, (None, 0, False))
+        client, deadline, extrepl = self.repl_waiting.get(job.id, _NOT_WAITING)
         if client is None:
             return
         if deadline and now >= deadline:
@@ -511,30 +524,33 @@ class ClusterMixin:
             self.outbox.append((client, resp.error(error)))
 
     def _on_repljob(self, p: Peer, fields, now) -> None:
-        """Copies of jobs to hold (one or more per message): GOTJOB for each we hold."""
-        me = [p.id]
+        """Copies of jobs to hold (one or more per message): GOTJOB for each we hold,
+        all in one message."""
         full = self.memory_level() >= 1  # near the limit: let other nodes hold new copies
+        parts = self.jobs.parts
+        got = []
         for w in fields:
             try:
                 (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
                  delivered, idem) = M.job_from_wire(w)
             except ValueError:
                 continue  # a malformed job: the others of the message still count
-            job = self.jobs.get(jid)
+            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
             if job is not None:
                 job.delivered = tuple(dict.fromkeys((*job.delivered, *delivered)))
                 if job.state != WAIT_REPL:
-                    self.send_item(me, M.GOTJOB, jid)
+                    got.append(jid)
                 continue
             if full:
                 continue
             q = self.queues.get(queue)
             if q is not None and q.flags & 1:  # paused in input: refuse new copies
                 continue
-            job = self._job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl,
-                                      nacks, adeliv, delivered, now, idem)
-            if job is not None:
-                self.send_item(me, M.GOTJOB, jid)
+            if self._job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl,
+                                   nacks, adeliv, delivered, now, idem) is not None:
+                got.append(jid)
+        if got:
+            self.send_items([p.id], M.GOTJOB, got)
 
     def _job_from_wire(self, jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
                        delivered, now, idem=None):
@@ -543,18 +559,17 @@ class ClusterMixin:
         if ctime // 1_000_000 + ttl * 1000 <= now:  # Job.etime
             return None
         job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
-        job.nacks, job.adeliv = nacks, adeliv
+        if not self.register(job):
+            return None
+        job.nacks = nacks
+        job.adeliv = adeliv
         if self.myid not in delivered:
             delivered = (*delivered, self.myid)
         job.delivered = delivered
         job.state = ACTIVE
         if retry:
-            job.flags |= F_BCAST_WILLQUEUE
-            job.qtime = now + delay * 1000 + retry * 1000 + self.jitter()
-        else:
-            job.qtime = 0
-        if not self.register(job):
-            return None
+            job.flags = F_BCAST_WILLQUEUE
+            job.qtime = now + (delay + retry) * 1000 + int(self._random() * 500) - 250  # jitter
         if idem is not None:
             self.idem_bind(idem, job)
         self.schedule(job)
@@ -564,25 +579,28 @@ class ClusterMixin:
 
     def _on_gotjob(self, p: Peer, fields, now) -> None:
         """The sender holds copies of these jobs (one or more IDs per message)."""
-        get = self.jobs.get
+        parts = self.jobs.parts
         for jid in fields:
-            job = get(jid) if type(jid) is bytes else None
+            if type(jid) is not bytes or len(jid) < 13:
+                continue
+            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
             if job is not None and job.state == WAIT_REPL:
                 self._got_copy(p, job, now)
 
     def _got_copy(self, p: Peer, job: Job, now: int) -> None:
-        if p.id not in job.confirmed:
-            job.confirmed = (*job.confirmed, p.id)
-        if p.id not in job.delivered:
-            job.delivered = (*job.delivered, p.id)
-        waiting = self.repl_waiting.get(job.id)
-        extrepl = waiting[2] if waiting else False
-        have = len(job.confirmed)
-        if have >= job.repl:
-            client = waiting[0] if waiting else None
-            self.repl_waiting.pop(job.id, None)
+        pid = p.id
+        confirmed = job.confirmed
+        if pid not in confirmed:
+            job.confirmed = confirmed = (*confirmed, pid)
+        if pid not in job.delivered:
+            job.delivered = (*job.delivered, pid)
+        if len(confirmed) >= job.repl:
+            client, _, extrepl = self.repl_waiting.pop(job.id, _NOT_WAITING)
             job.state = ACTIVE
-            self.awake.cancel(job)
+            # the replication timer is due within REPL_RETRY_MS: leave its entry to go
+            # stale there (the index skips a job whose awake time moved) rather than pay
+            # for bookkeeping; what schedules the job next sets its awake time anew
+            job.awake = 0
             if client is not None and not client.closed:
                 client.blocked_add = None
                 self.outbox.append((client, b"+" + job.id + b"\r\n"))

@@ -215,8 +215,14 @@ class Node(ClusterMixin):
 
     # -------------------------------------------------------------- job store
     def register(self, job: Job) -> bool:
-        if not self.jobs.add(job):
+        """Add a job to the registry; False (nothing changed) if its ID is known."""
+        jid = job.id
+        jobs = self.jobs
+        part = jobs.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]  # JobTable.add
+        if jid in part:
             return False
+        part[jid] = job
+        jobs.count += 1
         self.used_memory += JOB_OVERHEAD + len(job.body)
         return True
 
@@ -539,13 +545,16 @@ class Node(ClusterMixin):
 
     def schedule(self, job: Job) -> None:
         """Recompute when the job next needs attention: expiry, delay, retry, GC."""
-        if job.state == WAIT_REPL:
+        state = job.state
+        if state == WAIT_REPL:
             return  # its replication timer (cluster._repl_tick) stays in charge
-        at = job.etime
+        at = job.ctime // 1_000_000 + job.ttl * 1000  # job.etime (on every job's path)
         q = job.qtime
-        if q and job.state != ACKED and job.state != WAIT_REPL:
-            if job.flags & F_BCAST_WILLQUEUE and self.has_peers(job):
-                q -= 500
+        if q and state != ACKED:
+            if job.flags & F_BCAST_WILLQUEUE:
+                d = job.delivered  # self.has_peers(job), inlined
+                if len(d) > 1 or (d and d[0] != self.myid):
+                    q -= 500
             if q < at:
                 at = q
         self.awake.schedule(job, at)
