@@ -110,10 +110,15 @@ def job_to_wire(job, idem: bytes | None = None) -> list:
 
 def job_from_wire(w: list):
     """(id, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered, idem)."""
-    if type(w) is not list or not 11 <= len(w) <= 12:
+    if type(w) is not list:
         raise ValueError("bad job on the wire")
-    jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered = w[:11]
-    idem = w[11] if len(w) == 12 else None
+    if len(w) == 11:
+        jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered = w
+        idem = None
+    elif len(w) == 12:
+        jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered, idem = w
+    else:
+        raise ValueError("bad job on the wire")
     if not (type(jid) is bytes and is_valid_job_id(jid) and type(queue) is bytes
             and type(body) is bytes and type(ctime) is int and type(ttl) is int
             and type(delay) is int and type(retry) is int and type(repl) is int

@@ -444,26 +444,30 @@ class Node(ClusterMixin):
     def enqueue(self, job: Job, now: int, nack: bool = False) -> bool:
         """ENQUEUE(job): put an active job in its queue. False if it can't be queued:
         already queued, or an at-most-once job that was queued (or delivered) before."""
-        if (job.state == QUEUED or job.state == WAIT_REPL or job.qtime == 0
-                or (job.retry == 0 and job.flags & F_DELIVERED)):
+        state = job.state
+        flags = job.flags
+        retry = job.retry
+        if (state in (QUEUED, WAIT_REPL) or job.qtime == 0
+                or (retry == 0 and flags & F_DELIVERED)):
             return False  # queued already, still being replicated, or at most once
-        requeue = job.flags & F_ENQUEUED_ONCE
-        if nack:
-            job.nacks += 1
-        elif requeue:
-            job.adeliv += 1
-        if (nack or requeue) and self.aof_on:
-            self.aof_created(job)  # the counters moved: a reload must not roll them back
+        requeue = flags & F_ENQUEUED_ONCE
+        if nack or requeue:
+            if nack:
+                job.nacks += 1
+            else:
+                job.adeliv += 1
+            if self.aof_on:
+                self.aof_created(job)  # the counters moved: a reload must not roll them back
         if self.events_on:
             if nack:
                 self.events_out.append((now, "nacked", job.id, job.queue, None))
             self.events_out.append((now, "queued", job.id, job.queue, None))
-        job.flags |= F_ENQUEUED_ONCE
         job.state = QUEUED
-        if job.retry:
-            job.flags |= F_BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + self.jitter()
+        if retry:
+            job.flags = flags | F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
+            job.qtime = now + retry * 1000 + self.jitter()
         else:
+            job.flags = flags | F_ENQUEUED_ONCE
             job.qtime = 0  # at-most-once: never queued again
         q = self.queues.get(job.queue)
         if q is None:
@@ -474,7 +478,7 @@ class Node(ClusterMixin):
         if self._peers:
             if (requeue or nack) and self.has_peers(job):
                 self.broadcast_queued(job, M.QUEUED_INCR_NACKS if nack else M.QUEUED_INCR_DELIV)
-            if not q.waiters and job.queue in self.askers:
+            if not q.waiters and self.askers and job.queue in self.askers:
                 self.pushed_to_askers(q, now)
         if q.waiters and not q.flags & PAUSED_OUT:
             self.ready.append(q)
