@@ -9,6 +9,10 @@ Workloads (each a table row; PASS/FAIL lines for the project's targets):
                 once 3 copies exist), 50 connections spread evenly over the 3
                 nodes, unpipelined; then the same with ASYNC.
                 Target: sync >= 0.5x baseline.
+     floor      the baseline and sync rows again on floor nodes
+                (bench/floor_cluster.py: the same REPLJOB/GOTJOB message flow
+                with nothing stored or checked): the ceiling of the sync row,
+                and the floor's own REPLICATE 3 vs REPLICATE 1 ratio.
   c. federation latency, consumer on node B, producer on node A:
      - one job at a time: the consumer blocks in GETJOB TIMEOUT 5000 FROM fq,
        the producer sends ADDJOB fq <body> 5000 REPLICATE 1; from just before
@@ -168,6 +172,14 @@ def registered_jobs(ports: list[int]) -> list[int | None]:
     return out
 
 
+def round_ratios(row: dict, base: dict) -> tuple[list, float | None]:
+    """Each round's ratio of ``row`` to ``base`` and their median."""
+    rr = [R.ratio(x, b) for x, b in zip(row["runs_ops_per_sec"], base["runs_ops_per_sec"],
+                                        strict=True)]
+    known = [x for x in rr if x is not None]
+    return rr, statistics.median(known) if known else None
+
+
 def flush_all(ports: list[int]) -> None:
     """DEBUG FLUSHALL on every node: each throughput row starts from empty nodes, so a
     row's rate does not depend on how many jobs the rows before it left behind."""
@@ -264,6 +276,11 @@ def node_argv(args, port: int) -> list[str]:
     ]
 
 
+def floor_argv(port: int, peers: list[int]) -> list[str]:
+    return [str(R.venv_python()), str(R.BENCH / "floor_cluster.py"), "--port", str(port),
+            *(["--peers", ",".join(map(str, peers))] if peers else [])]
+
+
 def hello_ok(port: int, n: int) -> bool:
     try:
         c = Resp(port, timeout=2)
@@ -281,10 +298,12 @@ def hello_ok(port: int, n: int) -> bool:
 
 
 class Nodes:
-    """n disquepy nodes (n > 1: joined into one cluster); always stopped on exit."""
+    """n disquepy nodes (n > 1: joined into one cluster), or with ``floor`` n floor nodes
+    (bench/floor_cluster.py, each given the others as peers); always stopped on exit."""
 
-    def __init__(self, args, scratch: Path, tag: str, n: int) -> None:
+    def __init__(self, args, scratch: Path, tag: str, n: int, floor: bool = False) -> None:
         self.args, self.scratch, self.tag, self.n = args, scratch, tag, n
+        self.floor = floor
         self.servers: list[R.Server] = []
         self.converge_s = 0.0
 
@@ -315,7 +334,9 @@ class Nodes:
                 for i, p in enumerate(ports):
                     d = self.scratch / f"{self.tag}-node{i}-{attempt}"
                     d.mkdir()
-                    srv = R.Server(f"{self.tag}-node{i}", node_argv(self.args, p), p, d)
+                    argv = (floor_argv(p, [q for q in ports if q != p]) if self.floor
+                            else node_argv(self.args, p))
+                    srv = R.Server(f"{self.tag}-node{i}", argv, p, d)
                     self.servers.append(srv)
                     srv.start(self.args.startup_timeout)
                 break
@@ -327,6 +348,9 @@ class Nodes:
         if self.n == 1:
             return
         t0 = time.monotonic()
+        if self.floor:
+            self._floor_ready(t0)
+            return
         first = Resp(self.ports[0], timeout=5)
         try:
             for p in self.ports[1:]:
@@ -350,6 +374,33 @@ class Nodes:
             )
         self.converge_s = time.monotonic() - t0
         R.log(f"{self.tag}: {self.n} nodes {self.ports} converged in {self.converge_s:.2f} s")
+
+    def _floor_ready(self, t0: float) -> None:
+        """Floor nodes link up by themselves: ready once a replicated ADDJOB is answered
+        with a job ID on every node."""
+        deadline = t0 + CONVERGE_TIMEOUT_S
+        pending = list(self.ports)
+        while pending and time.monotonic() < deadline:
+            still = []
+            for p in pending:
+                try:
+                    c = Resp(p, timeout=2)
+                    try:
+                        r = c.call("ADDJOB", "q", "x", 1000, "REPLICATE", self.n)
+                    finally:
+                        c.close()
+                except (OSError, RespError):
+                    r = None
+                if not (isinstance(r, bytes) and r.startswith(b"D-")):
+                    still.append(p)
+            pending = still
+            if pending:
+                time.sleep(0.05)
+        if pending:
+            raise R.HarnessError(f"floor nodes {pending} did not replicate within "
+                                 f"{CONVERGE_TIMEOUT_S:.0f} s")
+        self.converge_s = time.monotonic() - t0
+        R.log(f"{self.tag}: {self.n} floor nodes {self.ports} linked in {self.converge_s:.2f} s")
 
     def check_alive(self, rep: dict) -> None:
         """Flag a loadgen report if a node died during the run."""
@@ -730,24 +781,34 @@ def _bench_cluster(args, scratch: Path) -> dict:
     # (a) the single-node baseline and (b) REPLICATE 3 sync and async: a fresh 1-node
     # server and a fresh cluster, both up; the rows take turns, round after round, and
     # each keeps its median run (the machine's speed drifts by 2-4x within minutes)
+    # The floor rows run the same two workloads on floor nodes (bench/floor_cluster.py:
+    # the replication messages and nothing else), in the same rounds.
     k = args.cluster_repeat
-    with Nodes(args, scratch, "single", 1) as single, Nodes(args, scratch, "repl", NODES) as cl:
+    with contextlib.ExitStack() as stack:
+        single = stack.enter_context(Nodes(args, scratch, "single", 1))
+        cl = stack.enter_context(Nodes(args, scratch, "repl", NODES))
+        fsingle = stack.enter_context(Nodes(args, scratch, "floor-single", 1, floor=True))
+        fcl = stack.enter_context(Nodes(args, scratch, "floor-repl", NODES, floor=True))
         res["servers"]["baseline"] = single.argvs()
         res["servers"]["replicate"] = cl.argvs()
+        res["servers"]["floor"] = fsingle.argvs() + fcl.argvs()
         res["converge_s"] = [cl.converge_s]
         specs = (
             ("baseline", single, "ADDJOB REPLICATE 1, 1 node (baseline)", ["REPLICATE", "1"]),
             ("sync", cl, "ADDJOB REPLICATE 3, 3 nodes", ["REPLICATE", "3"]),
             ("async", cl, "ADDJOB REPLICATE 3 ASYNC, 3 nodes", ["REPLICATE", "3", "ASYNC"]),
+            ("floor1", fsingle, "floor: ADDJOB REPLICATE 1, 1 node", ["REPLICATE", "1"]),
+            ("floor3", fcl, "floor: ADDJOB REPLICATE 3, 3 nodes", ["REPLICATE", "3"]),
         )
         runs: dict[str, list[dict]] = {key: [] for key, *_ in specs}
         copies: list[dict] = []
         for r in range(k):
             for key, nodes, name, extra in specs:
-                flush_all(nodes.ports)
+                if not nodes.floor:
+                    flush_all(nodes.ports)
                 row = addjob_row(args, nodes, name, extra, BASE_CONNS, "q")
                 runs[key].append(row)
-                if len(nodes.ports) > 1:  # every node should hold a copy of every job
+                if len(nodes.ports) > 1 and not nodes.floor:  # a copy of every job on each
                     c = wait_copies(nodes.ports, row["report"]["ops"], FREE_TIMEOUT_S)
                     c["row"] = f"{key} round {r + 1}"
                     copies.append(c)
@@ -760,20 +821,22 @@ def _bench_cluster(args, scratch: Path) -> dict:
             row["runs_ops_per_sec"] = [x["report"]["ops_per_sec"] for x in lst]
             res[key] = row
         print_tp_row(res["baseline"], 1.0 if res["baseline"]["report"]["ops_per_sec"] else None)
-        for key in ("sync", "async"):
+        for key in ("sync", "async", "floor1", "floor3"):
             # each round's ratio compares runs of the same minutes; the median of those
             # is the figure (a run's ratio to a baseline from other minutes says little)
-            rr = [R.ratio(x, b) for x, b in zip(res[key]["runs_ops_per_sec"],
-                                                res["baseline"]["runs_ops_per_sec"], strict=True)]
-            known = [x for x in rr if x is not None]
-            res[key]["round_ratios"] = rr
-            res[key]["ratio"] = statistics.median(known) if known else None
+            res[key]["round_ratios"], res[key]["ratio"] = round_ratios(res[key], res["baseline"])
             print_tp_row(res[key], res[key]["ratio"])
+        # the floor cluster against the floor's own REPLICATE 1
+        fl = res["floor3"]
+        fl["round_ratios_floor1"], fl["ratio_floor1"] = round_ratios(fl, res["floor1"])
         if k > 1:
             print(f"  median of {k} alternating rounds; ratio = the median of the rounds' "
                   "ratios (" + "; ".join(
                       f"{key} " + ", ".join(R.fmt_ratio(x) for x in res[key]["round_ratios"])
-                      for key in ("sync", "async")) + ")", flush=True)
+                      for key in ("sync", "async", "floor3")) + ")", flush=True)
+        print(f"  floor = {FLOOR_LINE}; floor REPLICATE 3 vs floor REPLICATE 1: "
+              f"{R.fmt_ratio(fl['ratio_floor1'])} ("
+              + ", ".join(R.fmt_ratio(x) for x in fl["round_ratios_floor1"]) + ")", flush=True)
         bad = [c for c in copies if not c["ok"]]
         res["replicas"] = {"rows": len(copies), "bad": bad}
         line = (
@@ -844,6 +907,8 @@ def _bench_cluster(args, scratch: Path) -> dict:
 # --------------------------------------------------------------------------
 
 BODY = R.BODY_SIZE
+FLOOR_LINE = ("bench/floor_cluster.py: RESP in, REPLJOB/GOTJOB frames between the nodes, "
+              "nothing stored or checked; its REPLICATE 3 rate bounds ours")
 TP_HEADER = (
     f"{'workload':<40} {'nodes':>5} {'conns':>5} | {'jobs/s':>9} {'p50us':>6} "
     f"{'p99us':>6} | {'vs base':>7} | {'cpu us/job':>11}"
@@ -931,7 +996,10 @@ def targets(res: dict) -> list[dict]:
                 and r is not None
                 and r >= TARGET_SYNC_RATIO,
                 "shown": f"{R.fmt_ratio(r)} ({sync['report']['ops_per_sec']:,.0f} vs "
-                f"{res['baseline']['report']['ops_per_sec']:,.0f} jobs/s)",
+                f"{res['baseline']['report']['ops_per_sec']:,.0f} jobs/s)"
+                + (f"; ceiling: the floor cluster at {R.fmt_ratio(res['floor3']['ratio'])} of "
+                   f"the baseline, {R.fmt_ratio(res['floor3']['ratio_floor1'])} of the floor's "
+                   "own REPLICATE 1" if res.get("floor3") else ""),
                 "note": R.problems(sync["report"]) or R.problems(res["baseline"]["report"]),
             }
         )
@@ -982,6 +1050,7 @@ def markdown(res: dict) -> list[str]:
             ("baseline", "baseline, 1 node"),
             ("replicate", "REPLICATE rows, cluster 1"),
             ("federation", "latency and pipeline, cluster 2"),
+            ("floor", "floor rows (bench/floor_cluster.py), 1 node, then 3 linked"),
         )
     ):
         cmds = res["servers"].get(key)
@@ -997,7 +1066,7 @@ def markdown(res: dict) -> list[str]:
         "| Workload | Nodes | Conns | jobs/s | p50 µs | p99 µs | vs baseline | server CPU µs/job |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for key in ("baseline", "sync", "async"):
+    for key in ("baseline", "sync", "async", "floor1", "floor3"):
         row = res.get(key)
         if not row:
             continue
@@ -1010,7 +1079,14 @@ def markdown(res: dict) -> list[str]:
             f"| {rep['lat_us']['p99']:.0f} | {ratio} | {fmt_cpu(row.get('cpu_us_per_job'))} |"
         )
     out += ["", "Commands:", ""]
-    out += [f"- `{res[k]['command']}`" for k in ("baseline", "sync", "async") if res.get(k)]
+    out += [f"- `{res[k]['command']}`" for k in ("baseline", "sync", "async", "floor1", "floor3")
+            if res.get(k)]
+    fl = res.get("floor3")
+    if fl and fl.get("ratio_floor1") is not None:
+        out += ["", f"Floor rows: {FLOOR_LINE}. Their ratio is to the disquepy baseline; the "
+                    f"floor cluster against the floor's own REPLICATE 1: "
+                    f"{R.fmt_ratio(fl['ratio_floor1'])} (rounds: "
+                    + ", ".join(R.fmt_ratio(x) for x in fl["round_ratios_floor1"]) + ")."]
     rp = res.get("replicas")
     if rp:
         out += ["", f"Each row started on empty nodes (DEBUG FLUSHALL). Copies: after each "

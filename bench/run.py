@@ -75,9 +75,14 @@ LOADGEN_SRC = BENCH / "loadgen.c"
 LOADGEN = BENCH / "loadgen"
 DEFAULT_OURS = str(ROOT / ".venv" / "bin" / "disque-server")
 _VENV_PY = ROOT / ".venv" / "bin" / "python"
-DEFAULT_FLOOR = shlex.join(
-    [str(_VENV_PY if _VENV_PY.exists() else sys.executable), str(BENCH / "floor_server.py")]
-)
+
+
+def venv_python() -> Path:
+    """The project's virtualenv python (uvloop, the package), else this one."""
+    return _VENV_PY if _VENV_PY.exists() else Path(sys.executable)
+
+
+DEFAULT_FLOOR = shlex.join([str(venv_python()), str(BENCH / "floor_server.py")])
 
 # (connections, pipeline depth) for the throughput workloads.
 SHAPES = [(1, 1), (1, 16), (50, 1), (50, 16)]
@@ -564,7 +569,7 @@ def bench_spark(args, scratch: Path) -> dict:
     """bench/spark.py in a subprocess (PySpark and its JVM stay out of this process);
     its output goes straight through; its JSON (with its targets) comes back."""
     out = scratch / "spark.json"
-    cmd = [str(_VENV_PY if _VENV_PY.exists() else sys.executable), str(BENCH / "spark.py"),
+    cmd = [str(venv_python()), str(BENCH / "spark.py"),
            "--json", str(out), *(["--quick"] if args.quick else [])]
     print(f"\nspark: {shlex.join(cmd)}", flush=True)
     proc = subprocess.Popen(cmd, cwd=ROOT)
