@@ -91,6 +91,14 @@ class AwakeIndex:
             job.awake = 0
             self._went_stale(b)
 
+    @staticmethod
+    def cancel_near(job) -> None:
+        """cancel() for a job due soon (a replication retry, tens of ms away): its entry
+        is left to go stale in its bucket uncounted, which fires shortly and drops it,
+        and the compaction bookkeeping is skipped. Outside the memory bound above only
+        until that bucket fires."""
+        job.awake = 0
+
     def _went_stale(self, b: int) -> None:
         lst = self._buckets.get(b)
         if lst is None:

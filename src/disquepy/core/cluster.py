@@ -597,10 +597,7 @@ class ClusterMixin:
         if len(confirmed) >= job.repl:
             client, _, extrepl = self.repl_waiting.pop(job.id, _NOT_WAITING)
             job.state = ACTIVE
-            # the replication timer is due within REPL_RETRY_MS: leave its entry to go
-            # stale there (the index skips a job whose awake time moved) rather than pay
-            # for bookkeeping; what schedules the job next sets its awake time anew
-            job.awake = 0
+            self.awake.cancel_near(job)  # its replication retry, due within REPL_RETRY_MS
             if client is not None and not client.closed:
                 client.blocked_add = None
                 self.outbox.append((client, b"+" + job.id + b"\r\n"))
