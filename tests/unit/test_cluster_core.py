@@ -59,6 +59,29 @@ def test_sync_replication_replies_after_copies(c3):
     assert len(d[b"nodes-delivered"]) == 3
 
 
+def test_copies_share_node_lists_and_queue_names(c3):
+    """Each job keeps its node lists and queue name; jobs replicated to the same nodes
+    share one object for each, as the origin's own jobs do, instead of holding what the
+    bus decoded for them (a replica's job cost 961 bytes instead of 539 without this)."""
+    clients = [c3.nodes[0].new_client(now=c3.now) for _ in range(6)]
+    for cl in clients:
+        assert c3.cmd(0, "ADDJOB", "jobs_email_outbound", "b", 5000, "REPLICATE", 3,
+                      client=cl) == "BLOCKED"
+    c3.run(20)
+    jids = [reply for _, reply in c3.outbox(0)]
+    assert len(jids) == 6
+    origin, replicas = c3.nodes[0], c3.nodes[1:]
+    for node in (origin, *replicas):
+        jobs = [node.jobs.get(j) for j in jids]
+        assert all(j is not None for j in jobs)
+        first = jobs[0]
+        assert len(first.delivered) == 3
+        assert all(j.delivered is first.delivered for j in jobs), node.port
+        assert all(j.queue is first.queue for j in jobs), node.port
+    assert all(origin.jobs.get(j).confirmed is origin.jobs.get(jids[0]).confirmed
+               for j in jids)
+
+
 def test_norepl_when_not_enough_nodes(c3):
     assert c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 4) == (
         "NOREPL Not enough reachable nodes for the requested replication level")
@@ -437,3 +460,16 @@ def test_jobs_still_being_replicated_are_never_queued():
     job.state, job.qtime = WAIT_REPL, 1
     n.register(job)
     assert n.enqueue(job, c.now) is False and job.state == WAIT_REPL
+
+
+def test_node_ids_from_wire_validates_and_shares_the_strings():
+    from disquepy.core import messages as M
+
+    a, b = "ab" * 20, "cd" * 20
+    first = M.node_ids_from_wire([a, b])
+    again = M.node_ids_from_wire(["".join(["ab"] * 20), "".join(["cd"] * 20)])  # new objects
+    assert first == again == (a, b)
+    assert all(x is y for x, y in zip(first, again, strict=True))
+    assert M.node_ids_from_wire([]) == ()
+    for bad in (["AB" * 20], ["ab" * 19], [b"ab" * 20], [1], [[a]], [a, None]):
+        assert M.node_ids_from_wire(bad) is None, bad

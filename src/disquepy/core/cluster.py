@@ -89,6 +89,7 @@ class ClusterMixin:
         self.msgs_received = 0
         self._next_ping = now
         self._reach_ids: list = []  # reachable_peers(), sorted; rebuilt, never mutated
+        self._shared: dict = {}  # see shared()
 
     def membership_changed(self) -> None:
         peers = self.peers.values()
@@ -118,6 +119,19 @@ class ClusterMixin:
         """PING or PONG to one peer: gossip, plus the address we reach it at (so a
         node that only ever MEETs others still learns its own address)."""
         self.send([p.id], mtype, self._gossip(), p.ip)
+
+    def shared(self, value):
+        """One object per distinct value, for what many jobs hold alike: the lists of
+        node IDs (delivered, confirmed) of the jobs replicated to the same nodes, and the
+        name of a queue a replica holds copies for (it has no Queue object to share the
+        name of). Each would otherwise be a new object per job as decoded from the bus
+        (64 bytes for a list of three, 33 plus the name for a name). Cleared at 4096."""
+        v = self._shared.get(value)
+        if v is None:
+            if len(self._shared) >= 4096:
+                self._shared.clear()
+            self._shared[value] = v = value
+        return v
 
     def send(self, dsts, mtype: int, *fields) -> None:
         if not dsts:
@@ -458,7 +472,7 @@ class ClusterMixin:
         # every reachable peer, or a random choice of them; sorted either way, so the
         # REPLJOBs of a burst of jobs for the same nodes share one message
         targets = others if need >= len(others) else sorted(self.rng.sample(others, need))
-        job.delivered = tuple(targets) if extrepl else (self.myid, *targets)
+        job.delivered = self.shared(tuple(targets) if extrepl else (self.myid, *targets))
         job.confirmed = () if extrepl else (self.myid,)
         if targets:
             self.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.idem_of.get(job.id)))
@@ -544,8 +558,12 @@ class ClusterMixin:
             if full:
                 continue
             q = self.queues.get(queue)
-            if q is not None and q.flags & 1:  # paused in input: refuse new copies
+            if q is None:
+                queue = self._shared.get(queue) or self.shared(queue)
+            elif q.flags & 1:  # paused in input: refuse new copies
                 continue
+            else:
+                queue = q.name
             if self._job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl,
                                    nacks, adeliv, delivered, now, idem) is not None:
                 got.append(jid)
@@ -563,8 +581,8 @@ class ClusterMixin:
             return None
         job.nacks = nacks
         job.adeliv = adeliv
-        if self.myid not in delivered:
-            delivered = (*delivered, self.myid)
+        if self.myid not in delivered:  # (a list from the bus is shared already)
+            delivered = self.shared((*delivered, self.myid))
         job.delivered = delivered
         job.state = ACTIVE
         if retry:
@@ -595,6 +613,7 @@ class ClusterMixin:
         if pid not in job.delivered:
             job.delivered = (*job.delivered, pid)
         if len(confirmed) >= job.repl:
+            job.confirmed = self.shared(confirmed)
             client, _, extrepl = self.repl_waiting.pop(job.id, _NOT_WAITING)
             job.state = ACTIVE
             self.awake.cancel_near(job)  # its replication retry, due within REPL_RETRY_MS
@@ -915,8 +934,8 @@ class ClusterMixin:
             q.import_window_count += 1
             job = self.jobs.get(jid)
             if job is None:
-                job = self._job_from_wire(jid, queue, body, ctime, ttl, 0, retry, repl, nacks,
-                                          adeliv, delivered, now, idem)
+                job = self._job_from_wire(jid, q.name, body, ctime, ttl, 0, retry, repl,
+                                          nacks, adeliv, delivered, now, idem)
                 if job is None:
                     continue
             elif job.state == ACKED or job.state == WAIT_REPL:

@@ -67,7 +67,13 @@ QUEUED_INCR_NACKS = 2
 _HEX = frozenset("0123456789abcdef")
 
 
-_VALID_IDS: set = set()  # node IDs already found valid (a cluster has a handful)
+# Node IDs found valid so far; and lists of them, each kept as one tuple of shared str
+# objects (a cluster has a handful of nodes, so of lists too). Jobs keep the node IDs of
+# their copies: the strings a message decodes to are new objects (89 bytes each), so a
+# replica would otherwise hold three of them and a tuple for every job.
+_VALID_IDS: dict[str, str] = {}  # each valid ID seen, mapped to its shared object
+_NODE_LISTS: dict[tuple, tuple] = {}
+_CACHE_MAX = 4096
 
 
 def valid_node_id(nid) -> bool:
@@ -79,21 +85,30 @@ def valid_node_id(nid) -> bool:
         return True
     if len(nid) != 40 or set(nid) - _HEX:
         return False
-    if len(_VALID_IDS) < 4096:
-        _VALID_IDS.add(nid)
+    if len(_VALID_IDS) < _CACHE_MAX:
+        _VALID_IDS[nid] = nid
     return True
 
 
-def valid_node_ids(ids: list) -> bool:
-    """valid_node_id() of every item; IDs seen before are checked in one set operation
-    (msgpack yields exact ``str``, ``bytes`` or containers: only a ``str`` can be in
-    the set, and an unhashable item raises TypeError)."""
+def node_ids_from_wire(ids: list) -> tuple | None:
+    """The node IDs of a message as a shared tuple of shared str objects, or None if
+    any is not a valid_node_id(). A list seen before costs one lookup (msgpack yields
+    exact ``str``, ``bytes`` or containers: a non-str item never equals a cached list,
+    and an unhashable one raises TypeError)."""
     try:
-        if _VALID_IDS.issuperset(ids):
-            return True
+        t = tuple(ids)
+        known = _NODE_LISTS.get(t)
     except TypeError:
-        return False
-    return all(map(valid_node_id, ids))
+        return None
+    if known is not None:
+        return known
+    if not all(map(valid_node_id, ids)):
+        return None
+    if len(_NODE_LISTS) < _CACHE_MAX:
+        get = _VALID_IDS.get
+        t = tuple([get(nid, nid) for nid in t])
+        _NODE_LISTS[t] = t
+    return t
 
 
 MAX_IDEM_KEY = 256  # longest ADDJOB IDEMPOTENT key
@@ -125,8 +140,7 @@ def job_from_wire(w: list):
             and type(nacks) is int and type(adeliv) is int and type(delivered) is list
             and ttl > 0 and delay >= 0 and retry >= 0 and 0 < repl < 65536
             and nacks >= 0 and adeliv >= 0 and ctime >= 0
-            and valid_node_ids(delivered)
+            and (delivered := node_ids_from_wire(delivered)) is not None
             and (idem is None or (type(idem) is bytes and 0 < len(idem) <= MAX_IDEM_KEY))):
         raise ValueError("bad job on the wire")
-    return (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, tuple(delivered),
-            idem)
+    return (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered, idem)

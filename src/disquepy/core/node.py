@@ -294,7 +294,8 @@ class Node(ClusterMixin):
             if job.etime <= now:
                 continue
             job.nacks, job.adeliv = nacks, adeliv
-            job.delivered = tuple(delivered)
+            # shared node-ID strings (as for jobs from the bus); as read if not canonical
+            job.delivered = M.node_ids_from_wire(delivered) or tuple(delivered)
             job.flags = flags & F_DELIVERED
             job.state = ACTIVE
             if not self.register(job):
@@ -472,6 +473,7 @@ class Node(ClusterMixin):
         q = self.queues.get(job.queue)
         if q is None:
             q = self.queue_for(job.queue, now)
+        job.queue = q.name  # one name object per queue (jobs created before it existed)
         q.push(job)
         q.atime = now
         self.schedule(job)
