@@ -172,6 +172,21 @@ def registered_jobs(ports: list[int]) -> list[int | None]:
     return out
 
 
+def rss(ports: list[int]) -> list[int | None]:
+    """used_memory_rss of each node (INFO memory), None where it could not be read."""
+    out: list[int | None] = []
+    for p in ports:
+        try:
+            c = Resp(p, timeout=5)
+            try:
+                out.append(int(info(c, "memory")["used_memory_rss"]))
+            finally:
+                c.close()
+        except (OSError, RespError, KeyError, ValueError):
+            out.append(None)
+    return out
+
+
 def round_ratios(row: dict, base: dict) -> tuple[list, float | None]:
     """Each round's ratio of ``row`` to ``base`` and their median."""
     rr = [R.ratio(x, b) for x, b in zip(row["runs_ops_per_sec"], base["runs_ops_per_sec"],
@@ -806,12 +821,18 @@ def _bench_cluster(args, scratch: Path) -> dict:
             for key, nodes, name, extra in specs:
                 if not nodes.floor:
                     flush_all(nodes.ports)
+                first_sync = r == 0 and key == "sync"  # fresh nodes: their RSS growth
+                rss0 = rss(nodes.ports) if first_sync else None
                 row = addjob_row(args, nodes, name, extra, BASE_CONNS, "q")
                 runs[key].append(row)
                 if len(nodes.ports) > 1 and not nodes.floor:  # a copy of every job on each
                     c = wait_copies(nodes.ports, row["report"]["ops"], FREE_TIMEOUT_S)
                     c["row"] = f"{key} round {r + 1}"
                     copies.append(c)
+                    if first_sync and c["ok"] and row["report"]["ops"]:
+                        res["rss_per_job"] = [
+                            None if a is None or b is None else (b - a) / row["report"]["ops"]
+                            for a, b in zip(rss0, rss(nodes.ports), strict=True)]
             if k > 1:
                 done = ", ".join(f"{key} {runs[key][-1]['report']['ops_per_sec']:,.0f}"
                                  for key in runs)
@@ -837,6 +858,11 @@ def _bench_cluster(args, scratch: Path) -> dict:
         print(f"  floor = {FLOOR_LINE}; floor REPLICATE 3 vs floor REPLICATE 1: "
               f"{R.fmt_ratio(fl['ratio_floor1'])} ("
               + ", ".join(R.fmt_ratio(x) for x in fl["round_ratios_floor1"]) + ")", flush=True)
+        if res.get("rss_per_job"):
+            print("  memory: RSS growth per job held, each node of the fresh cluster, first sync "
+                  "row (each node is the origin of a third of the jobs and a replica of the "
+                  "rest): " + ", ".join("?" if x is None else f"{x:.0f} B"
+                                        for x in res["rss_per_job"]), flush=True)
         bad = [c for c in copies if not c["ok"]]
         res["replicas"] = {"rows": len(copies), "bad": bad}
         line = (
@@ -1087,6 +1113,11 @@ def markdown(res: dict) -> list[str]:
                     f"floor cluster against the floor's own REPLICATE 1: "
                     f"{R.fmt_ratio(fl['ratio_floor1'])} (rounds: "
                     + ", ".join(R.fmt_ratio(x) for x in fl["round_ratios_floor1"]) + ")."]
+    if res.get("rss_per_job"):
+        out += ["", "Memory: RSS growth per job held on each node of the fresh cluster over the "
+                    "first sync row (a third of the jobs originate on each node): "
+                    + ", ".join("?" if x is None else f"{x:.0f} B" for x in res["rss_per_job"])
+                    + "."]
     rp = res.get("replicas")
     if rp:
         out += ["", f"Each row started on empty nodes (DEBUG FLUSHALL). Copies: after each "
