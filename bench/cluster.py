@@ -28,15 +28,16 @@ Workloads (each a table row; PASS/FAIL lines for the project's targets):
                 jobs acked on B / elapsed.  Then INFO registered_jobs must go
                 back to 0 on every node (acks propagated) within a bounded wait.
 
-(a) and (b) run on a fresh 1-node server and a fresh cluster, both up, taking turns
---cluster-repeat times (default 3; each row keeps its median run, and the ratio is
-the median of the rounds' ratios). Every row starts on empty nodes (DEBUG FLUSHALL), and
-after each cluster row every node must hold a copy of each job it added. (c) and (d) on
-another cluster; every job consumed is acked.  Nodes are `disque-server --port P --cluster-node-timeout 5000`, each in
-its own scratch directory, joined with CLUSTER MEET sent to the first node;
-the cluster is ready when HELLO on every node lists 3 nodes with priority 1.
-All processes are stopped at the end, also on Ctrl-C/SIGTERM; every wait is
-bounded.
+(a), (b) and the floor rows run on a fresh 1-node server, a fresh cluster and the
+floor nodes, all up, taking turns --cluster-repeat times (default 3; each row keeps its
+median run, and the ratio is the median of the rounds' ratios). Every row starts on
+empty nodes (DEBUG FLUSHALL), and after each cluster row every node must hold a copy of
+each job the row added; the first sync row also reports RSS growth per job held.
+(c) and (d) run on another cluster; every job consumed is acked. Nodes are
+`disque-server --port P --cluster-node-timeout 5000`, each in its own scratch
+directory, joined with CLUSTER MEET sent to the first node; the cluster is ready when
+HELLO on every node lists 3 nodes with priority 1. All processes are stopped at the
+end, also on Ctrl-C/SIGTERM; every wait is bounded.
 
     .venv/bin/python bench/cluster.py --quick
     .venv/bin/python bench/cluster.py --markdown --json bench/results/cluster.json
@@ -158,33 +159,27 @@ def info(c: Resp, section: str) -> dict[str, str]:
     return dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
 
 
-def registered_jobs(ports: list[int]) -> list[int | None]:
+def info_ints(ports: list[int], section: str, field: str) -> list[int | None]:
+    """An integer INFO field of each node, None where it could not be read."""
     out: list[int | None] = []
     for p in ports:
         try:
             c = Resp(p, timeout=5)
             try:
-                out.append(int(info(c, "jobs")["registered_jobs"]))
+                out.append(int(info(c, section)[field]))
             finally:
                 c.close()
         except (OSError, RespError, KeyError, ValueError):
             out.append(None)
     return out
+
+
+def registered_jobs(ports: list[int]) -> list[int | None]:
+    return info_ints(ports, "jobs", "registered_jobs")
 
 
 def rss(ports: list[int]) -> list[int | None]:
-    """used_memory_rss of each node (INFO memory), None where it could not be read."""
-    out: list[int | None] = []
-    for p in ports:
-        try:
-            c = Resp(p, timeout=5)
-            try:
-                out.append(int(info(c, "memory")["used_memory_rss"]))
-            finally:
-                c.close()
-        except (OSError, RespError, KeyError, ValueError):
-            out.append(None)
-    return out
+    return info_ints(ports, "memory", "used_memory_rss")
 
 
 def round_ratios(row: dict, base: dict) -> tuple[list, float | None]:

@@ -530,7 +530,7 @@ class ClusterMixin:
         self.awake.schedule(job, min(at, job.etime))
 
     def _repl_failed(self, job: Job, error: str) -> None:
-        client, _, _ = self.repl_waiting.pop(job.id, (None, 0, False))
+        client, _, _ = self.repl_waiting.pop(job.id, _NOT_WAITING)
         self.send([n for n in job.delivered if n != self.myid], M.DELJOB, job.id)
         self.unregister(job)
         if client is not None and not client.closed:
@@ -551,7 +551,7 @@ class ClusterMixin:
                 continue  # a malformed job: the others of the message still count
             job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
             if job is not None:
-                job.delivered = tuple(dict.fromkeys((*job.delivered, *delivered)))
+                job.delivered = self.shared(tuple(dict.fromkeys((*job.delivered, *delivered))))
                 if job.state != WAIT_REPL:
                     got.append(jid)
                 continue
@@ -587,7 +587,7 @@ class ClusterMixin:
         job.state = ACTIVE
         if retry:
             job.flags = F_BCAST_WILLQUEUE
-            job.qtime = now + (delay + retry) * 1000 + int(self._random() * 500) - 250  # jitter
+            job.qtime = now + (delay + retry) * 1000 + self.jitter()
         if idem is not None:
             self.idem_bind(idem, job)
         self.schedule(job)

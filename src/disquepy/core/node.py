@@ -18,7 +18,7 @@ from . import errors
 from . import messages as M
 from .awake import NEVER, AwakeIndex
 from .client import Client
-from .cluster import ClusterMixin
+from .cluster import WILLQUEUE_ADVANCE_MS, ClusterMixin
 from .errors import ReplyError
 from .ids import JobIdGenerator, id_is_at_most_once, id_ttl_minutes
 from .job import (
@@ -560,7 +560,7 @@ class Node(ClusterMixin):
             if job.flags & F_BCAST_WILLQUEUE:
                 d = job.delivered  # self.has_peers(job), inlined
                 if len(d) > 1 or (d and d[0] != self.myid):
-                    q -= 500
+                    q -= WILLQUEUE_ADVANCE_MS
             if q < at:
                 at = q
         self.awake.schedule(job, at)
