@@ -300,8 +300,7 @@ class Worker:
         try:
             acked, jobs = p.execute()
         except DisqueError as e:  # nothing is known of the ACK: the jobs may come back
-            for d in done:
-                self._emit(d.job, d.attempt, "ack-failed", d.t0, error=repr(e))
+            self._acked(done, e)
             raise
         self._acked(done, acked)
         if isinstance(jobs, Exception):
@@ -316,6 +315,7 @@ class Worker:
         self._acked(done, acked)
 
     def _acked(self, done: list[_Done], reply: Any) -> None:
+        """Log each job's outcome from the ACK's reply (an exception: ack-failed)."""
         if isinstance(reply, Exception):
             for d in done:
                 self._emit(d.job, d.attempt, "ack-failed", d.t0, error=repr(reply))
