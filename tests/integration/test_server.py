@@ -308,3 +308,26 @@ def test_maxmemory_oom_over_the_wire(server_factory):
     assert r.execute_command("QLEN", "m") == accepted
     assert r.ping()
 
+
+
+# -------------------------------------------------------- cross-protocol attack
+@pytest.mark.parametrize("first_line", [b"POST / HTTP/1.1", b"Host: 127.0.0.1:7711"])
+def test_http_request_closes_the_link_before_its_body_runs(server, first_line):
+    """A web page can make a browser POST to the RESP port with commands in the body;
+    the node must close the link at ``POST`` or ``Host:`` and run nothing after it."""
+    c = server.client()
+    jid = c.execute_command("ADDJOB", "safe", "keep me", 0)
+    attack = (first_line + b"\r\nContent-Type: text/plain\r\n\r\n"
+              b"DEBUG FLUSHALL\r\nADDJOB evil x 0\r\nPING\r\n")
+    out = raw(server.port, attack, timeout=5)
+    assert out == b"", out  # closed without a reply, nothing after it ran
+    assert c.execute_command("QLEN", "safe") == 1
+    assert c.execute_command("SHOW", jid) is not None
+    assert c.execute_command("QLEN", "evil") == 0
+    assert "Possible SECURITY ATTACK detected" in server.log()
+
+
+def test_http_request_after_a_valid_command_answers_it_then_closes(server):
+    out = raw(server.port, b"PING\r\nGET / HTTP/1.1\r\nHost: x\r\nDEBUG FLUSHALL\r\n", timeout=5)
+    # PING answered, GET is an unknown command, Host: closes before DEBUG runs
+    assert out == b"+PONG\r\n-ERR unknown command 'GET'\r\n", out

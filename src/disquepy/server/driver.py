@@ -43,6 +43,7 @@ class Driver:
         node.host_info = self.host_info
         self.events = None  # server.eventlog.EventLog, opened at the first events
         self._events_ticking = False
+        self._security_logged = -NEVER  # when the cross-protocol warning was last logged
         node.events_on = config.event_log
 
     @staticmethod
@@ -276,6 +277,16 @@ class Driver:
         if kind == "quit":
             conn.write(resp.OK)
             conn.close()
+            return None
+        if kind == "security-abort":
+            conn.close()
+            now = self.now()
+            if now - self._security_logged > 60_000:  # once a minute at most
+                self._security_logged = now
+                log.warning("Possible SECURITY ATTACK detected. It looks like somebody is "
+                            "sending POST or Host: commands to Disque. This is likely due to "
+                            "an attacker attempting to use Cross Protocol Scripting to "
+                            "compromise your Disque instance. Connection aborted.")
             return None
         if kind == "shutdown":
             conn.close()

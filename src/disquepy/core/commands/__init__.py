@@ -57,6 +57,9 @@ _TABLE = [
     Command("command", -1, server.command),
     Command("time", 1, server.time_cmd),
     Command("quit", -1, server.quit, "n"),
+    # an HTTP request sent to the RESP port: close it (checked before AUTH)
+    Command("post", -1, server.cross_protocol, "n"),
+    Command("host:", -1, server.cross_protocol, "n"),
     Command("cluster", -2, cluster.cluster, "a"),
     Command("bgrewriteaof", 1, server.bgrewriteaof, "a"),
 ]

@@ -26,6 +26,16 @@ def quit(node, client, argv, now):
     return ShellRequest("quit")
 
 
+def cross_protocol(node, client, argv, now):
+    """``POST`` and ``Host:`` start an HTTP request, never a Disque command: a web page
+    made the operator's browser send one to this port, with commands hidden in its
+    body (cross-protocol scripting). Close the link before anything else in the
+    buffer runs, as Redis does."""
+    from ..node import ShellRequest
+
+    return ShellRequest("security-abort")
+
+
 def time_cmd(node, client, argv, now):
     return resp.bulk_array([b"%d" % (now // 1000), b"%d" % (now % 1000 * 1000)])
 
