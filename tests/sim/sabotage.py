@@ -16,6 +16,18 @@ def gotjob_without_copy() -> None:
     cluster._HANDLERS[messages.REPLJOB] = _on_repljob
 
 
+def handler_raises() -> None:
+    """A bus handler with a bug that raises (a KeyError, as a bad dict lookup would):
+    handle_message used to swallow such errors as "malformed input"; the simulator must
+    now see it."""
+    from disquepy.core import cluster, messages
+
+    def _on_gotjob(self, p, fields, now):
+        raise KeyError(fields[0])
+
+    cluster._HANDLERS[messages.GOTJOB] = _on_gotjob
+
+
 def reload_requeues_at_most_once() -> None:
     """A restart queues RETRY 0 jobs again (they may have been delivered already)."""
     from disquepy.core import node

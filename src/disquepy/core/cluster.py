@@ -90,6 +90,8 @@ class ClusterMixin:
         self._next_ping = now
         self._reach_ids: list = []  # reachable_peers(), sorted; rebuilt, never mutated
         self._shared: dict = {}  # see shared()
+        self._malformed_logged = -1000  # when a refused bus message was last logged
+        self._malformed_logged_count = 0
 
     def membership_changed(self) -> None:
         peers = self.peers.values()
@@ -254,26 +256,19 @@ class ClusterMixin:
             f |= M.NF_LEAVING
         return f
 
-    def _process_gossip(self, sender: Peer, gossip, now: int) -> None:
-        if type(gossip) is not list:
-            return
+    def _process_gossip(self, sender: Peer, gossip: list, now: int) -> None:
         timeout = self.config.cluster_node_timeout
-        for entry in gossip:
-            if type(entry) is not list or len(entry) != 4:
-                continue
-            nid, ip, port, flags = entry
-            if not M.valid_node_id(nid) or nid == self.myid:
+        for nid, ip, port, flags in gossip:  # checked by messages.parse
+            if nid == self.myid:
                 continue
             p = self.peers.get(nid)
             if p is None:
-                if type(ip) is str and ip and type(port) is int and not flags & M.NF_FAIL:
+                if ip and not flags & M.NF_FAIL:
                     # a node we did not know: meet it (it will learn of us too)
                     p = Peer(nid, ip, port, P_HANDSHAKE, now)
                     self.peers[nid] = p
                     self._peers_changed()
                     self.send([nid], M.MEET, self._gossip(), ip)
-                continue
-            if type(flags) is not int:
                 continue
             if flags & (M.NF_PFAIL | M.NF_FAIL):
                 p.fail_reports[sender.id] = now
@@ -360,40 +355,58 @@ class ClusterMixin:
 
     # ------------------------------------------------------------- messages
     def handle_message(self, msg: list, peer_ip: str, now: int) -> None:
-        """One message from the bus. Malformed input is dropped, never raised."""
+        """One message from the bus (a BATCH: each of its messages in turn). What
+        breaks the format is refused by ``messages.parse``, counted and logged; an
+        exception raised past that is a bug of the core and propagates."""
         self.now = now
-        if type(msg) is list and msg and msg[0] == M.BATCH:
-            inner = msg[4] if len(msg) == 5 and type(msg[4]) is list else ()
-            for m in inner:
-                if type(m) is list and m and m[0] != M.BATCH:  # no nesting
-                    self.handle_message(m, peer_ip, now)
+        try:
+            inner = M.batch(msg)
+        except M.Malformed as e:
+            self._malformed(peer_ip, e, now)
             return
+        if inner is None:
+            self._handle_one(msg, peer_ip, now)
+        else:
+            for m in inner:
+                if type(m) is list and m and m[0] == M.BATCH:  # no nesting
+                    self._malformed(peer_ip, M.Malformed("nested BATCH"), now)
+                    continue
+                self._handle_one(m, peer_ip, now)
+        if self.ready:
+            self._serve_ready(now)
+
+    def _handle_one(self, msg, peer_ip: str, now: int) -> None:
         self.msgs_received += 1
         try:
-            mtype, sid, sport, sflags = msg[0], msg[1], msg[2], msg[3]
-            if not M.valid_node_id(sid) or type(sport) is not int:
-                return
-            fields = msg[4:]
-            if mtype == M.MEET:
-                self._on_meet(sid, peer_ip, sport, sflags, fields, now)
-                return
-            p = self.peers.get(sid)
-            if p is None:
-                if mtype == M.PONG:
-                    self._on_handshake_pong(sid, peer_ip, sport, sflags, fields, now)
-                return  # unknown nodes must MEET us first
-            self._heard_from(p, sflags, now)
-            handler = _HANDLERS.get(mtype)
-            if handler is not None:
-                handler(self, p, fields, now)
-        except (ValueError, TypeError, IndexError, KeyError, AttributeError):
-            return  # a malformed message: ignore it
-        finally:
-            if self.ready:
-                self._serve_ready(now)
+            mtype, sid, sport, sflags, fields = M.parse(msg)
+        except M.Malformed as e:
+            self._malformed(peer_ip, e, now)
+            return
+        if mtype == M.MEET:
+            self._on_meet(sid, peer_ip, sport, sflags, fields, now)
+            return
+        p = self.peers.get(sid)
+        if p is None:
+            if mtype == M.PONG:
+                self._on_handshake_pong(sid, peer_ip, sport, sflags, fields, now)
+            return  # unknown nodes must MEET us first
+        self._heard_from(p, sflags, now)
+        _HANDLERS[mtype](self, p, fields, now)
 
-    def _heard_from(self, p: Peer, sflags, now: int) -> None:
-        leaving = bool(sflags & M.SF_LEAVING) if type(sflags) is int else False
+    def _malformed(self, peer_ip: str, e: Exception, now: int) -> None:
+        """Count a refused message; log it, at most once a second (a flood of garbage
+        must not flood the log too)."""
+        self.stats.bus_malformed += 1
+        if now - self._malformed_logged >= 1000:
+            n = self.stats.bus_malformed - self._malformed_logged_count
+            self._malformed_logged = now
+            self._malformed_logged_count = self.stats.bus_malformed
+            more = f" ({n - 1} more since the last report)" if n > 1 else ""
+            self.logs_out.append(("warning", f"Malformed cluster bus message from {peer_ip} "
+                                             f"refused: {e}{more}"))
+
+    def _heard_from(self, p: Peer, sflags: int, now: int) -> None:
+        leaving = bool(sflags & M.SF_LEAVING)
         if leaving != bool(p.flags & P_LEAVING):
             p.flags ^= P_LEAVING
             self.membership_changed()
@@ -403,7 +416,7 @@ class ClusterMixin:
         if sid == self.myid:
             return
         gossip, your_ip = fields[0], fields[1]
-        if not self.ip and type(your_ip) is str:
+        if not self.ip and your_ip:
             self.ip = your_ip  # we learn our own address from whoever reached us
             self.cluster_dirty = True
         p = self.peers.get(sid)
@@ -435,7 +448,7 @@ class ClusterMixin:
                 return
 
     def _learn_my_ip(self, fields) -> None:
-        if not self.ip and len(fields) > 1 and type(fields[1]) is str and fields[1]:
+        if not self.ip and fields[1]:
             self.ip = fields[1]
             self.cluster_dirty = True
 
@@ -543,12 +556,8 @@ class ClusterMixin:
         full = self.memory_level() >= 1  # near the limit: let other nodes hold new copies
         parts = self.jobs.parts
         got = []
-        for w in fields:
-            try:
-                (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-                 delivered, idem) = M.job_from_wire(w)
-            except ValueError:
-                continue  # a malformed job: the others of the message still count
+        for (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered,
+             idem) in fields:  # decoded and checked by messages.parse
             job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
             if job is not None:
                 job.delivered = self.shared(tuple(dict.fromkeys((*job.delivered, *delivered))))
@@ -599,8 +608,6 @@ class ClusterMixin:
         """The sender holds copies of these jobs (one or more IDs per message)."""
         parts = self.jobs.parts
         for jid in fields:
-            if type(jid) is not bytes or len(jid) < 13:
-                continue
             job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
             if job is not None and job.state == WAIT_REPL:
                 self._got_copy(p, job, now)
@@ -777,7 +784,7 @@ class ClusterMixin:
             return
         if job.state == WAIT_REPL and job.id in self.repl_waiting:
             return  # our own job being replicated: a stale DELJOB
-        if len(fields) > 1 and type(fields[1]) is list:
+        if len(fields) > 1:
             # a FASTACK's DELJOB lists the nodes it was sent to; copies the acking
             # node did not know of (federation moved them) are told by us
             covered = fields[1]
@@ -863,8 +870,6 @@ class ClusterMixin:
 
     def _on_needjobs(self, p: Peer, fields, now) -> None:
         qname, count = fields[0], fields[1]
-        if type(qname) is not bytes or type(count) is not int:
-            return
         askers = self.askers.setdefault(qname, {})
         if count <= 0:
             askers.pop(p.id, None)
@@ -923,9 +928,8 @@ class ClusterMixin:
                 del askers[nid]
 
     def _on_yourjobs(self, p: Peer, fields, now) -> None:
-        for w in fields[0]:
-            (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-             delivered, idem) = M.job_from_wire(w)
+        for (jid, queue, body, ctime, ttl, _delay, retry, repl, nacks, adeliv, delivered,
+             idem) in fields[0]:  # decoded and checked by messages.parse
             q = self.queue_for(queue, now)
             q.needjobs_responders[p.id] = now
             if not q.import_window_start:
@@ -957,12 +961,10 @@ class ClusterMixin:
 
     def _on_pause(self, p: Peer, fields, now) -> None:
         qname, flags = fields[0], fields[1]
-        if type(qname) is not bytes or type(flags) is not int:
-            return
         q = self.queues.get(qname)
         if q is None and not flags:
             return
-        self.set_pause(q if q is not None else self.queue_for(qname, now), flags & 3, now)
+        self.set_pause(q if q is not None else self.queue_for(qname, now), flags, now)
 
     # ----------------------------------------------------------- reporting
     def hello_nodes(self) -> list:

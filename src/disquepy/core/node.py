@@ -33,6 +33,7 @@ from .job import (
     Job,
 )
 from .jobtable import JobTable
+from .outputs import Outputs, ShellRequest
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 
 # Memory accounting: what one job, queue or client costs this process, measured for
@@ -62,21 +63,12 @@ class Stats:
         "queues_evicted",
         "oom_refusals",
         "jobs_delivered",
+        "bus_malformed",
     )
 
     def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, 0)
-
-
-class ShellRequest:
-    """A command the shell must finish (file I/O, exit); it sends the reply itself."""
-
-    __slots__ = ("kind", "args")
-
-    def __init__(self, kind: str, *args) -> None:
-        self.kind = kind
-        self.args = args
 
 
 class Node(ClusterMixin):
@@ -112,16 +104,15 @@ class Node(ClusterMixin):
         self.stats = Stats()
         self.ncommands = 0
         self.aof_on = False  # the shell turns it on once the AOF file is open
-        self.aof_info = list  # shell-injected: () -> extra INFO persistence fields
         self.aof_out: list = []  # records for the shell to append
+        self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
+        self.logs_out: list = []  # (level, line) for the server log
         from .commands import COMMANDS  # here, not at import: the commands import this module
 
         self._cmds = COMMANDS
         self.oom_limit: float = 0
         self.config_changed([])
         self.cluster_init(now)
-        self.config_hooks: list = []  # callables told of CONFIG SET changes (shell reacts)
-        self.host_info = dict  # shell-injected: () -> {"pid", "rss", "cpu_user", ...}
         self.run_id = f"{rng.getrandbits(160):040x}"
         self.peak_memory = 0
         self._next_cron = now
@@ -170,7 +161,9 @@ class Node(ClusterMixin):
 
     # ---------------------------------------------------------------- dispatch
     def execute(self, client: Client, argv: list, now: int):
-        """Run one command. Returns reply bytes, None (client blocked), or a ShellRequest."""
+        """Run one command. Returns its reply, or None when the reply comes later
+        through take_outputs(): a blocked GETJOB, an ADDJOB waiting for its copies, a
+        command the shell finishes (its ``requests``)."""
         self.now = now
         self.ncommands += 1
         name = argv[0]
@@ -195,7 +188,38 @@ class Node(ClusterMixin):
             reply = resp.error(e.msg)
         if self.ready:
             self._serve_ready(now)
+        if reply.__class__ is ShellRequest:
+            self.requests.append((client, reply))  # the shell replies (outputs.py)
+            return None
         return reply
+
+    # ----------------------------------------------------------------- outputs
+    def take_outputs(self) -> Outputs:
+        """Everything the node asks of the world since the last call (see outputs.py)."""
+        out = Outputs(
+            self.aof_out,
+            self.nodes_conf_text() if self.cluster_dirty else None,
+            self.peer_links() if self.links_dirty else None,
+            self.take_messages() if self.bus_out else {},
+            self.outbox,
+            self.requests,
+            self.events_out,
+            self.logs_out,
+            self.wake_hint(),
+        )
+        self.cluster_dirty = self.links_dirty = False
+        self.aof_out = []
+        self.outbox = []
+        self.requests = []
+        self.events_out = []
+        self.logs_out = []
+        return out
+
+    def has_outputs(self) -> bool:
+        """Anything for take_outputs() to carry out, the wake hint aside (cheap)."""
+        return bool(self.aof_out or self.outbox or self.bus_out or self.requests
+                    or self.events_out or self.logs_out or self.cluster_dirty
+                    or self.links_dirty)
 
     def config_changed(self, names: list) -> None:
         """Refresh values derived from the configuration (after CONFIG SET)."""
@@ -678,12 +702,12 @@ class Node(ClusterMixin):
                 self.aof_created(job)
         return b"+" + jid + b"\r\n"
 
-    def persistence_info(self) -> list:
+    def persistence_info(self, aof_fields: list | None) -> list:
         return [
             ("loading", int(self.loading)),
             ("aof_enabled", int(self.aof_on)),
             ("aof_state", "on" if self.aof_on else "off"),
-            *(self.aof_info() or [
+            *(aof_fields or [
                 ("aof_rewrite_in_progress", 0),
                 ("aof_last_rewrite_time_sec", -1),
                 ("aof_last_bgrewrite_status", "ok"),
@@ -887,4 +911,4 @@ class Node(ClusterMixin):
                 self.drop_queue(q)
 
 
-__all__ = ["Node", "ShellRequest", "Stats"]
+__all__ = ["Node", "Stats"]

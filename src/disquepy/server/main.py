@@ -11,7 +11,7 @@ import sys
 from .. import __version__
 from ..core.config import Config, ConfigError
 from ..core.ids import new_node_id
-from ..core.node import Node, ShellRequest
+from ..core.node import Node
 from . import log as logmod
 from .driver import Driver
 from .log import log
@@ -115,7 +115,7 @@ def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
     if once:  # a one-time switch: off again, and persisted so
         cfg.aof_enqueue_jobs_once = False
         if driver.config_path:
-            reply = driver.shell_request(None, ShellRequest("config-rewrite"))
+            reply = driver.config_rewrite()
             if not reply.startswith(b"+"):
                 log.warning("Could not persist aof-enqueue-jobs-once no: %s", reply.decode())
     if cfg.appendonly:

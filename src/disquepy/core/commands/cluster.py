@@ -56,7 +56,7 @@ def cluster(node, client, argv, now):
         node.cluster_reset(how == b"hard", now)
         return resp.OK
     if sub == b"saveconfig" and n == 2:
-        from ..node import ShellRequest
+        from ..outputs import ShellRequest
 
         return ShellRequest("cluster-saveconfig")
     raise ReplyError(_WRONG)
