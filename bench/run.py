@@ -12,6 +12,7 @@ Sections (``--only a,b``; default: all but spark, about 12 minutes):
   memory   resident bytes per queued 16-byte job: RSS delta over 1M jobs, fresh servers.
   cluster  a 3-node cluster of each: ADDJOB REPLICATE 3 (sync) and REPLICATE 3 ASYNC,
            50 connections spread over the 3 nodes; every node must then hold every job.
+           Then federation latency: 200 jobs/s added on node A, consumed on node B.
   aof      ADDJOB with 50 conns under appendonly no / everysec / always, ours and C;
            then the PING latency seen during a BGREWRITEAOF of 200k jobs.
   client   bench/client.py: the client library and the worker against raw redis-py.
@@ -32,6 +33,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -94,6 +96,8 @@ AOF_POLICIES = {
     "everysec": ["--appendonly", "yes", "--appendfsync", "everysec"],
     "always": ["--appendonly", "yes", "--appendfsync", "always"],
 }
+FED_RATE = 200  # jobs/s in the federation latency measure
+FED_TARGET_MS = 5.0
 AOF_TARGETS = {"everysec": 0.9, "always": 0.5}  # ours with the policy / ours AOF off
 
 
@@ -216,7 +220,56 @@ def section_single(rep: Report, a) -> None:
 
 def section_cluster(rep: Report, a) -> None:
     with Fleet() as fleet:
-        compare(rep, "cluster", CLUSTER, side_nodes(fleet, a, True, False), a)
+        sides = side_nodes(fleet, a, True, False)
+        compare(rep, "cluster", CLUSTER, sides, a)
+        rep.out(f"\nFederation latency: a producer adds {FED_RATE} jobs/s to node A "
+                "(ADDJOB fq <send time> 5000 REPLICATE 1), a consumer on node B loops "
+                "GETJOB TIMEOUT 200 COUNT 100 FROM fq + ACKJOB; latency = arrival - send "
+                f"time, first second dropped, {a.fed_seconds:g} s:\n")
+        for kind, nodes in sides.items():
+            for n in nodes:
+                n.flush()
+            lat = federation(nodes[0], nodes[1], a.fed_seconds)
+            rep.data[f"federation {kind}"] = lat
+            if not lat:
+                rep.out(f"- {kind}: no job arrived")
+                continue
+            p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+            med = statistics.median(lat)
+            rep.out(f"- {kind}: n {len(lat)}, median {med:.2f} ms, p99 {p99:.2f} ms")
+            if kind == "ours":
+                rep.target(f"federation latency median < {FED_TARGET_MS:g} ms", med <
+                           FED_TARGET_MS and len(lat) >= FED_RATE * (a.fed_seconds - 1) * 0.9,
+                           f"{med:.2f} ms")
+
+
+def federation(a: Server, b: Server, seconds: float) -> list[float]:
+    """Latencies (ms) of jobs added on ``a`` at FED_RATE/s and consumed on ``b``."""
+    seen: list[tuple[int, float]] = []  # (send time ns, latency ms)
+    done = threading.Event()
+
+    def consume() -> None:
+        c = b.client(timeout=10)
+        while not done.is_set():
+            jobs = c.execute_command("GETJOB", "TIMEOUT", 200, "COUNT", 100, "FROM", "fq")
+            now = time.monotonic_ns()
+            if jobs:
+                seen.extend((int(j[2]), (now - int(j[2])) / 1e6) for j in jobs)
+                c.execute_command("ACKJOB", *(j[1] for j in jobs))
+        c.close()
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    p = a.client(timeout=10)
+    start = time.monotonic()
+    for i in range(int(seconds * FED_RATE)):
+        time.sleep(max(0.0, start + i / FED_RATE - time.monotonic()))
+        p.execute_command("ADDJOB", "fq", str(time.monotonic_ns()), 5000, "REPLICATE", 1)
+    time.sleep(1)
+    done.set()
+    t.join(5)
+    p.close()
+    return sorted(ms for sent, ms in seen if sent >= (start + 1) * 1e9)
 
 
 def section_memory(rep: Report, a) -> None:
@@ -363,6 +416,8 @@ def parse_args(argv=None):
     ap.add_argument("--memory-jobs", type=int, help="jobs for memory (default 1000000, "
                     "quick 100000)")
     ap.add_argument("--aof-jobs", type=int, help="jobs rewritten (default 200000, quick 20000)")
+    ap.add_argument("--fed-seconds", type=float, help="federation latency run, seconds "
+                    "(default 10, quick 3)")
     ap.add_argument("--ours-args", default="", help="extra arguments for our server, "
                     "e.g. '--event-log yes'")
     ap.add_argument("--no-redis", dest="redis", action="store_false",
@@ -376,7 +431,8 @@ def parse_args(argv=None):
     q = a.quick
     for k, full, quick in (("rounds", 3, 1), ("requests", 100_000, 10_000),
                            ("cluster_requests", 50_000, 5_000),
-                           ("memory_jobs", 1_000_000, 100_000), ("aof_jobs", 200_000, 20_000)):
+                           ("memory_jobs", 1_000_000, 100_000), ("aof_jobs", 200_000, 20_000),
+                           ("fed_seconds", 10, 3)):
         if getattr(a, k) is None:
             setattr(a, k, quick if q else full)
         if getattr(a, k) <= 0:
@@ -385,6 +441,9 @@ def parse_args(argv=None):
     if set(a.only) - set(SECTIONS):
         ap.error(f"--only: unknown section(s) {', '.join(sorted(set(a.only) - set(SECTIONS)))}")
     a.ours_args = a.ours_args.split()
+    if a.redis and not shutil.which("redis-server"):
+        log("bench: redis-server not found (apt-get install redis-server): no Redis columns")
+        a.redis = False
     a.c_path = find_disque_c()
     a.c_missing = "set DISQUE_C, or put it at ../shared/anchors/disque/disque-server"
     return a

@@ -91,9 +91,12 @@ class Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         with open(self.workdir / "server.log", "wb") as out:
-            self.proc = subprocess.Popen(self.argv, cwd=self.workdir, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
+            try:
+                self.proc = subprocess.Popen(self.argv, cwd=self.workdir, stdout=out,
+                                             stderr=subprocess.STDOUT, env=env,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as e:
+                raise HarnessError(f"cannot start {self.name}: {e}") from e
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
