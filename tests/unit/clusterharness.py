@@ -95,7 +95,7 @@ class Cluster:
         if i in self.down:
             return
         if wanted is None:
-            wanted = node.peer_links()
+            wanted = node.members.peer_links()
         links = self.links[i]
         for nid in list(links):
             if nid not in wanted:
@@ -105,7 +105,7 @@ class Cluster:
             up = j is not None and self.connected(i, j)
             if links.get(nid) != up:
                 links[nid] = up
-                node.link_state(nid, up, self.now)
+                node.members.link_state(nid, up, self.now)
 
     def pump(self) -> None:
         """Carry out every node's outputs: messages onto the wire (link-level routing)."""
@@ -118,7 +118,7 @@ class Cluster:
     def route(self, i: int, per: dict) -> None:
         if i in self.down:
             return
-        links = self.nodes[i].peer_links()
+        links = self.nodes[i].members.peer_links()
         for nid, msg in per.items():
             addr = links.get(nid)
             j = self.index_of_addr(*addr) if addr else None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from clusterharness import Cluster
 
-from disquepy.core import cluster as cluster_mod
 from disquepy.core import messages as M
 
 SID = "a" * 40
@@ -69,11 +68,11 @@ def test_a_handler_that_raises_is_not_taken_for_bad_input(monkeypatch):
     c = Cluster(2)
     c.meet_all()
 
-    def broken(self, p, fields, now):
+    def broken(p, fields, now):
         raise KeyError("a bug")
 
-    monkeypatch.setitem(cluster_mod._HANDLERS, M.WORKING, broken)
     node = c.nodes[0]
+    monkeypatch.setitem(node._handlers, M.WORKING, broken)
     with pytest.raises(KeyError):
         node.handle_message([M.WORKING, c.nodes[1].myid, 7712, 0, JID], "127.0.0.1", c.now)
     assert node.stats.bus_malformed == 0

@@ -215,7 +215,7 @@ class Driver(Shell):
 
     def save_nodes_conf(self, text: str | None = None) -> bool:  # also a Shell method
         if text is None:
-            text = self.node.nodes_conf_text()
+            text = self.node.members.nodes_conf_text()
         try:
             write_atomically(self.nodes_conf_path, text.encode())
             return True
@@ -246,7 +246,7 @@ class Driver(Shell):
         self.after_event()
 
     def on_bus_link(self, node_id: str, up: bool) -> None:
-        self.node.link_state(node_id, up, self.now())
+        self.node.members.link_state(node_id, up, self.now())
         self.after_event()
 
     def arm(self) -> None:

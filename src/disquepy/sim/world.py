@@ -133,7 +133,7 @@ class World:
     def _send(self, i: int, per: dict) -> None:
         """One frame per peer for everything this step sent it (BATCH if several)."""
         node = self.nodes[i]
-        addrs = node.peer_links()
+        addrs = node.members.peer_links()
         net = self.net
         links = self.links[i]
         for d, msg in per.items():
@@ -153,7 +153,7 @@ class World:
     def _sync_links(self, i: int, wanted: dict | None = None) -> None:
         node = self.nodes[i]
         if wanted is None:
-            wanted = node.peer_links()
+            wanted = node.members.peer_links()
         links = self.links[i]
         for nid in [nid for nid in links if nid not in wanted]:
             del links[nid]
@@ -166,7 +166,7 @@ class World:
                 if up:
                     for frame in self.net.take_backlog(i, j):
                         self.net.transmit(self.now, i, j, self.incarnation[j], frame)
-                self._call(i, node.link_state, nid, up, nt)
+                self._call(i, node.members.link_state, nid, up, nt)
 
     def _topology_changed(self) -> None:
         for i, node in enumerate(self.nodes):
@@ -245,7 +245,7 @@ class World:
         node = self._boot(i)
         nt = self.node_now(i)
         disk = self.disks[i]
-        myid = self._call(i, node.load_nodes_conf, disk.nodes_conf, nt)
+        myid = self._call(i, node.members.load_nodes_conf, disk.nodes_conf, nt)
         if myid is not None:
             node.set_identity(myid)
         try:

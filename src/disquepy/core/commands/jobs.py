@@ -182,7 +182,7 @@ def working(node, client, argv, now):
     if job.retry and job.qtime:
         job.qtime = now + job.retry * 1000 + node.jitter()
     node.schedule(job)
-    node.broadcast_working(job)
+    node.repl.broadcast_working(job)
     return resp.integer(job.retry)
 
 

@@ -78,7 +78,7 @@ def hello(node, client, argv, now):
 
 def disque_hello(node) -> bytes:
     nodes = [resp.bulk_array([n[0], n[1], b"%d" % n[2], b"%d" % n[3]])
-             for n in node.hello_nodes()]
+             for n in node.members.hello_nodes()]
     return resp.array([resp.ONE, resp.bulk(node.myid_b), *nodes])
 
 
