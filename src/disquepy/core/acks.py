@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..codec import aof
 from . import messages as M
 from .ids import id_is_at_most_once, id_ttl_minutes
-from .job import ACKED, ACTIVE, F_DUMMY, QUEUED, WAIT_REPL, Job
+from .job import ACKED, ACTIVE, F_DUMMY, QUEUED, WAIT_REPL, Job, move
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -56,7 +56,7 @@ class Acks:
         if node.size <= 1 or node.leaving or id_is_at_most_once(jid):
             return None
         job = Job(jid, b"", b"", node.next_ctime(now), id_ttl_minutes(jid) * 60)
-        job.state = ACKED
+        move(job, ACKED)
         job.flags |= F_DUMMY
         job.confirmed = (node.myid,)
         node.register(job)
@@ -73,12 +73,12 @@ class Acks:
             if waiting is not None and not waiting[0].closed:
                 waiting[0].blocked_add = None
                 self.node.outbox.append((waiting[0], b"+" + job.id + b"\r\n"))
-            job.state = ACTIVE
+            move(job, ACTIVE)
         if job.state == QUEUED:
             self.node.dequeue(job)
         if not job.delivered and not job.flags & F_DUMMY:
             job.delivered = (self.node.myid,)  # () means "only here" for single-copy jobs
-        job.state = ACKED
+        move(job, ACKED)
         job.confirmed = (self.node.myid,)
         job.qtime = 0  # for acked jobs: the number of GC attempts so far
         if self.node.aof_on:  # an acked job must not come back after a restart

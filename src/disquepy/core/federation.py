@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import messages as M
-from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, move
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -126,7 +126,7 @@ class Federation:
         for _ in range(give):
             job = q.jobs.pop()
             q.jobs_out += 1
-            job.state = ACTIVE
+            move(job, ACTIVE)
             delivered = job.delivered or (self.node.myid,)  # () means "only here"
             if nid not in delivered:
                 delivered = (*delivered, nid)

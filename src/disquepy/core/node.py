@@ -32,6 +32,7 @@ from .job import (
     QUEUED,
     WAIT_REPL,
     Job,
+    move,
 )
 from .jobtable import JobTable
 from .membership import Membership
@@ -491,7 +492,7 @@ class Node:
             # shared node-ID strings (as for jobs from the bus); as read if not canonical
             job.delivered = M.node_ids_from_wire(delivered) or tuple(delivered)
             job.flags = flags & F_DELIVERED
-            job.state = ACTIVE
+            move(job, ACTIVE)
             if not self.register(job):
                 continue
             if len(f) > aof.NFIELDS:
@@ -657,7 +658,7 @@ class Node:
             if nack:
                 self.events_out.append((now, "nacked", job.id, job.queue, None))
             self.events_out.append((now, "queued", job.id, job.queue, None))
-        job.state = QUEUED
+        move(job, QUEUED)
         if retry:
             job.flags = flags | F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
             job.qtime = now + retry * 1000 + self.jitter()
@@ -687,7 +688,7 @@ class Node:
         q = self.queues.get(job.queue)
         if q is not None:
             q.remove(job)
-        job.state = ACTIVE
+        move(job, ACTIVE)
         self.schedule(job)
         return True
 
@@ -696,7 +697,7 @@ class Node:
         re-queue time stays as set at enqueue time: retry counts from queueing."""
         job = q.jobs.pop()
         q.jobs_out += 1
-        job.state = ACTIVE
+        move(job, ACTIVE)
         job.flags |= F_DELIVERED
         if job.retry == 0:
             self.evictable[job.id] = job
@@ -800,20 +801,20 @@ class Node:
         # the record goes out with the job's queue time set, and before enqueueing,
         # which may move the job away at once (federation) and log its deletion
         if delay:
-            job.state = ACTIVE
+            move(job, ACTIVE)
             job.qtime = now + delay * 1000
             if self.aof_on:
                 self.aof_created(job)
             self.schedule(job)
         elif q is None or self.clustered:
-            job.state = ACTIVE
+            move(job, ACTIVE)
             job.qtime = now + retry * 1000  # non-zero: the first enqueue may happen
             if self.aof_on:
                 self.aof_created(job)
             self.enqueue(job, now)
         else:
             # the hot path, inlined: the first enqueue of a new job in an existing queue
-            job.state = QUEUED
+            move(job, QUEUED)
             if retry:
                 job.flags = F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
                 job.qtime = qt = now + retry * 1000 + self.jitter()

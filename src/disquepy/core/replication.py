@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..codec import resp
 from . import messages as M
-from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, QUEUED, WAIT_REPL, Job
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, QUEUED, WAIT_REPL, Job, move
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -50,10 +50,10 @@ class Replication:
         if targets:
             self.node.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.node.idem_of.get(job.id)))
         if is_async or not targets:
-            job.state = ACTIVE
+            move(job, ACTIVE)
             self.replicated(job, now, extrepl)
             return b"+" + job.id + b"\r\n"
-        job.state = WAIT_REPL
+        # the job stays in WAIT_REPL (as built) until its copies confirm
         deadline = now + timeout if timeout else 0
         self.waiting[job.id] = (client, deadline, extrepl)
         client.blocked_add = job.id
@@ -153,7 +153,7 @@ class Replication:
         if self.node.myid not in delivered:  # (a list from the bus is shared already)
             delivered = self.node.shared((*delivered, self.node.myid))
         job.delivered = delivered
-        job.state = ACTIVE
+        move(job, ACTIVE)
         if retry:
             job.flags = F_BCAST_WILLQUEUE
             job.qtime = now + (delay + retry) * 1000 + self.node.jitter()
@@ -182,7 +182,7 @@ class Replication:
         if len(confirmed) >= job.repl:
             job.confirmed = self.node.shared(confirmed)
             client, _, extrepl = self.waiting.pop(job.id, _NOT_WAITING)
-            job.state = ACTIVE
+            move(job, ACTIVE)
             self.node.awake.cancel_near(job)  # its replication retry, due within REPL_RETRY_MS
             if client is not None and not client.closed:
                 client.blocked_add = None
