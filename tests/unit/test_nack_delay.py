@@ -53,7 +53,7 @@ def test_copies_wait_for_a_delayed_nack():
     that holds the delayed NACK keeps them from doing so until its delay (20 s) ends."""
     c = Cluster(3)
     c.meet_all()
-    jid = c.cmd(0, "ADDJOB", "q", "work", 0, "REPLICATE", 3, "RETRY", 5)
+    jid = c.cmd(0, "ADDJOB", "q", "work", 0, "REPLICATE", 3, "RETRY", 5, "ASYNC")
     c.run(100)
     assert c.cmd(0, "GETJOB", "NOHANG", "FROM", "q")
     assert c.cmd(0, "NACK", jid, "DELAY", 20) == 1

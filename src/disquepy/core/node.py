@@ -26,6 +26,7 @@ from .job import (
     ACKED,
     ACTIVE,
     F_BCAST_WILLQUEUE,
+    F_DEFERRED,
     F_DELIVERED,
     F_DUMMY,
     F_ENQUEUED_ONCE,
@@ -647,7 +648,13 @@ class Node:
                 or (retry == 0 and flags & F_DELIVERED)):
             return False  # queued already, still being replicated, or at most once
         requeue = flags & F_ENQUEUED_ONCE
-        if nack or requeue:
+        deferred = flags & F_DEFERRED  # a NACK ... DELAY ending: counted at the NACK
+        if deferred:
+            flags &= ~F_DEFERRED
+            nack_counted = True
+        else:
+            nack_counted = nack
+        if (nack or requeue) and not deferred:
             if nack:
                 job.nacks += 1
             else:
@@ -674,11 +681,32 @@ class Node:
         self.schedule(job)
         if self.clustered:
             if (requeue or nack) and self.repl.has_peers(job):
-                self.repl.broadcast_queued(job, M.QUEUED_INCR_NACKS if nack else M.QUEUED_INCR_DELIV)
+                self.repl.broadcast_queued(
+                    job, M.QUEUED_INCR_NACKS if nack_counted else M.QUEUED_INCR_DELIV)
             if not q.waiters and self.fed.askers and job.queue in self.fed.askers:
                 self.fed.pushed_to_askers(q, now)
         if q.waiters and not q.flags & PAUSED_OUT:
             self.ready.append(q)
+        return True
+
+    def defer(self, job: Job, now: int, delay: int) -> bool:
+        """NACK ... DELAY (disquepy): a delivered job goes back to its queue ``delay``
+        seconds from now, from this node. Other copies are told WORKING now, and again
+        whenever they announce a re-queue (WILLQUEUE) before the delay ends; they learn
+        of the nack when the job is queued (QUEUED). False, as for ENQUEUE, for a job
+        that is not active or an at-most-once job delivered already."""
+        if job.state != ACTIVE or (job.retry == 0 and job.flags & F_DELIVERED):
+            return False
+        job.nacks += 1
+        job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
+        job.qtime = now + delay * 1000
+        if self.aof_on:
+            self.aof_created(job)
+        if self.events_on:
+            self.events_out.append((now, "nacked", job.id, job.queue, None))
+        if self.clustered and self.repl.has_peers(job):
+            self.repl.broadcast_working(job)
+        self.schedule(job)
         return True
 
     def dequeue(self, job: Job) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..codec import resp
 from . import messages as M
-from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, QUEUED, WAIT_REPL, Job, move
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -220,6 +220,8 @@ class Replication:
             return
         if job.state == QUEUED:
             self.broadcast_queued(job, 0)
+        elif job.state == ACTIVE and job.flags & F_DEFERRED and job.qtime > now:
+            self.node.send([p.id], M.WORKING, job.id)  # a delayed NACK: hold off
         elif job.state == ACKED:
             self.node.send([p.id], M.SETACK, job.id, len(job.delivered))
 
