@@ -193,3 +193,26 @@ def test_partition_heals_with_acks_propagated_and_no_lost_job(make_cluster):
     wait_for(lambda: all(c.info("jobs")["registered_jobs"] == 0 for c in clients),
              timeout=30, what="every copy collected after the heal")
     assert ids_by_body
+
+
+def test_a_restarted_peer_is_linked_again_at_once(make_cluster):
+    """Disque's nodes reconnect to a restarted node within ~0.1 s (its cron retries
+    broken links every 100 ms). With a reconnect back-off grown to 2 s, ours took up
+    to 2 s, and the node could be flagged fail? although it was back. Right after the
+    restart, ADDJOB REPLICATE 3 with a timeout waits for the node and succeeds."""
+    servers, clients = make_cluster(3)
+    servers[2].kill(signal.SIGKILL)
+    servers[2].start()  # returns once the node accepts clients (down < node timeout)
+    t0 = time.monotonic()
+    jid = clients[0].execute_command("ADDJOB", "q", "x", 30000, "REPLICATE", 3)
+    clients[2] = servers[2].client()
+    assert sorted(holders(clients, jid)) == [b"active", b"active", b"queued"]
+
+    def linked() -> bool:
+        lines = clients[0].execute_command("CLUSTER", "NODES").decode().splitlines()
+        mine = [ln for ln in lines if f":{servers[2].port} " in ln]
+        return bool(mine) and mine[0].endswith(" connected") and "fail" not in mine[0]
+
+    wait_for(linked, timeout=5.0, step=0.01, what="the link to the restarted node")
+    # generous for a loaded CI machine; the old back-off could take up to 2 s more
+    assert time.monotonic() - t0 < 1.0

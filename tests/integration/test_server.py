@@ -331,3 +331,23 @@ def test_http_request_after_a_valid_command_answers_it_then_closes(server):
     out = raw(server.port, b"PING\r\nGET / HTTP/1.1\r\nHost: x\r\nDEBUG FLUSHALL\r\n", timeout=5)
     # PING answered, GET is an unknown command, Host: closes before DEBUG runs
     assert out == b"+PONG\r\n-ERR unknown command 'GET'\r\n", out
+
+
+def test_info_commandstats(server):
+    """INFO commandstats (and INFO all) report calls and time per command, as Disque
+    and Redis do; the default INFO leaves the section out; CONFIG RESETSTAT clears it."""
+    c = server.client()
+    for _ in range(3):
+        c.execute_command("ADDJOB", "q", "x", 0)
+    c.execute_command("QLEN", "q")
+    text = c.execute_command("INFO", "commandstats").decode()
+    assert text.startswith("# Commandstats\r\n")
+    stats = dict(line.split(":", 1) for line in text.split("\r\n")[1:] if line)
+    fields = dict(kv.split("=") for kv in stats["cmdstat_addjob"].split(","))
+    assert int(fields["calls"]) == 3 and float(fields["usec_per_call"]) > 0
+    assert stats["cmdstat_qlen"].startswith("calls=1,")
+    assert "# Commandstats" in c.execute_command("INFO", "all").decode()
+    assert "# Commandstats" not in c.execute_command("INFO").decode()
+    c.execute_command("CONFIG", "RESETSTAT")
+    text = c.execute_command("INFO", "commandstats").decode()
+    assert "cmdstat_addjob" not in text and "cmdstat_config" not in text

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, move
+from .queue import Queue
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -69,8 +70,8 @@ class Federation:
                 NEEDJOBS_BCAST_MAX_MS, NEEDJOBS_BCAST_MIN_MS << min(q.needjobs_bcast_attempt, 4))
 
     def cron(self, now: int) -> None:
-        """Only queues in ``fed_watch`` need attention: consumers blocked, requests in
-        flight, or an import rate to measure. The rest cost nothing here."""
+        """Only queues in ``watch`` need attention: consumers blocked or requests in
+        flight. The rest cost nothing here."""
         if self.node.leaving:
             return
         for name in list(self.watch):
@@ -80,17 +81,9 @@ class Federation:
                 continue
             if q.waiters and not q.jobs:
                 self._need_jobs(q, now)
-            elif not q.waiters and (q.needjobs_bcast_attempt or q.needjobs_adhoc_attempt):
-                # our consumers are gone: nodes that remember our request must not push
-                # jobs here any more (they would sit in a queue nobody reads)
-                self.node.send(self.node.members.reachable_peers(), M.NEEDJOBS, q.name, 0)
-                q.needjobs_bcast_attempt = q.needjobs_adhoc_attempt = 0
-                q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
-            if q.import_window_start and now - q.import_window_start >= 1000:
-                q.import_rate = q.import_window_count * 1000 // (now - q.import_window_start)
-                q.import_window_start = now if q.import_window_count else 0
-                q.import_window_count = 0
-            if not q.waiters and not q.import_window_start and not q.needjobs_bcast_attempt:
+            elif not q.waiters:
+                self.waiters_gone(q)  # (a fallback: unblock() tells us at once)
+            if not q.waiters and not q.needjobs_bcast_attempt:
                 self.watch.pop(name, None)
         for name, askers in list(self.askers.items()):
             for n, (until, _) in list(askers.items()):
@@ -158,15 +151,21 @@ class Federation:
             if entry[1] <= 0:
                 del askers[nid]
 
+    def waiters_gone(self, q: Queue) -> None:
+        """The last consumer waiting on ``q`` here left without a job (timed out,
+        disconnected): nodes that remember our request must not push jobs here any
+        more, where nobody would read them. Told at once, not at the next cron."""
+        if q.needjobs_bcast_attempt or q.needjobs_adhoc_attempt:
+            self.node.send(self.node.members.reachable_peers(), M.NEEDJOBS, q.name, 0)
+            q.needjobs_bcast_attempt = q.needjobs_adhoc_attempt = 0
+            q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
+
     def on_yourjobs(self, p: Peer, fields, now) -> None:
         for (jid, queue, body, ctime, ttl, _delay, retry, repl, nacks, adeliv, delivered,
              idem) in fields[0]:  # decoded and checked by messages.parse
             q = self.node.queue_for(queue, now)
             q.needjobs_responders[p.id] = now
-            if not q.import_window_start:
-                q.import_window_start = now
-                self.watch[q.name] = None
-            q.import_window_count += 1
+            q.note_import(now)
             job = self.node.jobs.get(jid)
             if job is None:
                 job = self.node.repl.job_from_wire(jid, q.name, body, ctime, ttl, 0, retry, repl,

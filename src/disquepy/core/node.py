@@ -952,7 +952,9 @@ class Node:
             if blocked.deadline < self.block_hint:
                 self.block_hint = blocked.deadline
 
-    def unblock(self, client: Client) -> None:
+    def unblock(self, client: Client, served: bool = False) -> None:
+        """The client no longer waits (served a job, timed out, gone). A queue whose
+        last waiter left unserved withdraws its federation request at once."""
         b = client.blocked
         client.blocked = None
         if b is None:
@@ -962,6 +964,8 @@ class Node:
             if q is not None:
                 with contextlib.suppress(ValueError):
                     q.waiters.remove(client)
+                if not q.waiters and not served and self.clustered:
+                    self.fed.waiters_gone(q)
 
     def _serve_ready(self, now: int) -> None:
         """Serve clients blocked on queues that received jobs, one job each, FIFO."""
@@ -972,7 +976,7 @@ class Node:
             while q.waiters and q.jobs and not q.flags & PAUSED_OUT:
                 c = q.waiters[0]
                 b = c.blocked
-                self.unblock(c)
+                self.unblock(c, served=True)
                 job = self.fetch(q, now)
                 if b.token is not None:
                     self.token_record(b.token, (job.id,), now)

@@ -24,7 +24,15 @@ from .job import F_OVERFLOW
 
 PAUSED_IN = 1
 PAUSED_OUT = 2
+
 PAUSE_NAMES = (b"none", b"in", b"out", b"all")
+
+# import rate (QSTAT import-rate): jobs counted per window of at most IMPORT_WINDOW_MS,
+# over at least IMPORT_MIN_MS (a burst must not read as infinite), forgotten after
+# IMPORT_FORGET_MS without imports: 4 jobs at once read 80/s, fading to 0 over 5 s
+IMPORT_WINDOW_MS = 1000
+IMPORT_MIN_MS = 50
+IMPORT_FORGET_MS = 5000
 
 _by_ctime = attrgetter("ctime")
 
@@ -106,9 +114,11 @@ class Queue:
         "needjobs_bcast_attempt",
         "needjobs_adhoc_attempt",
         "needjobs_responders",
-        "import_window_start",
-        "import_window_count",
-        "import_rate",
+        "import_start",
+        "import_count",
+        "import_prev_start",
+        "import_prev_count",
+        "import_last",
     )
 
     def __init__(self, name: bytes, now: int) -> None:
@@ -125,9 +135,32 @@ class Queue:
         self.needjobs_bcast_attempt = 0
         self.needjobs_adhoc_attempt = 0
         self.needjobs_responders: dict = {}
-        self.import_window_start = 0
-        self.import_window_count = 0
-        self.import_rate = 0
+        self.import_start = 0  # the current import window (ms) and its jobs
+        self.import_count = 0
+        self.import_prev_start = 0  # the window before it
+        self.import_prev_count = 0
+        self.import_last = 0  # when the last job was imported
+
+    def note_import(self, now: int) -> None:
+        """A job came in from another node (YOURJOBS)."""
+        if now - self.import_start > IMPORT_WINDOW_MS:
+            self.import_prev_start, self.import_prev_count = self.import_start, self.import_count
+            self.import_start, self.import_count = now, 0
+        self.import_count += 1
+        self.import_last = now
+
+    def import_rate(self, now: int) -> int:
+        """Jobs imported per second (QSTAT import-rate, QSCAN IMPORTRATE), over the
+        current and previous windows, rounded up; a burst reads high at once (its time
+        counted as at least IMPORT_MIN_MS) and fades; 0 once nothing came for
+        IMPORT_FORGET_MS."""
+        if not self.import_count or now - self.import_last > IMPORT_FORGET_MS:
+            return 0
+        count, start = self.import_count, self.import_start
+        if self.import_prev_count:
+            count += self.import_prev_count
+            start = self.import_prev_start
+        return -(-count * 1000 // max(IMPORT_MIN_MS, now - start))
 
     def __len__(self) -> int:
         return len(self.jobs)

@@ -46,9 +46,12 @@ from collections.abc import Callable, Iterable
 from ..codec.bus import MAX_FRAME, BusProtocolError, FrameReader
 
 # reconnect back-off, seconds: first retry ~BACKOFF_MIN, doubling up to BACKOFF_MAX,
-# each delay jittered by x[0.5, 1.5) (and still capped at BACKOFF_MAX)
-BACKOFF_MIN = 0.05
-BACKOFF_MAX = 2.0
+# each delay jittered by x[0.5, 1.5) (and still capped at BACKOFF_MAX). The cap is
+# Disque's: its cron retries a broken link every 100 ms, so a restarted node is linked
+# again within ~0.1 s of listening (a 2 s cap left it looking failed for seconds, and
+# REPLICATE n refused with NOREPL meanwhile). A refused loopback connect costs ~20 us.
+BACKOFF_MIN = 0.02
+BACKOFF_MAX = 0.1
 # a link lost after being up at least this long retries from BACKOFF_MIN again
 BACKOFF_STABLE = 2.0
 # a connect attempt that has not completed by then counts as failed

@@ -139,7 +139,7 @@ def qstat(node, client, argv, now):
         b(b"idle"), i((now - q.atime) // 1000),
         b(b"blocked"), i(len(q.waiters)),
         b(b"import-from"), resp.bulk_array(node.fed.import_sources(q, now)),
-        b(b"import-rate"), i(q.import_rate),
+        b(b"import-rate"), i(q.import_rate(now)),
         b(b"jobs-in"), i(q.jobs_in),
         b(b"jobs-out"), i(q.jobs_out),
         b(b"pause"), b(q.pause_name),
@@ -167,7 +167,7 @@ def qscan(node, client, argv, now):
     def keep(q):
         ln = len(q.jobs)
         return ((minlen < 0 or ln >= minlen) and (maxlen < 0 or ln <= maxlen)
-                and (importrate < 0 or q.import_rate >= importrate))
+                and (importrate < 0 or q.import_rate(now) >= importrate))
 
     cursor, found = node.scan_queues(cursor, count, busyloop, keep)
     return resp.array([resp.bulk(b"%d" % cursor), resp.bulk_array([q.name for q in found])])
