@@ -108,6 +108,9 @@ class Node:
         self.loading = False
         self.stats = Stats()
         self.ncommands = 0
+        # INFO commandstats: command name -> [calls, ns spent] (ns from command_took)
+        self.cmdstats: dict[str, list[int]] = {}
+        self.last_stat: list[int] | None = None
         self.aof_on = False  # the shell turns it on once the AOF file is open
         self.aof_out: list = []  # records for the shell to append
         self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
@@ -354,6 +357,11 @@ class Node:
             oom = self._refuse_oom()
             if oom is not None:
                 return oom
+        st = self.cmdstats.get(cmd.name)
+        if st is None:
+            st = self.cmdstats[cmd.name] = [0, 0]
+        st[0] += 1
+        self.last_stat = st
         try:
             reply = cmd.handler(self, client, argv, now)
         except ReplyError as e:
@@ -879,8 +887,17 @@ class Node:
             ]),
         ]
 
+    def command_took(self, ns: int) -> None:
+        """The shell's measure of the command execute() just ran (INFO commandstats):
+        time comes in, as everything else; the core reads no clock."""
+        st = self.last_stat
+        if st is not None:
+            st[1] += ns
+            self.last_stat = None
+
     def reset_stats(self) -> None:
         self.stats = Stats()
+        self.cmdstats.clear()
 
     # ------------------------------------------------------------------- scans
     def scan_jobs(self, cursor: int, count: int, busyloop: bool, keep):

@@ -11,6 +11,7 @@ reorder, while other clients go on being served.
 from __future__ import annotations
 
 import asyncio
+from time import perf_counter_ns as _ns
 from time import time as _time
 
 from ..codec import resp
@@ -100,7 +101,9 @@ class ClientProtocol(asyncio.Protocol):
     def process(self) -> None:
         """Run every complete buffered command until done or the client blocks."""
         client, reader = self.client, self.reader
-        execute = self.node.execute
+        node = self.node
+        execute = node.execute
+        took = node.command_took
         now = int(_time() * 1000)
         client.last_cmd_time = now
         first = None  # the first reply; `more` holds them all once there are several
@@ -119,7 +122,9 @@ class ClientProtocol(asyncio.Protocol):
                 return
             if argv is False:
                 break
+            t = _ns()
             reply = execute(client, argv, now)
+            took(_ns() - t)
             if reply is None:  # its reply comes later: later commands wait for it
                 self.waiting = True
                 break

@@ -218,10 +218,16 @@ def info_sections(node, host: dict, now: int) -> dict:
             ("used_cpu_sys_children", "0.00"),
             ("used_cpu_user_children", "0.00"),
         ],
+        "commandstats": [
+            (f"cmdstat_{name}", f"calls={calls},usec={ns // 1000},"
+                                f"usec_per_call={ns / 1000 / calls:.2f}")
+            for name, (calls, ns) in sorted(node.cmdstats.items())
+        ],
     }
 
 
 _TITLES = {"cpu": "CPU"}
+_NOT_DEFAULT = ("commandstats",)  # INFO with no section leaves these out, as Redis
 
 
 def info(node, client, argv, now):
@@ -237,7 +243,9 @@ def info(node, client, argv, now):
 
 def info_reply(node, want: str, host: dict, now: int) -> bytes:
     sections = info_sections(node, host, now)
-    if want not in ("default", "all", "everything"):
+    if want == "default":
+        sections = {k: v for k, v in sections.items() if k not in _NOT_DEFAULT}
+    elif want not in ("all", "everything"):
         sections = {want: sections[want]} if want in sections else {}
     parts = []
     for name, fields in sections.items():
