@@ -64,17 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         sys.stderr.write(f"Fatal error, can't open config file '{argv[0]}': {e.strerror}\n")
         return 1
+    try:  # first, so that a relative logfile is inside dir, as in Disque
+        os.chdir(cfg.dir)
+    except OSError as e:
+        sys.stderr.write(f"Can't chdir to '{cfg.dir}': {e.strerror}\n")
+        return 1
+    cfg.dir = os.getcwd()
     try:
         logmod.setup(cfg.loglevel, cfg.logfile)
     except OSError as e:
-        sys.stderr.write(f"Can't open the log file: {e.strerror}\n")
+        sys.stderr.write(f"Can't open the log file {os.path.abspath(cfg.logfile)}: "
+                         f"{e.strerror}\n")
         return 1
-    try:
-        os.chdir(cfg.dir)
-    except OSError as e:
-        log.warning("Can't chdir to '%s': %s", cfg.dir, e.strerror)
-        return 1
-    cfg.dir = os.getcwd()
     if cfg.protected_mode and not cfg.requirepass:
         exposed = cfg.protected_mode_violations()
         if exposed:
@@ -133,13 +134,16 @@ async def _serve(cfg: Config, path: str | None) -> int:
     node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)), Driver.now())
     driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
     try:
+        if not driver.lock_nodes_conf():
+            return 1
         with open(driver.nodes_conf_path, encoding="utf-8") as f:
-            myid = node.load_nodes_conf(f.read(), Driver.now())
+            text = f.read()
+        myid = node.load_nodes_conf(text, Driver.now()) if text.strip() else None
         if myid is not None:
             node.set_identity(myid)
             log.info("Node configuration loaded, I'm %s", myid[:8])
-    except FileNotFoundError:
-        log.info("No cluster configuration found, I'm %s", node.myid[:8])
+        else:  # lock_nodes_conf created it empty
+            log.info("No cluster configuration found, I'm %s", node.myid[:8])
     except OSError as e:
         log.warning("Can't read the cluster config %s: %s", driver.nodes_conf_path, e.strerror)
         return 1
