@@ -47,6 +47,8 @@ class Driver:
         self._events_ticking = False
         self._security_logged = -NEVER  # when the cross-protocol warning was last logged
         node.events_on = config.event_log
+        self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
+        self._config_changed(["client-output-buffer-limit"])
 
     @staticmethod
     def now() -> int:
@@ -371,6 +373,9 @@ class Driver:
         return resp.OK
 
     def _config_changed(self, names: list) -> None:
+        if "client-output-buffer-limit" in names:
+            limit = self.config.client_output_buffer_limit
+            self.obuf_limit = limit if limit.hard_bytes or limit.soft_bytes else None
         if "loglevel" in names:
             set_level(self.config.loglevel)
         if "appendonly" in names:
