@@ -1,12 +1,19 @@
 """Every README snippet runs as pasted.
 
-The fenced ```sh and ```python blocks of README.md are extracted and run, in order,
-each against fresh real nodes this test starts on the ports the README uses: one node
+The fenced ```sh and ```python blocks of README.md are extracted and run, and so are
+the terminal transcripts (plain ``` blocks that start with a ``$ `` or a
+``127.0.0.1:7711> `` prompt: every command runs, and what the block shows after the
+commands must be exactly what they print, job IDs aside), in order, each against
+fresh real nodes this test starts on the ports the README uses: one node
 on 7711 (what `make run` gives), or with a `cluster` marker three joined nodes on
 7711-7713 (what `make cluster` gives). If one of those ports (or its bus port) is
 busy here, for instance a developer's own `make run`, the snippet's text is rewritten
 to free ports before it runs (every 7711-7713 and 17711-17713 in it): so runnable
-snippets must name their ports (`disque -p 7711`, `redis-cli -p 7711`).
+snippets must name their ports (`disque -p 7711`, `redis-cli -p 7711`). In a
+transcript, ``$ redis-cli -p 7711`` or ``$ disque -p 7711`` alone opens a prompt: the
+``host:port>`` lines after it are typed there (a prompt line with none open opens
+redis-cli on its port), so they can carry no ``#`` comment; a job ID a transcript
+shows stands, in the commands after it, for the one the node printed there.
 
 An HTML comment on the line before a block steers it (keep this list short):
 
@@ -30,8 +37,11 @@ virtualenv running the tests, with its bin/ on PATH (as after the Quick start's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -49,6 +59,9 @@ TOOL = re.compile(r"(?<![\w.-])(disque|redis-cli)(?![\w.-])")
 EXPECT = {"sh": re.compile(r"#\s*(\(integer\) -?\d+|\(nil\))"),
           "python": re.compile(r"^\s*print\(.*#\s*(True|False|None)\b")}
 MARKS = ("cluster", "config file")
+PROMPT = re.compile(r"^[\w.]+:(\d+)> (.*)$")
+SESSION = re.compile(r"(redis-cli|disque)(?: -p \d+)?")
+JOB_ID = re.compile(r"D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}")
 
 
 @dataclass
@@ -66,6 +79,69 @@ class Block:
         """The replies its comments show, in order."""
         return [m.group(1) for line in self.code.splitlines()
                 if (m := EXPECT[self.lang].search(line))]
+
+    def commands(self) -> list[str]:
+        """Its shell command lines (sh: every line; transcript: the ``$`` lines)."""
+        if self.lang == "transcript":
+            return [ln[2:] for ln in self.code.splitlines() if ln.startswith("$ ")]
+        return self.code.splitlines() if self.lang == "sh" else []
+
+
+def run_group(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own process group, then kill whatever of the group is left
+    (on a timeout too): a snippet's worker or server must not outlive the test (one
+    left retrying 7711 would consume the next test's jobs)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, **kw)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"`{cmd[-1]}` still running after {timeout} s\n{out}\n{err}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def transcript_steps(code: str) -> list[tuple[str, list[str]]]:
+    """A transcript as (bash command, the non-blank lines it must print) steps; a line
+    typed at a prompt is piped into the prompt's program."""
+    steps: list[tuple[str, list[str]]] = []
+    tool = ""
+    for line in code.splitlines():
+        if line.startswith("$ "):
+            command = line[2:].split("#")[0].strip()
+            if SESSION.fullmatch(command):  # a prompt opens; output as on a terminal
+                tool = command + (" --no-raw" if command.startswith("redis-cli") else "")
+                continue
+            tool = ""
+            steps.append((line[2:], []))
+        elif m := PROMPT.match(line):
+            tool = tool or f"redis-cli -p {m.group(1)} --no-raw"
+            steps.append((f"printf '%s\\n' {shlex.quote(m.group(2))} | {tool}", []))
+        elif line.strip():
+            assert steps, f"output before any command: {line!r}"
+            steps[-1][1].append(line.rstrip())
+    return steps
+
+
+def run_transcript(block_id: str, code: str, **run) -> None:
+    """Run the steps in order, each output compared with the transcript's. Job IDs
+    differ on every run: the reader types the IDs their node printed, so an ID seen in
+    the transcript is replaced by the one printed in its place."""
+    ids: dict[str, str] = {}
+    for command, expected in transcript_steps(code):
+        command = JOB_ID.sub(lambda m: ids.get(m.group(0), m.group(0)), command)
+        p = run_group(["bash", "-o", "pipefail", "-c", command], timeout=60, **run)
+        printed = [ln.rstrip() for ln in p.stdout.splitlines() if ln.strip()]
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (
+            f"{block_id}: `{command}` failed ({p.returncode})\n{p.stdout}\n{p.stderr}")
+        assert [JOB_ID.sub("<ID>", ln) for ln in printed] == \
+            [JOB_ID.sub("<ID>", ln) for ln in expected], f"{block_id}: `{command}`: {p.stderr}"
+        for want, got in zip(expected, printed, strict=True):
+            ids.update(zip(JOB_ID.findall(want), JOB_ID.findall(got), strict=True))
 
 
 def readme_blocks() -> list[Block]:
@@ -86,7 +162,10 @@ def readme_blocks() -> list[Block]:
         i += 1
         prev = next((ln.strip() for ln in reversed(lines[:start]) if ln.strip()), "")
         mark = MARK.match(prev)
-        if lang in RUNNABLE:
+        first = next((ln for ln in body if ln.strip()), "")
+        if not lang and (first.startswith("$ ") or PROMPT.match(first)):
+            lang = "transcript"
+        if lang in (*RUNNABLE, "transcript"):
             blocks.append(Block(start + 1, lang, "\n".join(body) + "\n",
                                 mark.group(1) if mark else ""))
         else:
@@ -125,8 +204,8 @@ def test_readme_has_runnable_blocks_and_few_exceptions():
             assert cited, f"{b.id}: a skip must name the tests that cover the block"
             for path in cited:
                 assert (ROOT / path).is_file(), f"{b.id}: {path} does not exist"
-        elif b.lang == "sh":  # the port rewrite must reach every command
-            for line in b.code.splitlines():
+        else:  # the port rewrite must reach every command
+            for line in b.commands():
                 command = line.split("#")[0]
                 for m in TOOL.finditer(command):
                     args = re.split(r"[|;)&]", command[m.end():])[0].split()
@@ -139,7 +218,11 @@ def nodes(tmp_path):
 
     def start(n: int, base: int, join: bool, conf: str | None = None) -> None:
         for i in range(n):
-            started.append(Server(tmp_path / f"node{i}", port=base + i, conf=conf).start())
+            s = Server(tmp_path / f"node{i}", port=base + i, conf=conf).start()
+            started.append(s)
+            c = s.client()  # ours, not a node that took the port after port_base()
+            assert c.info("server")["process_id"] == s.proc.pid, f"port {s.port} taken"
+            c.close()
         if join:
             join_cluster(started)
 
@@ -164,18 +247,22 @@ def test_readme_block_runs_as_pasted(block: Block, nodes, tmp_path):
         hits = [i for i, ln in enumerate(lines) if ln.lstrip().startswith(command)]
         assert hits, f"{block.id}: no line starts with {command!r}"
         for i in hits:
-            lines[i] = f"timeout -s INT --preserve-status {secs} {lines[i]}"
+            # --foreground: it stays in the block's process group (killed after it)
+            lines[i] = f"timeout --foreground -k 30 -s INT --preserve-status {secs} {lines[i]}"
         code = "\n".join(lines) + "\n"
     work = tmp_path / "cwd"
     work.mkdir()
     (work / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
     env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}:{os.environ.get('PATH', '')}",
                PYTHONPATH=str(ROOT / "src"))
+    if block.lang == "transcript":
+        run_transcript(block.id, code, cwd=work, env=env)
+        return
     if block.lang == "sh":
         cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
     else:
         cmd = [sys.executable, "-c", code]
-    p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=200)
+    p = run_group(cmd, timeout=200, cwd=work, env=env)
     assert p.returncode == 0, (
         f"{block.id} failed ({p.returncode}); ports from {base}\n--- code\n{code}"
         f"--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}")
@@ -183,5 +270,6 @@ def test_readme_block_runs_as_pasted(block: Block, nodes, tmp_path):
     pos = 0
     for reply in block.expected():
         found = p.stdout.find(reply, pos)
-        assert found >= 0, f"{block.id}: {reply!r} not printed (in order)\n{p.stdout[-3000:]}"
+        assert found >= 0, (f"{block.id}: {reply!r} not printed (in order)\n--- stdout\n"
+                            f"{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}")
         pos = found + len(reply)
