@@ -337,6 +337,7 @@ def test_info_commandstats(server):
     """INFO commandstats (and INFO all) report calls and time per command, as Disque
     and Redis do; the default INFO leaves the section out; CONFIG RESETSTAT clears it."""
     c = server.client()
+    c.execute_command("CONFIG", "RESETSTAT")  # the server is shared with other tests
     for _ in range(3):
         c.execute_command("ADDJOB", "q", "x", 0)
     c.execute_command("QLEN", "q")

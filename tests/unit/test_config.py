@@ -68,7 +68,7 @@ rename-command DEBUG dbg
 
 maxclients 5000
 maxmemory 2gb
-maxmemory-policy noeviction
+maxmemory-policy ACKS
 
 ############################ APPEND ONLY MODE ################################
 
@@ -229,7 +229,7 @@ def test_parse_sample_conf():
     assert cfg.rename_command == [("config", ""), ("debug", "dbg")]
     assert cfg.maxclients == 5000
     assert cfg.maxmemory == 2 * GB
-    assert cfg.maxmemory_policy == "noeviction"
+    assert cfg.maxmemory_policy == "acks"
     assert cfg.appendonly is True
     assert cfg.appendfilename == "disque-7712.aof"
     assert cfg.appendfsync == "everysec"
@@ -247,7 +247,6 @@ def test_parse_sample_conf():
         "rename-command",
         "maxclients",
         "maxmemory",
-        "maxmemory-policy",
         "appendonly",
         "appendfilename",
         "cluster-config-file",
@@ -264,10 +263,10 @@ def test_parse_returns_seen_directives_and_last_one_wins():
 
 
 def test_parse_case_insensitive_names_and_values():
-    cfg = Config.from_text("APPENDONLY YES\nAppendFsync ALWAYS\nmaxmemory-policy NoEviction\n")
+    cfg = Config.from_text("APPENDONLY YES\nAppendFsync ALWAYS\nmaxmemory-policy Acks\n")
     assert cfg.appendonly is True
     assert cfg.appendfsync == "always"
-    assert cfg.maxmemory_policy == "noeviction"
+    assert cfg.maxmemory_policy == "acks"
 
 
 def test_parse_whitespace_crlf_and_empty_text():
@@ -434,6 +433,18 @@ def test_parse_errors(line, reason):
     assert err.lineno == 2
     assert err.line == line
     assert str(err).endswith("\n" + reason)
+
+
+def test_maxmemory_policy_noeviction_is_refused_with_the_reason():
+    # Disque accepts noeviction and behaves as with acks; accepting a policy that does
+    # nothing would mislead, so the file, the command line and CONFIG SET refuse it
+    err = parse_error("maxmemory-policy NoEviction\n")
+    assert err.reason.startswith("maxmemory-policy noeviction is not supported: the only "
+                                 "policy is acks"), err.reason
+    cfg = Config()
+    with pytest.raises(ConfigError):
+        cfg.set("maxmemory-policy", "noeviction")
+    assert cfg.maxmemory_policy == "acks"
 
 
 def test_error_stops_at_first_bad_line():
@@ -729,6 +740,7 @@ def test_set_unsupported(name):
         ("appendfsync", "sometimes"),
         ("loglevel", "loud"),
         ("maxmemory-policy", "volatile-lru"),
+        ("maxmemory-policy", "noeviction"),
         ("timeout", "-1"),
         ("timeout", "1.5"),
         ("timeout", " 1"),
@@ -986,7 +998,7 @@ SET_VALUES: dict[str, st.SearchStrategy[str]] = {
     "requirepass": _SAFE_TEXT,
     "maxclients": _int_values(1, 100000),
     "maxmemory": _memory_values(1),
-    "maxmemory-policy": st.sampled_from(["acks", "noeviction"]),
+    "maxmemory-policy": st.sampled_from(["acks", "ACKS", "Acks"]),
     "maxmemory-samples": _int_values(1, 20),
     "client-query-buffer-limit": _memory_values(MB),
     "proto-max-bulk-len": _memory_values(MB),

@@ -523,6 +523,27 @@ class _Enum(_Type):
         return lowered
 
 
+class _MaxmemoryPolicy(_Enum):
+    """``acks``: what the node does (it evicts only what no guarantee needs). Disque
+    1.0-rc1 also accepts ``noeviction``, and filled up the same way with it as with
+    ``acks`` (ADDJOB RETRY 0 + GETJOB to the limit); here it is refused with the
+    reason rather than accepted and ignored."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("acks")
+
+    def parse_one(self, text: str) -> str:
+        if text.lower() == "noeviction":
+            raise _Invalid(
+                "maxmemory-policy noeviction is not supported: the only policy is acks "
+                "(above 95% of maxmemory only acknowledged jobs, delivered at-most-once "
+                "jobs and empty idle queues are evicted; nothing a guarantee needs)"
+            )
+        return super().parse_one(text)
+
+
 class _String(_Type):
     __slots__ = ("basename", "max_len", "omit_empty")
 
@@ -865,11 +886,13 @@ DIRECTIVES: tuple[Directive, ...] = (
     ),
     Directive(
         "maxmemory-policy",
-        _Enum("acks", "noeviction"),
+        _MaxmemoryPolicy(),
         "acks",
         mutable=True,
         error="Invalid maxmemory policy",
-        doc="What to evict when maxmemory is reached.",
+        doc="What to evict above 95% of maxmemory: acks, the only policy (acknowledged "
+        "jobs, delivered at-most-once jobs, empty idle queues; nothing a guarantee "
+        "needs). Disque's noeviction is refused.",
     ),
     Directive(
         "maxmemory-samples",

@@ -10,6 +10,7 @@ keeping one loop timer armed at ``node.next_wake()``.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import os
 import sys
@@ -42,10 +43,13 @@ class Driver(Shell):
         self.aof = None  # server.aof.AofFile while appendonly is on
         self.aof_path = os.path.join(config.dir, config.appendfilename)
         self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)
+        self._nodes_conf_lock: int | None = None  # fd holding the flock on nodes.conf
         self.events = None  # server.eventlog.EventLog, opened at the first events
         self._events_ticking = False
         self._security_logged = -NEVER  # when the cross-protocol warning was last logged
         node.events_on = config.event_log
+        self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
+        self.config_changed(["client-output-buffer-limit"])
 
     @staticmethod
     def now() -> int:
@@ -213,11 +217,50 @@ class Driver(Shell):
             # write now rather than wait for the bus's own end-of-iteration flush
             bus.flush_now()
 
+    def lock_nodes_conf(self) -> bool:
+        """Take an exclusive flock on nodes.conf (created empty if missing), held for
+        the life of the process, as Redis and Disque do: two nodes started in one
+        directory would otherwise share one node ID. Each save renames a new file
+        over it that is locked before the rename (see write_atomically), so the
+        name always points to a locked file; a lock won on a file renamed away
+        meanwhile is retried on the new one."""
+        path = self.nodes_conf_path
+        for _ in range(100):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                log.warning("Sorry, the cluster configuration file %s is already used by a "
+                            "different Disque node (another disque-server running with this "
+                            "dir?). Please make sure that different nodes use different "
+                            "cluster configuration files (set 'dir' or "
+                            "'cluster-config-file').", path)
+                return False
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._nodes_conf_lock = fd
+                return True
+            os.close(fd)  # the holder replaced the file while we waited: lock the new one
+        log.warning("Could not lock the cluster configuration file %s: it keeps changing",
+                    path)
+        return False
+
     def save_nodes_conf(self, text: str | None = None) -> bool:  # also a Shell method
         if text is None:
             text = self.node.members.nodes_conf_text()
         try:
-            write_atomically(self.nodes_conf_path, text.encode())
+            lock = self._nodes_conf_lock is not None
+            fd = write_atomically(self.nodes_conf_path, text.encode(), lock=lock)
+            if lock:  # the new file is locked: release the one it replaced
+                os.close(self._nodes_conf_lock)
+                self._nodes_conf_lock = fd
             return True
         except OSError as e:
             log.warning("Could not save the cluster config %s: %s", self.nodes_conf_path,
@@ -352,6 +395,9 @@ class Driver(Shell):
         return resp.OK
 
     def config_changed(self, names: list) -> None:
+        if "client-output-buffer-limit" in names:
+            limit = self.config.client_output_buffer_limit
+            self.obuf_limit = limit if limit.hard_bytes or limit.soft_bytes else None
         if "loglevel" in names:
             set_level(self.config.loglevel)
         if "appendonly" in names:
@@ -388,21 +434,29 @@ class Driver(Shell):
         self.stopping.set()
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Write to a temp file, fsync it, rename over ``path``, fsync the directory."""
+def write_atomically(path: str, data: bytes, lock: bool = False) -> int | None:
+    """Write to a temp file, fsync it, rename over ``path``, fsync the directory.
+    With ``lock``, the new file is flocked before the rename and its open fd is
+    returned (the caller holds the lock and closes it)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
         os.fsync(fd)
-    finally:
+        if lock:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(tmp, path)
+    except BaseException:
         os.close(fd)
-    os.replace(tmp, path)
+        raise
+    if not lock:
+        os.close(fd)
     dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+    return fd if lock else None
 
 
 __all__ = ["Driver", "write_atomically", "ConfigError"]

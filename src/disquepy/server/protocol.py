@@ -6,6 +6,11 @@ A command whose reply comes later (a GETJOB that blocks, an ADDJOB waiting for i
 copies, a command the shell finishes) stops the loop: later commands from the same
 client wait, still buffered, until that reply is sent (``resume``), so replies never
 reorder, while other clients go on being served.
+
+``client-output-buffer-limit normal <hard> <soft> <seconds>`` is enforced here, on the
+replies the transport still holds because the client does not read them: reaching
+the hard limit, or staying at or above the soft limit for longer than the soft
+seconds, closes the client and drops its pending output, as in Disque.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ _PAUSE_READING_AT = 1 << 20
 
 class ClientProtocol(asyncio.Protocol):
     __slots__ = ("driver", "node", "transport", "reader", "client", "paused", "closing",
-                 "waiting")
+                 "waiting", "soft_since")
 
     def __init__(self, driver) -> None:
         self.driver = driver
@@ -34,6 +39,7 @@ class ClientProtocol(asyncio.Protocol):
         self.paused = False
         self.closing = False
         self.waiting = False  # a command's reply is still to come: run nothing after it
+        self.soft_since: float | None = None  # when pending output reached the soft limit
         cfg = driver.config
         self.reader = resp.make_reader(
             pure=driver.pure_resp,
@@ -150,6 +156,8 @@ class ClientProtocol(asyncio.Protocol):
             aof.hold(self, data)
         else:
             self.transport.write(data)
+            if driver.obuf_limit is not None:
+                self.check_output_limit()
 
     def resume(self) -> None:
         """This client's pending reply was sent: go on with its pipeline."""
@@ -163,6 +171,34 @@ class ClientProtocol(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if not self.closing:
             self.transport.write(data)
+            if self.driver.obuf_limit is not None:
+                self.check_output_limit()
+
+    def check_output_limit(self) -> None:
+        """Close the client if its pending output breaks client-output-buffer-limit.
+        Also runs from a timer armed when the soft limit is first reached: a client
+        that stopped reading is no longer read either (pause_writing), so no later
+        write would come to check it."""
+        limit = self.driver.obuf_limit
+        if self.closing or limit is None:
+            return
+        pending = self.transport.get_write_buffer_size()
+        hard, soft, seconds = limit
+        over = hard and pending >= hard
+        if soft and pending >= soft and not over:
+            now = self.driver.loop.time()
+            if self.soft_since is None:
+                self.soft_since = now
+                self.driver.loop.call_later(seconds + 0.01, self.check_output_limit)
+            over = now - self.soft_since > seconds
+        elif not over:
+            self.soft_since = None
+        if over:
+            log.warning("Client addr=%s closed for overcoming of output buffer limits "
+                        "(%d bytes pending; limits: hard %d, soft %d for %d s)",
+                        self.client.addr, pending, hard, soft, seconds)
+            self.closing = True
+            self.transport.abort()  # its pending replies are dropped with it
 
     def close(self) -> None:
         if not self.closing:
