@@ -155,6 +155,12 @@ def test_global_options_after_a_friendly_command(run_cli, server, r):
     assert res.rc == 1
     assert res.err.strip() == f"Could not connect to Disque at 127.0.0.2:{nobody}: " \
                               "Connection refused"
+    # their help says what they default to there
+    flat = " ".join(run_cli("jobs", "--help").out.split())  # as wrapped at any width
+    assert ("-h TEXT Server hostname. [default: (as before the command, else 127.0.0.1)]"
+            in flat), flat
+    assert ("-p INTEGER RANGE Server port. [default: (as before the command, else 7711); "
+            "1<=x<=65535]" in flat), flat
     # raw commands keep their arguments as typed
     assert run_cli("-p", server.port, "ECHO", "-p").out == '"-p"\n'
 

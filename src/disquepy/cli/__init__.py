@@ -137,6 +137,8 @@ def _accept_global_options(cmd: click.Command) -> None:
         if have.intersection(d for d in decls if d.startswith("-")):
             continue  # the command's own option of that name wins
         kept = {k: v for k, v in settings.items() if k in ("type", "help", "is_flag")}
+        if settings.get("show_default"):
+            kept["show_default"] = f"as before the command, else {settings['default']}"
         cmd.params.append(click.Option(decls, expose_value=False, callback=_override_target,
                                        **kept))
     for sub in getattr(cmd, "commands", {}).values():
