@@ -51,18 +51,18 @@ def test_bench_takes_no_more_than_its_jobs_from_a_busy_queue(run_cli, server, r)
     assert r.execute_command("QLEN", "bq") == 20
 
 
-def test_analytics_without_pyspark_is_a_clear_error(monkeypatch):
+def test_analytics_without_pyspark_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark -> ImportError
-    res = CliRunner().invoke(cli, ["analytics", "data"])
+    res = CliRunner().invoke(cli, ["analytics", str(tmp_path)])
     assert res.exit_code == 1
     assert "needs PySpark" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
 
 
-def test_analytics_without_the_module_is_a_clear_error(monkeypatch):
+def test_analytics_without_the_module_is_a_clear_error(monkeypatch, tmp_path):
     pytest.importorskip("pyspark")
     monkeypatch.setitem(sys.modules, "disquepy.spark.analytics", None)
-    res = CliRunner().invoke(cli, ["analytics", "data", "--out", "x"])
+    res = CliRunner().invoke(cli, ["analytics", str(tmp_path), "--out", "x"])
     assert res.exit_code == 1
     assert "cannot import disquepy.spark.analytics" in res.output
     assert isinstance(res.exception, SystemExit)
@@ -115,6 +115,16 @@ def test_analytics_errors_of_the_module_are_one_line(monkeypatch, tmp_path):
 
     fake.run_analytics = run_analytics
     monkeypatch.setitem(sys.modules, "disquepy.spark.analytics", fake)
-    res = CliRunner().invoke(cli, ["analytics", "nowhere"])
+    res = CliRunner().invoke(cli, ["analytics", str(tmp_path)])
     assert res.exit_code == 1
-    assert res.output == "no event files (*.jsonl) under nowhere\n"
+    assert res.output == f"no event files (*.jsonl) under {tmp_path}\n"
+
+
+def test_analytics_of_a_missing_path_is_refused_before_spark_starts(monkeypatch, tmp_path):
+    """One line naming the path, exit 2, and neither PySpark nor Java is looked for."""
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # reaching it would say "needs PySpark"
+    missing = tmp_path / "no-such-log"
+    res = CliRunner().invoke(cli, ["analytics", str(missing)])
+    assert res.exit_code == 2
+    assert f"Error: Invalid value for 'PATH': Path '{missing}' does not exist." in res.output
+    assert "PySpark" not in res.output

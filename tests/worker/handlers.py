@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from disquepy.worker import Tasks
+
 
 def slow(payload: dict) -> None:
     """Mark ``started-<n>`` in ``payload["dir"]``, sleep ``payload["sleep"]`` seconds,
@@ -19,3 +21,16 @@ def slow(payload: dict) -> None:
 
 def noop(payload) -> None:
     """Do nothing (benchmarks)."""
+
+
+def fail(payload) -> None:
+    """Always fail (the log must show this traceback)."""
+    raise ValueError(f"handler failed on purpose: {payload!r}")
+
+
+app = Tasks()  # a Tasks app with one queue (its worker gets --nodes)
+
+
+@app.task("tq")
+def tq(payload) -> None:
+    """A task that does nothing."""

@@ -8,6 +8,7 @@ import logging
 import random
 import threading
 import time
+import traceback
 
 import pytest
 from support import wait_for
@@ -405,3 +406,51 @@ def test_backoff_past_the_ttl_dead_letters(dq):
     w.stop(5)
     (dl,) = list_dead(dq, "q")
     assert dl.original_id == jid and "TTL ends before the next attempt" in dl.error
+
+
+def test_handler_failure_record_carries_its_traceback(dq, caplog):
+    """A handler's exception is the log record's exc_info (the traceback reaches any
+    handler the application installs) and the outcome a WARNING; a RetryLater is a
+    request, logged as INFO without a traceback."""
+    caplog.set_level(logging.INFO, logger="disquepy.worker")
+
+    def h(p):
+        if p == "later":
+            raise RetryLater(30)
+        raise KeyError(p)
+
+    ids = {dq.add_job("q", json.dumps(b)): b for b in ("later", "nack")}
+    w = Worker(dq, ["q"], 1, h, poll_timeout_ms=100).start()
+    wait_for(lambda: w.stats["retry-later"] == 1 and w.stats["nacked"] >= 1)
+    w.stop(5)
+    recs = {}
+    for rec in caplog.records:
+        if hasattr(rec, "disque"):
+            recs.setdefault(ids.get(rec.disque["job"]), rec)
+    nacked, later = recs["nack"], recs["later"]
+    assert nacked.disque["outcome"] == "nacked" and nacked.levelno == logging.WARNING
+    assert isinstance(nacked.exc_info[1], KeyError)
+    assert any(f.name == "h" for f in traceback.extract_tb(nacked.exc_info[2]))
+    assert "\n" not in nacked.getMessage()
+    assert later.disque["outcome"] == "retry-later" and later.levelno == logging.INFO
+    assert not later.exc_info
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ("fixed:x", "fixed delay must be a number, got 'x'"),
+    ("fixed:", "fixed delay must be a number, got ''"),
+    ("fixed:1:2", "fixed takes one number"),
+    ("exponential:1:2:3:4", "up to three numbers"),
+    ("exponential:0", "base > 0"),
+    ("exponential:1:2:600;jiter=0.2", "unknown back-off option 'jiter=0.2'"),
+    ("fixed:5;jitter=1.5", "jitter must be >= 0 and < 1"),
+    ("fixed:inf", "finite"),
+    ("linear", "unknown back-off 'linear' (fixed or exponential)"),
+])
+def test_backoff_parse_says_what_is_wrong(spec, said):
+    """Every malformed spec is a ValueError naming the mistake (never a TypeError, never
+    an option silently dropped)."""
+    with pytest.raises(ValueError) as e:
+        Backoff.parse(spec)
+    assert said in str(e.value)
+    assert Backoff.parse("fixed") == Backoff.fixed(1)

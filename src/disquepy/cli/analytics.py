@@ -23,7 +23,7 @@ def load_analytics():  # -> module
 
 
 @click.command("analytics")
-@click.argument("path")
+@click.argument("path", type=click.Path(exists=True))  # before Spark starts
 @click.option("-o", "--out", default="analytics-out", show_default=True,
               help="Directory for the results.")
 @click.pass_obj

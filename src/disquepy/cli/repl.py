@@ -13,7 +13,8 @@ import click
 import redis
 
 from .conn import RawSession, Target, connection_reason
-from .reply import render
+from .reply import ServerError, render
+from .syntax import error_hint, help_text
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +130,15 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
 
     With a terminal: a prompt ``host:port> `` and readline history. With piped input:
     no prompt, one reply per command, for scripts. Errors are printed, never fatal; a
-    server that went away is reconnected to on the next command.
+    server that went away is reconnected to on the next command. ``help`` lists the
+    commands with their syntax (``help CMD``: one). Returns the exit status: with piped
+    input 1 if any command failed (an error reply, bad quoting, no connection), else 0.
     """
     stdin = stdin or sys.stdin
     interactive = stdin.isatty()
     history = _History(interactive and stdin is sys.stdin)
     session = RawSession(target.host, target.port, target.password)
+    failed = False
     try:
         session.connect()
     except redis.ConnectionError as e:
@@ -155,7 +159,7 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
             except EOFError:
                 if interactive:
                     click.echo()
-                return 0
+                return 1 if failed and not interactive else 0
             except KeyboardInterrupt:
                 click.echo()
                 continue
@@ -163,11 +167,15 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
                 args = split_args(line)
             except SplitError:
                 click.echo("Invalid argument(s)")
+                failed = True
                 continue
             if not args:
                 continue
             if args[0].lower() in ("quit", "exit"):
-                return 0
+                return 1 if failed and not interactive else 0
+            if args[0].lower() in ("help", "?"):
+                click.echo(help_text(args[1:]))
+                continue
             try:
                 reply = session.call(*[to_wire(a) for a in args])
             except KeyboardInterrupt:  # e.g. a blocked GETJOB: its reply would come later
@@ -180,11 +188,17 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
                 session.close()
                 click.echo(f"Could not connect to Disque at {target.addr}: "
                            f"{connection_reason(e)}", err=True)
+                failed = True
                 continue
             if reply is None and args[0].lower() == "shutdown":
                 continue  # the server is going away: the next prompt says not connected
             click.echo(render(reply, args, target.raw))
             sys.stdout.flush()
+            if isinstance(reply, ServerError):
+                failed = True
+                hint = error_hint(args, reply.text)
+                if hint:
+                    click.echo(hint, err=True)
     finally:
         history.save()
         session.close()

@@ -1,85 +1,271 @@
-"""``python -m disquepy.worker module:handler --queues a,b --concurrency 4``: one worker
-process (``--processes N``: a pool of N, signals forwarded). ``module:attr`` names a
-handler function (then ``--queues`` is required) or a :class:`~disquepy.worker.Tasks`
-app."""
+"""``disque-worker module:handler --queues a,b --concurrency 4`` (or ``python -m
+disquepy.worker ...``): one worker process (``--processes N``: a pool of N, signals
+forwarded). ``module:attr`` names a handler function (then ``--queues`` is required) or a
+:class:`~disquepy.worker.Tasks` app.
+
+A mistake on the command line (an unknown module or function, a bad option value) is one
+line on stderr with exit status 2; a handler's failure is logged with its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import logging
 import os
 import signal
 import subprocess
 import sys
+import traceback
 
 from ..client import Disque
+from ..client._common import parse_nodes
+from ..server.log import _RedisFormatter
 from .backoff import Backoff
 from .core import Worker
 from .tasks import Tasks
 
-
-def load(target: str):
-    mod, sep, attr = target.partition(":")
-    if not sep:
-        raise SystemExit(f"expected module:attribute, got {target!r}")
-    sys.path.insert(0, os.getcwd())
-    obj = importlib.import_module(mod)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
+PROG = "disque-worker"
+MODULE_PROG = "python -m disquepy.worker"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# options that shape how a handler function's jobs are handled; a Tasks app sets them
+# per task (@app.task(...)), so they are refused with one
+HANDLER_ONLY = ("body", "backoff", "dead_letter_after", "dead_letter_deliveries")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m disquepy.worker",
-                                description="Run a disquepy worker process.")
-    p.add_argument("target", help="module:handler or module:tasks_app")
-    p.add_argument("-q", "--queues", default="",
-                   help="comma-separated queues, highest priority first")
-    p.add_argument("-c", "--concurrency", type=int, default=1)
-    p.add_argument("-n", "--nodes", default=os.environ.get("DISQUE_NODES", "127.0.0.1:7711"),
-                   help="comma-separated seed nodes host:port (env DISQUE_NODES)")
-    p.add_argument("--password", default=os.environ.get("DISQUE_PASSWORD"))
-    p.add_argument("--body", choices=("json", "bytes", "text"), default="json")
-    p.add_argument("--backoff", default=None,
-                   help="re-add failed jobs with a delay: fixed:S or exponential[:base:factor:max]")
-    p.add_argument("--dead-letter-after", type=int, default=None,
-                   help="dead-letter a job after this many failures")
-    p.add_argument("--dead-letter-deliveries", type=int, default=None,
-                   help="dead-letter a job delivered this many extra times")
-    p.add_argument("--shutdown-timeout", type=float, default=30.0)
-    p.add_argument("--poll-timeout-ms", type=int, default=1000)
-    p.add_argument("--no-heartbeat", action="store_true")
+class UsageError(Exception):
+    """A mistake in the command line: reported as one line, exit status 2."""
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: X)" after each option's help, except for flags (off unless
+    given) and options whose help already names its default (an environment variable)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.nargs == 0 or "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        """One line (argparse prints the usage and then the error)."""
+        raise UsageError(message)
+
+
+def _whole(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = None
+        if n is None or n < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number >= {minimum}, got {text!r}")
+        return n
+
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        s = -1.0
+    if not 0 <= s < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return s
+
+
+def _backoff(text: str) -> Backoff:
+    try:
+        return Backoff.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"{e}; write fixed:SECONDS or exponential[:BASE[:FACTOR[:MAX]]], optionally "
+            f"with ;jitter=FRACTION, e.g. fixed:5 or exponential:1:2:600") from None
+
+
+def _nodes(text: str) -> str:
+    try:
+        parse_nodes([n for n in text.split(",") if n.strip()])
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST:PORT[,HOST:PORT...], got {text!r}") from None
+    return text
+
+
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The command line (``prog``: the name the help and the errors show)."""
+    p = _Parser(prog=prog, formatter_class=_HelpFormatter,
+                description="Run a disquepy worker: fetch jobs from Disque queues and run "
+                            "a handler function (or a Tasks app) on each.",
+                epilog=f"example: {prog} myworker:handle --queues high,low --concurrency 4")
+    p.add_argument("target", metavar="MODULE:ATTR",
+                   help="a handler function (module:function, called with each job's body) "
+                        "or a Tasks app (module:app); the module is imported from the "
+                        "current directory or PYTHONPATH")
+    p.add_argument("-q", "--queues", default="", metavar="Q1,Q2",
+                   help="comma-separated queues, highest priority first (default: none; "
+                        "required with a handler function, a Tasks app serves all its "
+                        "queues)")
+    p.add_argument("-c", "--concurrency", type=_whole(1), default=1, metavar="N",
+                   help="handler threads in the process")
+    p.add_argument("-n", "--nodes", type=_nodes, metavar="HOST:PORT,...",
+                   default=os.environ.get("DISQUE_NODES", "127.0.0.1:7711"),
+                   help="comma-separated seed nodes; $DISQUE_NODES sets the default")
+    p.add_argument("--password", default=None,
+                   help="password for AUTH (default: $DISQUE_PASSWORD, else none)")
+    p.add_argument("--body", choices=("json", "bytes", "text"), default="json",
+                   help="how the handler gets the job body: decoded JSON (a body that is "
+                        "not JSON arrives as bytes), bytes, or text")
+    p.add_argument("--backoff", type=_backoff, default=None, metavar="SPEC",
+                   help="re-add failed jobs with a growing delay instead of NACKing them: "
+                        "fixed:SECONDS or exponential[:BASE[:FACTOR[:MAX]]] "
+                        "(default: none, a failed job is NACKed)")
+    p.add_argument("--dead-letter-after", type=_whole(1), default=None, metavar="N",
+                   help="move a job to QUEUE:dead after N failures "
+                        "(default: none, never)")
+    p.add_argument("--dead-letter-deliveries", type=_whole(1), default=None, metavar="N",
+                   help="move a job to QUEUE:dead once delivered N extra times, e.g. by "
+                        "crashing workers (default: none, never)")
+    p.add_argument("--shutdown-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, how long running jobs may finish before they "
+                        "are NACKed")
+    p.add_argument("--poll-timeout-ms", type=_whole(1), default=1000, metavar="MS",
+                   help="how long one GETJOB waits for a job")
+    p.add_argument("--no-heartbeat", action="store_true",
+                   help="no WORKING for long jobs (they are re-delivered after their RETRY)")
     p.add_argument("--affinity", action="store_true",
                    help="move to the node producing most of the jobs received")
     p.add_argument("--fastack", action="store_true", help="FASTACK instead of ACKJOB")
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("-p", "--processes", type=int, default=1,
-                   help="run a pool of this many worker processes (SIGTERM/SIGINT forwarded)")
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
+                   help="log threshold (job outcomes are INFO, failures WARNING)")
+    p.add_argument("-p", "--processes", type=_whole(1), default=1, metavar="N",
+                   help="run a pool of N worker processes (SIGTERM/SIGINT forwarded)")
+    return p
+
+
+def load(target: str):
+    """The object ``module:attr`` names. Raises :class:`UsageError` when the module or the
+    attribute does not exist; an exception raised by the module's own code propagates."""
+    mod, sep, attr = target.partition(":")
+    if not sep or not mod or not attr:
+        raise UsageError(f"expected MODULE:ATTR (e.g. myworker:handle), got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        if e.name is None or (mod != e.name and not mod.startswith(e.name + ".")):
+            raise  # a module the target imports is missing: its traceback says where
+        raise UsageError(f"no module named {e.name!r}: run from the directory holding "
+                         f"{mod.split('.')[0]}.py (or its package), or add that directory "
+                         f"to PYTHONPATH") from None
+    where = mod
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{where} has no attribute {part!r}"
+                             + _candidates(obj)) from None
+        where = f"{where}.{part}"
+    return obj
+
+
+def _candidates(obj) -> str:
+    """"; it has: a, b" (the handler functions and Tasks apps ``obj`` defines)."""
+    if not inspect.ismodule(obj):
+        return ""
+    names = sorted(n for n, v in vars(obj).items() if not n.startswith("_") and (
+        isinstance(v, Tasks) or (inspect.isfunction(v) and v.__module__ == obj.__name__)))
+    return f"; it has: {', '.join(names[:20])}" if names else ""
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    p = parser(prog)
+    try:
+        return _main(p, sys.argv[1:] if argv is None else argv)
+    except UsageError as e:
+        print(f"{prog}: {e} (see '{prog} --help')", file=sys.stderr)
+        return 2
+
+
+def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     a = p.parse_args(argv)
-    if a.processes > 1:
-        return run_pool(sys.argv[1:] if argv is None else argv, a.processes)
-    logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    client = Disque(a.nodes.split(","), password=a.password, affinity=a.affinity)
-    obj = load(a.target)
-    queues = [q for q in a.queues.split(",") if q]
+    obj = _load_reporting(a.target)
+    queues = [q.strip() for q in a.queues.split(",") if q.strip()]
     common = dict(shutdown_timeout=a.shutdown_timeout, poll_timeout_ms=a.poll_timeout_ms,
                   heartbeat=not a.no_heartbeat, ack="fastack" if a.fastack else "ack")
     if isinstance(obj, Tasks):
-        w = obj.worker(a.concurrency, queues or None, client, **common)
+        given = [f"--{o.replace('_', '-')}" for o in HANDLER_ONLY
+                 if getattr(a, o) != p.get_default(o)]
+        if given:
+            raise UsageError(f"{', '.join(given)} applies to a handler function; {a.target} "
+                             f"is a Tasks app: set it per task (@app.task(...)) or in "
+                             f"Tasks(...)")
+        unknown = [q for q in queues if q not in obj.tasks]
+        if unknown:
+            raise UsageError(f"{a.target} has no task for queue {unknown[0]!r}; its queues: "
+                             f"{', '.join(obj.queues()) or '(none)'}")
+        if not obj.tasks:
+            raise UsageError(f"{a.target} has no tasks: decorate functions with "
+                             f"@app.task(QUEUE) in its module")
     elif callable(obj):
         if not queues:
-            p.error("--queues is required with a handler function")
-        w = Worker(client, queues, a.concurrency, obj, body=a.body,
-                   backoff=Backoff.parse(a.backoff) if a.backoff else None,
+            raise UsageError(f"--queues is required with a handler function "
+                             f"(e.g. {a.target} --queues myqueue)")
+    else:
+        raise UsageError(f"{a.target} is a {type(obj).__name__}, neither a function nor "
+                         f"a Tasks app")
+    if a.processes > 1:  # the children get the same (checked) command line
+        return run_pool(argv, a.processes)
+    setup_logging(a.log_level)
+    password = a.password if a.password is not None else os.environ.get("DISQUE_PASSWORD")
+    client = Disque(a.nodes.split(","), password=password, affinity=a.affinity)
+    if isinstance(obj, Tasks):
+        w = obj.worker(a.concurrency, queues or None, client, **common)
+    else:
+        w = Worker(client, queues, a.concurrency, obj, body=a.body, backoff=a.backoff,
                    dead_letter_after=a.dead_letter_after,
                    dead_letter_deliveries=a.dead_letter_deliveries, **common)
-    else:
-        p.error(f"{a.target} is neither a function nor a Tasks app")
     clean = w.run()
     client.close()
     return 0 if clean else 3
+
+
+def _load_reporting(target: str):
+    """:func:`load`; an exception from the module's own code: its traceback, then one line
+    saying so (the fix is in that code)."""
+    try:
+        return load(target)
+    except UsageError:
+        raise
+    except Exception as e:
+        traceback.print_exc()
+        raise UsageError(f"importing {target.partition(':')[0]!r} failed with "
+                         f"{type(e).__name__}: {e} (traceback above)") from None
+
+
+class _LogFormatter(_RedisFormatter):
+    """The server's Redis-style line; an exception's traceback on the lines after it
+    (the server folds it into the line)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not record.exc_info:
+            return super().format(record)
+        head = super().format(logging.makeLogRecord(
+            dict(record.__dict__, exc_info=None, exc_text=None)))
+        return f"{head}\n{self.formatException(record.exc_info)}"
+
+
+def setup_logging(level: str) -> None:
+    """Redis-style log lines on stderr (``pid:M 25 Nov 2026 09:12:01.123 * message``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LogFormatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
 def run_pool(argv: list[str], n: int) -> int:
@@ -94,7 +280,7 @@ def run_pool(argv: list[str], n: int) -> int:
         if x in ("-p", "--processes"):
             skip = True
             continue
-        if x.startswith("--processes="):
+        if x.startswith("--processes=") or (x.startswith("-p") and x[2:].isdigit()):
             continue
         args.append(x)
     children = [subprocess.Popen([sys.executable, "-m", "disquepy.worker", *args])
@@ -111,4 +297,4 @@ def run_pool(argv: list[str], n: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog=MODULE_PROG))

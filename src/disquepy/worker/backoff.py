@@ -28,8 +28,10 @@ class Backoff:
     def __post_init__(self) -> None:
         if self.kind not in ("fixed", "exponential"):
             raise ValueError("kind must be 'fixed' or 'exponential'")
-        if self.base <= 0 or self.factor < 1 or self.max <= 0 or not 0 <= self.jitter < 1:
-            raise ValueError("bad back-off parameters")
+        if not (self.base > 0 and self.factor >= 1 and self.max > 0):
+            raise ValueError("back-off needs base > 0, factor >= 1 and max > 0")
+        if not 0 <= self.jitter < 1:
+            raise ValueError("back-off jitter must be >= 0 and < 1")
 
     @classmethod
     def fixed(cls, delay: float, jitter: float = 0.1) -> Backoff:
@@ -45,18 +47,33 @@ class Backoff:
     @classmethod
     def parse(cls, spec: str) -> Backoff:
         """``"fixed:5"``, ``"exponential"``, ``"exponential:1:2:600"`` (base:factor:max),
-        optionally ``...;jitter=0.2``."""
-        spec, _, opt = spec.partition(";")
-        parts = spec.split(":")
+        optionally ``...;jitter=0.2``. Raises ValueError saying what is wrong."""
+        text, _, opt = spec.partition(";")
+        kind, *parts = text.split(":")
         jitter = 0.1
-        if opt.startswith("jitter="):
-            jitter = float(opt[7:])
-        if parts[0] == "fixed":
-            return cls.fixed(float(parts[1]) if len(parts) > 1 else 1.0, jitter)
-        if parts[0] == "exponential":
-            nums = [float(p) for p in parts[1:]]
-            return cls.exponential(*nums, jitter=jitter)
-        raise ValueError(f"unknown back-off {spec!r}")
+        if opt:
+            name, eq, value = opt.partition("=")
+            if name.strip() != "jitter" or not eq:
+                raise ValueError(f"unknown back-off option {opt!r} (only jitter=FRACTION)")
+            jitter = _number(value, "jitter")
+        if kind == "fixed":
+            if len(parts) > 1:
+                raise ValueError(f"fixed takes one number (seconds), got {text!r}")
+            nums = [_number(p, "fixed delay") for p in parts] or [1.0]
+            b = cls.fixed
+        elif kind == "exponential":
+            if len(parts) > 3:
+                raise ValueError(f"exponential takes up to three numbers (base:factor:max), "
+                                 f"got {text!r}")
+            nums = [_number(p, n) for p, n in zip(parts, ("base", "factor", "max"),
+                                                  strict=False)]
+            b = cls.exponential
+        else:
+            raise ValueError(f"unknown back-off {kind!r} (fixed or exponential)")
+        try:
+            return b(*nums, jitter=jitter)
+        except ValueError as e:
+            raise ValueError(f"{e} in {spec!r}") from None
 
     def raw_delay(self, attempt: int) -> float:
         """The delay before jitter, in seconds."""
@@ -70,3 +87,13 @@ class Backoff:
         if self.jitter:
             d *= 1.0 + (rng or random).uniform(-self.jitter, self.jitter)
         return max(1, math.ceil(d - 1e-9))
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        n = float(text)
+    except ValueError:
+        raise ValueError(f"{what} must be a number, got {text!r}") from None
+    if not math.isfinite(n):
+        raise ValueError(f"{what} must be a finite number, got {text!r}")
+    return n

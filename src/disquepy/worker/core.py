@@ -116,9 +116,10 @@ class Worker:
     - Shutdown: :meth:`run` handles SIGTERM/SIGINT: stop fetching, let running handlers
       finish within ``shutdown_timeout`` seconds, NACK the jobs still running then (and
       any job fetched after the stop). A second signal stops at once.
-    - Logs: one line per job outcome on logger ``disquepy.worker``
+    - Logs: one record per job outcome on logger ``disquepy.worker``
       (``event=job job=<id> queue=<q> outcome=acked attempt=1 duration_ms=3.1``), the
-      same fields in ``record.disque``.
+      same fields in ``record.disque``; a handler's exception is the record's
+      ``exc_info`` (its traceback) and the outcome a WARNING.
 
     ``routes`` (queue -> :class:`Route`) lets each queue have its own handler and policy
     (that is what :class:`~disquepy.worker.Tasks` builds).
@@ -373,8 +374,11 @@ class Worker:
     def _failed(self, job: Job, route: Route, body: bytes, exc: BaseException,
                 failures: int, attempt: int, t0: float) -> None:
         err = repr(exc)
+        # a handler's failure is logged with its traceback; RetryLater is a request
+        tb = None if isinstance(exc, RetryLater) else exc
+        level = logging.INFO if tb is None else logging.WARNING
         if route.dead_letter_after is not None and failures >= route.dead_letter_after:
-            self._dead_letter(job, route, body, err, failures, attempt, t0)
+            self._dead_letter(job, route, body, err, failures, attempt, t0, exc=tb)
             return
         delay = None
         if isinstance(exc, RetryLater):
@@ -395,7 +399,8 @@ class Worker:
                     if "ttl" not in opts and isinstance(left, int) and left > 0:
                         if delay + 1 >= left:
                             self._dead_letter(job, route, body, err + " (its TTL ends before"
-                                              " the next attempt)", failures, attempt, t0)
+                                              " the next attempt)", failures, attempt, t0,
+                                              exc=tb)
                             return
                         opts["ttl"] = left
             try:
@@ -406,17 +411,17 @@ class Worker:
                 self.log.warning("event=retry-error job=%s error=%r", job.id, e)
             else:
                 self._emit(job, attempt, "retry-later", t0, delay=delay, new_id=new_id,
-                           error=err)
+                           error=err, level=level, exc=tb)
                 return
         try:
             self.client.nack(job.id)
         except DisqueError as e:
             self._emit(job, attempt, "nack-failed", t0, error=repr(e))
             return
-        self._emit(job, attempt, "nacked", t0, error=err)
+        self._emit(job, attempt, "nacked", t0, error=err, level=level, exc=tb)
 
     def _dead_letter(self, job: Job, route: Route, body: bytes, err: str, failures: int,
-                     attempt: int, t0: float) -> None:
+                     attempt: int, t0: float, exc: BaseException | None = None) -> None:
         dq = dead_queue_name(job.queue, self.dead_letter_queue)
         dl = dead_letter_body(job.queue, job.id, body, err, failures,
                               job.additional_deliveries or 0, attempts=attempt)
@@ -429,10 +434,11 @@ class Worker:
                 self.client.nack(job.id)
             return
         self._emit(job, attempt, "dead-lettered", t0, dead_queue=dq, dead_id=dead_id,
-                   error=err, level=logging.WARNING)
+                   error=err, level=logging.WARNING, exc=exc)
 
     def _emit(self, job: Job, attempt: int, outcome: str, t0: float, *,
-              level: int = logging.INFO, **fields: Any) -> None:
+              level: int = logging.INFO, exc: BaseException | None = None,
+              **fields: Any) -> None:
         with self._stats_lock:
             self.stats[outcome] += 1
         if not self.log.isEnabledFor(level):
@@ -442,7 +448,7 @@ class Worker:
              "duration_ms": round((time.monotonic() - t0) * 1000, 3) if t0 else 0.0}
         d.update(fields)
         self.log.log(level, " ".join(f"{k}={v}" if " " not in str(v) else f"{k}={str(v)!r}"
-                                     for k, v in d.items()), extra={"disque": d})
+                                     for k, v in d.items()), exc_info=exc, extra={"disque": d})
 
     # ------------------------------------------------------------------ heartbeats
 
