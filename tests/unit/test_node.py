@@ -564,3 +564,18 @@ def test_info_instantaneous_ops_per_sec(h):
     assert 900 <= ops() <= 1100
     h.advance(3000)  # idle: the window empties
     assert ops() <= 10
+
+
+def test_command_docs_from_the_table():
+    """COMMAND DOCS answers Redis 7's form from the command table's summaries (redis-cli
+    7 and redis-py read it); unknown names are left out."""
+    from nodeharness import Harness
+
+    h = Harness()
+    docs = h("COMMAND", "DOCS", "addjob", "nosuch")
+    assert docs[0] == b"addjob" and len(docs) == 2
+    fields = dict(zip(docs[1][::2], docs[1][1::2], strict=True))
+    assert fields[b"summary"].startswith(b"Add a job to a queue")
+    assert fields[b"group"] == b"jobs"
+    everything = h("COMMAND", "DOCS")
+    assert len(everything) // 2 == h("COMMAND", "COUNT") - 2  # POST and Host: are not

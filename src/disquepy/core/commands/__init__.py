@@ -11,57 +11,132 @@ from . import acks, cluster, jobs, queues, server
 
 
 class Command:
-    __slots__ = ("name", "arity", "handler", "denyoom", "noauth", "admin")
+    """``args``: the syntax after the name, as help shows it; ``summary``: what the
+    command is for, in a line (the CLI's help and hints, COMMAND DOCS)."""
 
-    def __init__(self, name: str, arity: int, handler, flags: str = "") -> None:
+    __slots__ = ("name", "arity", "handler", "denyoom", "noauth", "admin", "args", "summary")
+
+    def __init__(self, name: str, arity: int, handler, flags: str = "", args: str = "",
+                 summary: str = "") -> None:
         self.name = name
         self.arity = arity
         self.handler = handler
         self.denyoom = "m" in flags
         self.noauth = "n" in flags
         self.admin = "a" in flags
+        self.args = args
+        self.summary = summary
 
 
 _TABLE = [
     # jobs
-    Command("addjob", -4, jobs.addjob, "m"),
-    Command("show", 2, jobs.show),
-    Command("deljob", -1, jobs.deljob),
-    Command("enqueue", -1, jobs.enqueue),
-    Command("dequeue", -1, jobs.dequeue),
-    Command("nack", -1, jobs.nack),
-    Command("working", 2, jobs.working),
-    Command("jscan", -1, jobs.jscan),
+    Command("addjob", -4, jobs.addjob, "m",
+            args=('queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] '
+                  '[ASYNC] [IDEMPOTENT key]'),
+            summary=('Add a job to a queue; the reply (its ID) waits up to ms-timeout for the '
+                     'replication (ASYNC: replicate in the background)')),
+    Command("show", 2, jobs.show,
+            args='job-id',
+            summary="Show a job's state, counters, nodes and body"),
+    Command("deljob", -1, jobs.deljob,
+            args='job-id [job-id ...]',
+            summary='Delete jobs from this node only'),
+    Command("enqueue", -1, jobs.enqueue,
+            args='job-id [job-id ...]',
+            summary='Put jobs in their queue if not queued already'),
+    Command("dequeue", -1, jobs.dequeue,
+            args='job-id [job-id ...]',
+            summary='Take jobs out of their queue'),
+    Command("nack", -1, jobs.nack,
+            args='id ... [DELAY seconds]',
+            summary=('Put jobs back in their queue, now or after DELAY seconds, counting a failed '
+                     'delivery')),
+    Command("working", 2, jobs.working,
+            args='id',
+            summary="Postpone a job's next delivery by its retry period"),
+    Command("jscan", -1, jobs.jscan,
+            args='[cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY all|id]',
+            summary='Iterate over the jobs this node knows'),
     # acks
-    Command("ackjob", -1, acks.ackjob),  # never refused at OOM: acks free memory
-    Command("fastack", -1, acks.fastack),
-    Command("acktoken", -2, acks.acktoken),
+    Command("ackjob", -1, acks.ackjob,
+    # never refused at OOM: acks free memory
+            args='job-id [job-id ...]',
+            summary='Acknowledge jobs: delete them cluster-wide'),
+    Command("fastack", -1, acks.fastack,
+            args='job-id [job-id ...]',
+            summary='Acknowledge jobs best-effort, without waiting'),
+    Command("acktoken", -2, acks.acktoken,
+            args='token [token ...]',
+            summary='Acknowledge every job a GETJOB with this TOKEN delivered here'),
     # queues
-    Command("getjob", -2, queues.getjob),
-    Command("qlen", 2, queues.qlen),
-    Command("qstat", 2, queues.qstat),
-    Command("qpeek", 3, queues.qpeek),
-    Command("qscan", -1, queues.qscan),
-    Command("pause", -3, queues.pause),
+    Command("getjob", -2, queues.getjob,
+            args='[NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [TOKEN t] FROM q1 ... qN',
+            summary='Take jobs from the first queue that has some (blocks unless NOHANG)'),
+    Command("qlen", 2, queues.qlen,
+            args='queue',
+            summary='The number of jobs queued in a queue on this node'),
+    Command("qstat", 2, queues.qstat,
+            args='queue',
+            summary="A queue's length, age, rates, pause state and blocked clients"),
+    Command("qpeek", 3, queues.qpeek,
+            args='queue count',
+            summary='Look at up to count queued jobs without taking them (negative: newest first)'),
+    Command("qscan", -1, queues.qscan,
+            args='[cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]',
+            summary='Iterate over the queues of this node'),
+    Command("pause", -3, queues.pause,
+            args='queue option...',
+            summary='Pause a queue: in, out, all or none; state to read it; bcast to the cluster'),
     # server
-    Command("ping", -1, server.ping),
-    Command("echo", 2, server.echo),
-    Command("info", -1, server.info),
-    Command("hello", -1, server.hello, "n"),
-    Command("auth", -2, server.auth, "n"),
-    Command("config", -2, server.config, "a"),
-    Command("shutdown", -1, server.shutdown, "a"),
-    Command("debug", -2, server.debug, "a"),
-    Command("select", 2, server.select),
-    Command("client", -2, server.client),
-    Command("command", -1, server.command),
-    Command("time", 1, server.time_cmd),
-    Command("quit", -1, server.quit, "n"),
+    Command("ping", -1, server.ping,
+            args='[message]',
+            summary='Check the connection'),
+    Command("echo", 2, server.echo,
+            args='message',
+            summary='Return the message'),
+    Command("info", -1, server.info,
+            args='needs facts of the process',
+            summary="The node's state, counters and settings"),
+    Command("hello", -1, server.hello, "n",
+            args='[protover [AUTH username password] [SETNAME name]]',
+            summary="The cluster's nodes (Disque), or Redis's handshake with protover"),
+    Command("auth", -2, server.auth, "n",
+            args='password',
+            summary='Authenticate the connection'),
+    Command("config", -2, server.config, "a",
+            args='GET parameter | SET parameter value | RESETSTAT | REWRITE',
+            summary='Read or change the configuration'),
+    Command("shutdown", -1, server.shutdown, "a",
+            args='[REWRITE-AOF]',
+            summary='Stop the node (after rewriting the AOF)'),
+    Command("debug", -2, server.debug, "a",
+            args='FLUSHALL | SLEEP seconds | ERROR message | JOBS | BUS-DROP node on|off',
+            summary='Debugging and test helpers'),
+    Command("select", 2, server.select,
+            args='0',
+            summary='Accepted for Redis clients: Disque has one keyspace'),
+    Command("client", -2, server.client,
+            args='LIST | ID | GETNAME | SETNAME name | SETINFO LIB-NAME|LIB-VER value',
+            summary='Inspect or name connections'),
+    Command("command", -1, server.command,
+            args='[COUNT | INFO name [name ...] | DOCS]',
+            summary="The server's commands"),
+    Command("time", 1, server.time_cmd,
+            args='',
+            summary="The server's time: seconds and microseconds"),
+    Command("quit", -1, server.quit, "n",
+            args='',
+            summary='Close the connection'),
     # an HTTP request sent to the RESP port: close it (checked before AUTH)
     Command("post", -1, server.cross_protocol, "n"),
     Command("host:", -1, server.cross_protocol, "n"),
-    Command("cluster", -2, cluster.cluster, "a"),
-    Command("bgrewriteaof", 1, server.bgrewriteaof, "a"),
+    Command("cluster", -2, cluster.cluster, "a",
+            args=('MEET ip port | NODES | INFO | MYID | FORGET node-id | LEAVING [yes|no] | RESET '
+                  '[HARD|SOFT] | SAVECONFIG'),
+            summary='Join, inspect and manage the cluster'),
+    Command("bgrewriteaof", 1, server.bgrewriteaof, "a",
+            args='',
+            summary='Rewrite the append-only file in the background'),
 ]
 
 # keyed by the lower- and upper-case names, so the usual spellings skip a .lower()

@@ -390,8 +390,11 @@ def command(node, client, argv, now):
             _command_info(COMMANDS[name.lower()]) if name.lower() in COMMANDS
             else resp.null_array(client.proto) for name in argv[2:]
         ])
-    if sub == b"docs":
-        return resp.encode({}, client.proto)
+    if sub == b"docs":  # Redis 7's form, for its clients' hints: summary, since, group
+        wanted = [COMMANDS.get(n.lower()) for n in argv[2:]] if n > 2 else _unique(COMMANDS)
+        return resp.encode({c.name: {"summary": c.summary, "since": "1.0.0",
+                                     "group": c.handler.__module__.rsplit(".", 1)[-1]}
+                            for c in wanted if c is not None and c.summary}, client.proto)
     raise ReplyError("ERR Unknown subcommand or wrong number of arguments.")
 
 
