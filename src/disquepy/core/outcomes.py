@@ -209,6 +209,7 @@ class Outcomes:
         qmap = c.qmap
         assert qmap is not None  # the open chunk has its tables
         qi = qmap.get(queue)
+        new_queue = qi is None
         if qi is None:
             if type(queue) is not str:
                 raise ValueError("outcome queue must be a str")
@@ -239,7 +240,7 @@ class Outcomes:
         except (struct.error, TypeError, OverflowError) as err:
             raise ValueError(f"bad outcome for job {job_id!r}: {err}") from None
         # Validated: from here on nothing fails.
-        if qi == len(c.queues):
+        if new_queue:
             c.queues.append(queue)
             qmap[queue] = qi
             grow = sys.getsizeof(queue) + _QUEUE_ENTRY_OVERHEAD
@@ -280,15 +281,17 @@ class Outcomes:
             tab = self._shards[si] = array("Q", bytes(8 * _SHARD_MIN))
             self._mem += 8 * _SHARD_MIN + _SHARD_OVERHEAD
         key = ((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED
-        mask = len(tab) - 1
+        size = len(tab)
+        mask = size - 1
         i = key & mask
         while True:
             e = tab[i]
             if not e:
                 tab[i] = (key << _REC_BITS) | entry_rec
-                count = self._counts[si] = self._counts[si] + 1
-                if count * 10 > len(tab) * 7:
-                    self._resize(si, len(tab) * 2)
+                counts = self._counts
+                count = counts[si] = counts[si] + 1
+                if count * 10 > size * 7:
+                    self._resize(si, size * 2)
                 break
             if e >> _REC_BITS == key:
                 old = self._chunks[(e & _REC_MASK) >> _CHUNK_BITS]
@@ -433,17 +436,24 @@ class Outcomes:
             assert order is not None  # _settle sorted it
             pos, end = c.pos, len(order)
             base = c.wid << _CHUNK_BITS
+            index_del = self._index_del
+            first = n
             while pos < end and n != limit:
                 slot = order[pos]
                 if st[slot] != _DEAD:
                     if fin[slot] > cutoff:
                         break
                     off = slot * _RSIZE
-                    self._index_del(bytes(recs[off:off + JOB_ID_LEN]), base | slot)
-                    self._kill(c, slot)
+                    index_del(bytes(recs[off:off + JOB_ID_LEN]), base | slot)
+                    st[slot] = _DEAD
                     n += 1
                 pos += 1
             c.pos = pos
+            c.live -= n - first
+            self._live -= n - first
+            self._version += 1
+            if c.live == 0 and c is not self._open:
+                self._free(c)
         return n
 
     def _enforce(self) -> None:
