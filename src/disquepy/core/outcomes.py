@@ -296,7 +296,7 @@ class Outcomes:
             if e >> _REC_BITS == key:
                 old = self._chunks[(e & _REC_MASK) >> _CHUNK_BITS]
                 oslot = e & _SLOT_MASK
-                if old.recs[oslot * _RSIZE:oslot * _RSIZE + JOB_ID_LEN] == raw:
+                if old.recs.startswith(raw, oslot * _RSIZE):
                     tab[i] = (key << _REC_BITS) | entry_rec
                     self._kill(old, oslot)
                     break
@@ -322,8 +322,8 @@ class Outcomes:
             if e >> _REC_BITS == key:
                 c = chunks[(e & _REC_MASK) >> _CHUNK_BITS]
                 slot = e & _SLOT_MASK
-                if c.recs[slot * _RSIZE:slot * _RSIZE + JOB_ID_LEN] == raw:
-                    return _outcome(c, slot)
+                if c.recs.startswith(raw, slot * _RSIZE):
+                    return _outcome(c, slot, job_id)
             i = (i + 1) & mask
 
     def expire(self, now: int) -> int:
@@ -352,7 +352,7 @@ class Outcomes:
                 order = array("H", sorted((s for s in range(c.n) if st[s] != _DEAD),
                                           key=c.fin.__getitem__))
             else:
-                yield _outcome(c, order[k])
+                yield _outcome(c, order[k], None)
             k += 1
             if k < len(order):
                 heapq.heapreplace(heap, (c.fin[order[k]], seq, k, c, order))
@@ -529,7 +529,11 @@ def _bad_id(job_id: object) -> ValueError:
                       "D-<8 hex>-<24 base64>-<4 hex>")
 
 
-def _outcome(c: _Chunk, slot: int) -> Outcome:
+def _outcome(c: _Chunk, slot: int, job_id: str | None) -> Outcome:
     raw, created, attempts, qi, doff, dlen = _REC.unpack_from(c.recs, slot * _RSIZE)
-    return Outcome(raw.decode("latin-1"), c.st[slot], c.queues[qi], attempts, created,
-                   c.fin[slot], bytes(c.heap[doff:doff + dlen]))
+    return _new_tuple(Outcome, (  # Outcome(...) without its Python-level __new__
+        raw.decode("latin-1") if job_id is None else job_id, c.st[slot], c.queues[qi],
+        attempts, created, c.fin[slot], bytes(c.heap[doff:doff + dlen]) if dlen else b""))
+
+
+_new_tuple = tuple.__new__
