@@ -1024,6 +1024,8 @@ SET_VALUES: dict[str, st.SearchStrategy[str]] = {
     "event-log": st.sampled_from(["yes", "no"]),
     "event-log-dir": _SAFE_TEXT,
     "delivery-token-ttl": _int_values(1, 10**6),
+    "job-outcome-retention": _int_values(0, 10**6),
+    "job-outcome-max-memory": _memory_values(1),
 }
 
 SET_OPS = st.lists(

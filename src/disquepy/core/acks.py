@@ -13,6 +13,7 @@ from ..codec import aof
 from . import messages as M
 from .ids import id_is_at_most_once, id_ttl_minutes
 from .job import ACKED, ACTIVE, F_DUMMY, QUEUED, WAIT_REPL, Job, move
+from .outcomes import CANCELLED, COMPLETED, FAILED
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -35,6 +36,7 @@ class Acks:
         node.stats.jobs_acked += 1
         if node.events_on:
             node.events_out.append((now, "acked", job.id, job.queue, None))
+        node.record_outcome(job, COMPLETED, now)
         if not node.clustered:
             node.unregister(job)
             return
@@ -74,6 +76,7 @@ class Acks:
                 waiting[0].blocked_add = None
                 self.node.outbox.append((waiting[0], b"+" + job.id + b"\r\n"))
             move(job, ACTIVE)
+        self.node.record_outcome(job, COMPLETED, now)  # (a copy told by SETACK/GOTACK)
         if job.state == QUEUED:
             self.node.dequeue(job)
         if not job.delivered and not job.flags & F_DUMMY:
@@ -161,12 +164,48 @@ class Acks:
             rest = [n for n in job.delivered if n != self.node.myid and n not in covered]
             if rest:
                 self.node.send(rest, M.DELJOB, job.id, [*covered, *rest])
+            self.node.record_outcome(job, COMPLETED, now)
         self.node.unregister(job)
 
-    def fast_ack(self, job: Job) -> None:
+    def fast_ack(self, job: Job, now: int) -> None:
+        if job.state != ACKED:
+            self.node.record_outcome(job, COMPLETED, now)
         others = [n for n in job.delivered if n != self.node.myid]
         self.node.send(others, M.DELJOB, job.id, [self.node.myid, *others])
         self.node.unregister(job)
+
+    def fail(self, job: Job, error: bytes, now: int) -> None:
+        """FAILJOB: the job failed for good (the worker gave up): its outcome is FAILED
+        with the error, on every copy, then it is acknowledged as any finished job."""
+        node = self.node
+        node.record_outcome(job, FAILED, now, error)
+        others = [n for n in job.delivered if n != node.myid]
+        if others:
+            node.send(others, M.OUTCOME, job.id, FAILED, error)
+        self.ack(job, now)
+        if job.state == ACKED:
+            self.start_gc(job, now)
+
+    def cancel(self, job: Job, now: int) -> None:
+        """CANCEL: a job nobody works on ends here and on every copy, as CANCELLED."""
+        node = self.node
+        node.record_outcome(job, CANCELLED, now)
+        others = [n for n in job.delivered if n != node.myid]
+        if others:
+            node.send(others, M.OUTCOME, job.id, CANCELLED, b"")
+        if node.events_on:
+            node.events_out.append((now, "deleted", job.id, job.queue, None))
+        node.unregister(job)
+
+    def on_outcome(self, p: Peer, fields, now) -> None:
+        """A copy's job failed (an ack follows) or was cancelled (gone everywhere)."""
+        job = self.node.jobs.get(fields[0])
+        if job is None:
+            return
+        state, detail = fields[1], fields[2]
+        self.node.record_outcome(job, state, now, detail)
+        if state == CANCELLED:
+            self.node.unregister(job)
 
     def fast_ack_unknown(self, jid: bytes) -> None:
         self.node.send(self.node.members.known_peers(), M.DELJOB, jid)

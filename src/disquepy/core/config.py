@@ -986,6 +986,23 @@ DIRECTIVES: tuple[Directive, ...] = (
         doc="disquepy: seconds a GETJOB TOKEN remembers the jobs it delivered.",
     ),
     Directive(
+        "job-outcome-retention",
+        _Int(0, INT_MAX),
+        3600,
+        mutable=True,
+        error="job-outcome-retention must be 0 or greater",
+        doc="disquepy: seconds a node remembers how a job ended (completed, failed, "
+            "cancelled, expired) for JOBSTATUS; 0 keeps none.",
+    ),
+    Directive(
+        "job-outcome-max-memory",
+        _Memory(1),
+        64 * MB,
+        mutable=True,
+        error="job-outcome-max-memory must be greater than zero",
+        doc="disquepy: memory for job outcomes; past it the oldest are dropped first.",
+    ),
+    Directive(
         "event-log",
         _BOOL,
         False,
@@ -1116,6 +1133,8 @@ class Config:
     client_query_buffer_limit: int
     proto_max_bulk_len: int
     delivery_token_ttl: int
+    job_outcome_retention: int
+    job_outcome_max_memory: int
     event_log: bool
     event_log_dir: str
     event_log_max_size: int

@@ -51,6 +51,7 @@ F_DUMMY = 4  # a dummy ack: an acked job this node never had a copy of
 F_BCAST_WILLQUEUE = 8  # send WILLQUEUE before the coming re-queue
 F_OVERFLOW = 16  # queued out of creation order (in the queue's sorted overflow)
 F_DEFERRED = 32  # NACK ... DELAY: re-queued here at qtime; other copies hold off
+F_OUTCOME = 64  # its outcome is recorded (FAILJOB): the ack that follows keeps it
 
 _EMPTY: tuple = ()
 

@@ -23,6 +23,7 @@ Fields after the header, by type:
     NEEDJOBS      [queue, count]    count 0: "no longer needed"
     YOURJOBS      [[job, ...]]
     PAUSE         [queue, flags]
+    OUTCOME       [job_id, state, detail]  a job failed (FAILJOB) or was cancelled
 
 Everything a peer sends is checked here, before any handler runs: ``parse`` returns
 the message's header and its fields (jobs decoded to tuples, every integer in
@@ -35,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .ids import is_valid_job_id
+from .outcomes import CANCELLED, FAILED, MAX_DETAIL_LIMIT
 
 BATCH = 0  # [BATCH, sender, port, flags, [message, ...]]: several messages, one frame
 PING = 1
@@ -53,6 +55,7 @@ WORKING = 18
 NEEDJOBS = 19
 YOURJOBS = 20
 PAUSE = 21
+OUTCOME = 22
 
 NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
 
@@ -278,12 +281,21 @@ _needjobs = _pair(_name, 0, MAX_ITEMS, "NEEDJOBS count")
 _pause = _pair(_name, 0, 3, "PAUSE flags")
 
 
+def _outcome(f: list) -> list:
+    if len(f) != 3 or type(f[2]) is not bytes or len(f[2]) > MAX_DETAIL_LIMIT:
+        raise Malformed("bad OUTCOME")
+    _job_id(f[0])
+    _int(f[1], FAILED, CANCELLED, "OUTCOME state")
+    return f
+
+
 # the fields of each message type: checked, and decoded where they carry jobs
 _FIELDS = {
     PING: _gossip, PONG: _gossip, MEET: _gossip, FAIL: _fail,
     REPLJOB: _jobs, GOTJOB: _job_ids, ENQUEUE: _one_id, WILLQUEUE: _one_id,
     QUEUED: _queued, SETACK: _setack, GOTACK: _gotack, DELJOB: _deljob,
     WORKING: _one_id, NEEDJOBS: _needjobs, YOURJOBS: _yourjobs, PAUSE: _pause,
+    OUTCOME: _outcome,
 }
 
 

@@ -30,6 +30,7 @@ from .job import (
     F_DELIVERED,
     F_DUMMY,
     F_ENQUEUED_ONCE,
+    F_OUTCOME,
     QUEUED,
     WAIT_REPL,
     Job,
@@ -37,6 +38,7 @@ from .job import (
 )
 from .jobtable import JobTable
 from .membership import Membership
+from .outcomes import COMPLETED, EXPIRED, FAILED, Outcome, Outcomes
 from .outputs import Outputs, ShellRequest
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .replication import WILLQUEUE_ADVANCE_MS, Replication
@@ -119,6 +121,9 @@ class Node:
 
         self._cmds = COMMANDS
         self.oom_limit: float = 0
+        # how jobs ended, for JOBSTATUS after they are gone (see outcomes.py)
+        self.outcomes = Outcomes(config.job_outcome_retention * 1000,
+                                 config.job_outcome_max_memory)
         self.config_changed([])
         # the cluster, by topic (each owns its state; see their modules)
         self.members = Membership(self, now)
@@ -140,6 +145,7 @@ class Node:
             M.WILLQUEUE: r.on_willqueue, M.QUEUED: r.on_queued, M.WORKING: r.on_working,
             M.SETACK: a.on_setack, M.GOTACK: a.on_gotack, M.DELJOB: a.on_deljob,
             M.NEEDJOBS: f.on_needjobs, M.YOURJOBS: f.on_yourjobs, M.PAUSE: f.on_pause,
+            M.OUTCOME: a.on_outcome,
         }
         self.run_id = f"{rng.getrandbits(160):040x}"
         self.peak_memory = 0
@@ -404,6 +410,9 @@ class Node:
     def config_changed(self, names: list) -> None:
         """Refresh values derived from the configuration (after CONFIG SET)."""
         self.oom_limit = self.config.maxmemory or float("inf")
+        self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
+        if self.outcomes.max_bytes != self.config.job_outcome_max_memory:
+            self.outcomes.max_bytes = self.config.job_outcome_max_memory
         if "requirepass" in names and not self.config.requirepass:
             for c in self.clients.values():
                 c.authed = True
@@ -697,6 +706,23 @@ class Node:
             self.ready.append(q)
         return True
 
+    def record_outcome(self, job: Job, state: int, now: int, detail: bytes = b"") -> None:
+        """Remember how ``job`` ended (JOBSTATUS answers from it once the job is gone).
+        Once per job: a failure recorded first is not overwritten by the ack that
+        follows it; dummy acks and wait-repl jobs (never confirmed) leave nothing."""
+        flags = job.flags
+        if flags & (F_OUTCOME | F_DUMMY) or job.state == WAIT_REPL or not self.outcomes_on:
+            return
+        job.flags = flags | F_OUTCOME
+        done = state == COMPLETED or state == FAILED  # delivered at least once, somewhere
+        attempts = job.nacks + job.adeliv + (1 if done or flags & F_DELIVERED else 0)
+        self.outcomes.record(Outcome(job.id.decode(), state, job.queue.decode("latin-1"),
+                                     attempts, job.ctime // 1_000_000, now, detail))
+
+    @property
+    def outcomes_on(self) -> bool:
+        return self.config.job_outcome_retention > 0
+
     def defer(self, job: Job, now: int, delay: int) -> bool:
         """NACK ... DELAY (disquepy): a delivered job goes back to its queue ``delay``
         seconds from now, from this node. Other copies are told WORKING now, and again
@@ -766,6 +792,8 @@ class Node:
             self.stats.jobs_expired += 1
             if self.events_on and not job.flags & F_DUMMY:
                 self.events_out.append((now, "expired", job.id, job.queue, None))
+            if job.state != ACKED:
+                self.record_outcome(job, EXPIRED, now)
             self.unregister(job)
             return
         state = job.state
@@ -1062,6 +1090,8 @@ class Node:
             del samples[0]
         if self._idem_heap or self._token_heap:
             self._expire_keys(now)
+        if len(self.outcomes):
+            self.outcomes.expire(now)
         level = self.memory_level()
         if level >= 2:
             self._evict(self.config.maxmemory * 95 // 100)

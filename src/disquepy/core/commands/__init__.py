@@ -7,7 +7,7 @@ refused at the memory limit; ``noauth`` commands run before AUTH.
 
 from __future__ import annotations
 
-from . import acks, cluster, jobs, queues, server
+from . import acks, cluster, jobs, queues, server, status
 
 
 class Command:
@@ -57,6 +57,17 @@ _TABLE = [
     Command("jscan", -1, jobs.jscan,
             args='[cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY all|id]',
             summary='Iterate over the jobs this node knows'),
+    # outcomes (disquepy)
+    Command("jobstatus", 2, status.jobstatus,
+            args="job-id",
+            summary=("A job's status: queued, in_progress, retrying, completed, failed, "
+                     "cancelled, expired; attempts, times, error or result")),
+    Command("cancel", 2, status.cancel,
+            args="job-id",
+            summary="Cancel a job nobody works on (queued, scheduled, retrying), everywhere"),
+    Command("failjob", -2, status.failjob,
+            args="job-id [ERROR text]",
+            summary="Give up on a job: its outcome is failed with the error; acknowledge it"),
     # acks
     Command("ackjob", -1, acks.ackjob,
     # never refused at OOM: acks free memory

@@ -29,7 +29,7 @@ def fastack(node, client, argv, now):
             known += 1
             if node.events_on and job.state != ACKED:
                 node.events_out.append((now, "acked", jid, job.queue, None))
-            node.acks.fast_ack(job)
+            node.acks.fast_ack(job, now)
         else:
             node.acks.fast_ack_unknown(jid)
     return resp.integer(known)

@@ -1,0 +1,133 @@
+"""disquepy's job outcome commands: JOBSTATUS, CANCEL, FAILJOB.
+
+A job's status while it lives comes from the job; after it ends, from the node's
+outcome store (outcomes.py), kept ``job-outcome-retention`` seconds on every node that
+held a copy. States: ``queued`` (in a queue here, or replicating), ``scheduled``
+(ADDJOB DELAY not reached yet), ``in_progress`` (delivered here, not acknowledged),
+``retrying`` (NACK ... DELAY pending), ``active`` (a copy: queued or worked on
+elsewhere; ask the other nodes), then ``completed``, ``failed``, ``cancelled``,
+``expired``.
+"""
+
+from __future__ import annotations
+
+from ...codec import resp
+from .. import errors
+from ..errors import ReplyError
+from ..job import (
+    ACKED,
+    ACTIVE,
+    F_DEFERRED,
+    F_DELIVERED,
+    F_ENQUEUED_ONCE,
+    F_OUTCOME,
+    QUEUED,
+    WAIT_REPL,
+    Job,
+)
+from ..outcomes import STATE_NAMES
+from .args import job_ids
+
+MAX_ERROR = 1024  # FAILJOB ERROR text kept (outcomes.py truncates details there too)
+
+
+def live_state(job: Job) -> bytes:
+    """What a live job's copy on this node says of it."""
+    state, flags = job.state, job.flags
+    if state in (QUEUED, WAIT_REPL):
+        return b"queued"
+    if state == ACKED:
+        return b"completed"
+    if flags & F_DEFERRED:
+        return b"retrying"
+    if flags & F_DELIVERED:
+        return b"in_progress"
+    if not flags & F_ENQUEUED_ONCE and job.delay:
+        return b"scheduled"
+    return b"active"
+
+
+def jobstatus(node, client, argv, now):
+    """JOBSTATUS job-id: a job's state, attempts, times and error or result, live or
+    finished (within the outcome retention); -NOJOB if this node knows nothing of it."""
+    jid = job_ids(argv)[0]
+    b, i = resp.bulk, resp.integer
+    null = resp.null_bulk(client.proto)
+    job = node.jobs.get(jid)
+    o = node.outcomes.get(jid.decode()) if node.outcomes_on else None
+    if job is not None and (o is None or job.state != ACKED):
+        delivered = 1 if job.flags & F_DELIVERED else 0
+        return resp.array([
+            b(b"id"), b(jid),
+            b(b"state"), b(live_state(job)),
+            b(b"queue"), b(job.queue),
+            b(b"attempts"), i(job.nacks + job.adeliv + delivered),
+            b(b"nacks"), i(job.nacks),
+            b(b"additional-deliveries"), i(job.adeliv),
+            b(b"created"), i(job.ctime // 1_000_000),
+            b(b"finished"), null,
+            b(b"next-requeue-within"),
+            i(max(0, job.qtime - now)) if job.qtime and job.state == ACTIVE else null,
+            b(b"detail"), null,
+        ])
+    if o is None:
+        raise ReplyError(errors.NOJOB)
+    return resp.array([
+        b(b"id"), b(jid),
+        b(b"state"), b(STATE_NAMES[o.state].encode()),
+        b(b"queue"), b(o.queue.encode("latin-1")),
+        b(b"attempts"), i(o.attempts),
+        b(b"nacks"), null,
+        b(b"additional-deliveries"), null,
+        b(b"created"), i(o.created_ms),
+        b(b"finished"), i(o.finished_ms),
+        b(b"next-requeue-within"), null,
+        b(b"detail"), b(o.detail) if o.detail else null,
+    ])
+
+
+def cancel(node, client, argv, now):
+    """CANCEL job-id: a job nobody works on (queued, scheduled or retrying here) ends
+    as cancelled on every node that holds it. A job delivered and not acknowledged, or
+    already finished, is not cancelled, and the error says why."""
+    jid = job_ids(argv)[0]
+    job = node.jobs.get(jid)
+    if job is None:
+        o = node.outcomes.get(jid.decode()) if node.outcomes_on else None
+        if o is not None:
+            raise ReplyError(f"ERR job already {STATE_NAMES[o.state]}: nothing to cancel")
+        raise ReplyError(errors.NOJOB)
+    state = live_state(job)
+    if state == b"completed" or job.flags & F_OUTCOME:
+        raise ReplyError("ERR job already finished: nothing to cancel")
+    if state == b"in_progress":
+        raise ReplyError("BUSY job in progress (delivered, not acknowledged): a worker "
+                         "has it, it cannot be cancelled")
+    if state == b"active":
+        raise ReplyError("TRYAGAIN job not queued on this node: cancel it on the node "
+                         "that queues it (SHOW nodes-delivered)")
+    if job.state == WAIT_REPL:
+        raise ReplyError("TRYAGAIN job still being replicated")
+    node.acks.cancel(job, now)
+    return resp.OK
+
+
+def failjob(node, client, argv, now):
+    """FAILJOB job-id [ERROR text]: the job failed for good (the worker gave up on it):
+    its outcome is failed with the error, on every copy, and it is acknowledged."""
+    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2].upper() != b"ERROR"):
+        raise ReplyError(errors.SYNTAX)
+    jid = job_ids(argv[:2])[0]
+    error = argv[3][:MAX_ERROR] if len(argv) == 4 else b""
+    job = node.jobs.get(jid)
+    if job is None:
+        raise ReplyError(errors.NOJOB)
+    if job.state == ACKED or job.flags & F_OUTCOME:
+        return resp.integer(0)
+    if job.state == WAIT_REPL:
+        raise ReplyError("TRYAGAIN job still being replicated")
+    node.acks.fail(job, error, now)
+    return resp.integer(1)
+
+
+__all__ = ["cancel", "failjob", "jobstatus", "live_state"]
