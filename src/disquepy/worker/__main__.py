@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from ..client import Disque
+from ..client.priority import DEFAULT_LOW_SHARE
 from .backoff import Backoff
 from .core import Worker
 from .tasks import Tasks
@@ -53,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--affinity", action="store_true",
                    help="move to the node producing most of the jobs received")
     p.add_argument("--fastack", action="store_true", help="FASTACK instead of ACKJOB")
+    p.add_argument("--priorities", action="store_true",
+                   help="the queues are logical queues with high/medium/low levels "
+                        "(q:high, q, q:low), fetched high first")
+    p.add_argument("--low-share", type=float, default=DEFAULT_LOW_SHARE,
+                   help="with --priorities, the share of fetches that take low first "
+                        "(guards low jobs against starvation; 0: strict)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("-p", "--processes", type=int, default=1,
                    help="run a pool of this many worker processes (SIGTERM/SIGINT forwarded)")
@@ -64,8 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     client = Disque(a.nodes.split(","), password=a.password, affinity=a.affinity)
     obj = load(a.target)
     queues = [q for q in a.queues.split(",") if q]
+    metrics = None
+    if a.metrics_port is not None:
+        from .metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+        metrics.serve(a.metrics_port)
+        logging.getLogger("disquepy.worker").info(
+            "metrics at http://127.0.0.1:%d/metrics", a.metrics_port)
     common = dict(shutdown_timeout=a.shutdown_timeout, poll_timeout_ms=a.poll_timeout_ms,
-                  heartbeat=not a.no_heartbeat, ack="fastack" if a.fastack else "ack")
+                  heartbeat=not a.no_heartbeat, ack="fastack" if a.fastack else "ack",
+                  priorities=a.priorities, low_share=a.low_share, metrics=metrics)
     if isinstance(obj, Tasks):
         w = obj.worker(a.concurrency, queues or None, client, **common)
     elif callable(obj):
