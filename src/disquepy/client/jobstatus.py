@@ -73,6 +73,7 @@ class JobStatus:
     nodes: list[str] = field(default_factory=list)
     error: str | None = None
     dead_letter_id: str | None = None
+    finished_at: float | None = None  # unix seconds: when it failed (dead letter)
     detail: str = ""
     body: bytes | None = None
 
@@ -255,6 +256,7 @@ def _failed(st: JobStatus, dl) -> None:
     st.status = "failed"
     st.error = dl.error
     st.dead_letter_id = dl.id
+    st.finished_at = dl.failed_at / 1000
     st.attempt = int(dl.extra.get("attempts") or st.attempt or 1)
     st.nacks = dl.nacks
     st.additional_deliveries = dl.additional_deliveries
