@@ -101,6 +101,12 @@ def current_attempt() -> int:
     return getattr(_local, "attempt", 0)
 
 
+def _first_id(job: Job) -> str:
+    """The ID of a job's first attempt (back-off re-adds carry it in their envelope)."""
+    raw = job.body if isinstance(job.body, bytes) else job.body.encode()
+    return unwrap(raw).first_id or job.id
+
+
 def _decode(body: bytes, mode: str) -> Any:
     if mode == "bytes":
         return body
@@ -449,7 +455,8 @@ class Worker:
                         opts["ttl"] = left
             try:
                 new_id = self.client.add_job(job.queue,
-                                             wrap(body, attempt + 1, job.id, route.policy),
+                                             wrap(body, attempt + 1, _first_id(job),
+                                                  route.policy),
                                              delay=delay, **opts)
                 self._ack(job.id)
             except DisqueError as e:
@@ -470,8 +477,10 @@ class Worker:
         # a priority level's dead letters go to its logical queue's dead-letter queue
         dq = dead_queue_name(split(job.queue)[0] if self._order else job.queue,
                              self.dead_letter_queue)
-        dl = dead_letter_body(job.queue, job.id, body, err, failures,
-                              job.additional_deliveries or 0, attempts=attempt)
+        first = _first_id(job)  # the dead letter names the ID the producer got
+        extra = {"last_id": job.id} if first != job.id else {}
+        dl = dead_letter_body(job.queue, first, body, err, failures,
+                              job.additional_deliveries or 0, attempts=attempt, **extra)
         try:
             dead_id = self.client.add_job(dq, dl, ttl=DEAD_TTL)
             self._ack(job.id)
