@@ -1,10 +1,14 @@
 # disquepy — `make run` starts a local node, `make test` runs the test suite.
-# Both bootstrap what they need: a virtualenv in .venv and the Debian packages the
-# tests use (redis-server/redis-tools as the benchmark baseline and for redis-cli).
+# Both bootstrap what they need: a virtualenv in .venv (`make run` only what a node
+# needs) and the Debian packages the tests use (redis-server/redis-tools as the
+# benchmark baseline and for redis-cli).
 
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# BASE: what a node needs (`make run`, `make cluster`); STAMP: everything the tests,
+# lint and benchmarks need on top (the dev and spark extras, ~750 MB with pyspark)
+BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 # the C request reader (see setup.py), rebuilt when its source changes
 EXT := $(VENV)/.ext-built
@@ -13,13 +17,17 @@ PORT ?= 7711
 
 .PHONY: run cluster test lint bench deps builddeps clean
 
-$(STAMP): pyproject.toml setup.py | builddeps
+$(BASE): pyproject.toml setup.py | builddeps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(BASE) $(EXT)
+
+$(STAMP): $(BASE)
 	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(STAMP) $(EXT)
 
-$(EXT): src/disquepy/codec/_creader.c | $(STAMP)
+$(EXT): src/disquepy/codec/_creader.c | $(BASE)
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
@@ -43,11 +51,11 @@ deps:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
-run: $(STAMP) $(EXT)
+run: $(BASE) $(EXT)
 	$(BIN)/disque-server --port $(PORT)
 
 # three nodes on 7711-7713 (bus on 17711-17713), joined; Ctrl-C stops all three
-cluster: $(STAMP) $(EXT)
+cluster: $(BASE) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
 
 test: $(STAMP) $(EXT) $(COMPAT)/.installed deps

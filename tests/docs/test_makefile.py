@@ -1,0 +1,29 @@
+"""`make run` installs only what a node needs; `make test` installs everything the
+tests need. Checked on make's own plan (`make -n`) for a fresh virtualenv."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from support import ROOT
+
+
+def plan(target: str, tmp_path) -> list[str]:
+    """The commands `make <target>` would run with no virtualenv yet."""
+    out = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return [line for line in out.splitlines() if "pip install" in line]
+
+
+@pytest.mark.parametrize("target", ["run", "cluster"])
+def test_run_installs_the_package_without_the_extras(tmp_path, target):
+    installs = plan(target, tmp_path)
+    assert any(line.endswith("pip install -q -e .") for line in installs), installs
+    assert not any("[" in line for line in installs), installs  # no extras at all
+
+
+@pytest.mark.parametrize("target", ["test", "lint", "bench"])
+def test_test_installs_the_dev_and_spark_extras(tmp_path, target):
+    installs = plan(target, tmp_path)
+    assert any("-e '.[dev,spark]'" in line for line in installs), installs
