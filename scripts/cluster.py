@@ -22,13 +22,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from disquepy.chaos.cluster import die_with_parent  # noqa: E402
+from disquepy.chaos.cluster import _bindable, die_with_parent  # noqa: E402
 
 
 def command(port: int, line: str, timeout: float = 2.0) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(line.encode() + b"\r\n")
         return s.recv(65536)
+
+
+def busy_port(ports: list[int], offset: int = 10000) -> int | None:
+    """The first of the client ports (or their bus ports) something already holds."""
+    return next((p for p in [*ports, *(p + offset for p in ports)]
+                 if not _bindable("127.0.0.1", p)), None)
 
 
 def main() -> int:
@@ -39,6 +45,13 @@ def main() -> int:
     ap.add_argument("--wait", type=float, default=20.0, help="seconds to wait for the join")
     args = ap.parse_args()
     ports = [args.port + i for i in range(args.nodes)]
+    # Checked before anything starts: a node already on one of these ports (`make run`)
+    # would answer our PING and be MEETed into this cluster, left with ghost peers.
+    busy = busy_port(ports)
+    if busy is not None:
+        print(f"port {busy} is already in use (a `make run` node?): stop what holds it, "
+              f"or pick other ports with `make cluster PORT=<first port>`", file=sys.stderr)
+        return 2
     procs = []
 
     def stop(signum, frame):  # `kill` or a closed terminal stops the nodes as Ctrl-C does

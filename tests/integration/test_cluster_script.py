@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT, port_is_free, raw, wait_for
+from support import ROOT, Server, port_is_free, raw, wait_for
 
 
 def free_run(n: int) -> int:
@@ -49,3 +49,29 @@ def test_cluster_script_starts_joined_nodes_and_stops_them_all(tmp_path, sig):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(10)
+
+
+@pytest.mark.timeout(60)
+def test_cluster_script_refuses_a_busy_port_and_leaves_its_holder_alone(tmp_path):
+    """`make cluster` while `make run` holds 7711: it must stop before touching
+    anything (no MEET of the standalone node, no ghost peers), and say so."""
+    base = free_run(3)
+    holder = Server(tmp_path / "standalone", port=base + 1).start()
+    try:
+        p = subprocess.run([sys.executable, str(ROOT / "scripts" / "cluster.py"), "--port",
+                            str(base), "--dir", str(tmp_path / "nodes")],
+                           capture_output=True, text=True, cwd=ROOT, timeout=40)
+        assert p.returncode != 0
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1, p.stderr
+        assert f"port {base + 1} is already in use" in lines[0]
+        assert "PORT=" in lines[0]
+        # the standalone node was not touched: it still knows only itself
+        nodes = holder.client().execute_command("CLUSTER", "NODES").decode()
+        assert len(nodes.strip().splitlines()) == 1, nodes
+        assert "myself" in nodes
+        # and none of the script's own nodes was started
+        assert not (tmp_path / "nodes").exists()
+        assert port_is_free(base) and port_is_free(base + 2)
+    finally:
+        holder.kill()
