@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import ROOT, free_port
+from support import ROOT, end_process, free_port
 
 from disquepy.client import Disque
 
@@ -52,13 +52,7 @@ class Web:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        end_process(self.proc)
 
 
 @pytest.fixture(scope="session")
