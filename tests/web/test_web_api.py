@@ -183,12 +183,19 @@ def test_queues_stats_and_pause(http, dq):
 
 def test_blocked_consumers_are_counted(http, dq, server):
     c = Disque(f"127.0.0.1:{server.port}")
-    t = threading.Thread(target=c.get_jobs, args=(["jobs"],), kwargs={"timeout_ms": 3000})
+    # one consumer of the three priority levels, as a worker blocks: counted once
+    t = threading.Thread(target=c.get_jobs, args=(["jobs:high", "jobs", "jobs:low"],),
+                         kwargs={"timeout_ms": 3000})
     t.start()
     try:
         dq.add_job("jobs:low", "x", delay=60)  # the queue exists, nothing to take
-        wait_for(lambda: any(q["name"] == "jobs" and q["blocked"] == 1
-                             for q in http.get("/queues").json()), 5, what="a blocked consumer")
+        q = wait_for(lambda: next((q for q in http.get("/queues").json()
+                                   if q["name"] == "jobs" and q["blocked"]), None),
+                     5, what="a blocked consumer")
+        assert q["blocked"] == 1
+        assert {p: q["levels"][p]["blocked"] for p in q["levels"]} == \
+            {"high": 1, "medium": 1, "low": 1}
+        assert http.get("/api/overview").json()["totals"]["blocked"] == 1
     finally:
         t.join()
         c.close()
@@ -199,6 +206,7 @@ def test_jobs_paging_sees_every_job_once(http, dq):
         for i in range(1200):
             p.add_job("bulk" if i % 3 else "bulk:high", str(i))
         ids = set(p.execute())
+    dq.add_job("bulk:dead", b"{}")  # a dead letter: listed in its own view, not here
     seen: list[str] = []
     cursor, pages = "0", 0
     while True:

@@ -48,6 +48,14 @@ CANCEL_MEMORY = 10000  # cancelled IDs a client remembers
 DELAY_MARGIN_MS = 500  # a delayed job this close to its start is not cancelled
 
 
+def dead_letters_of(queue: str) -> str | None:
+    """The queue whose dead letters ``queue`` holds (``emails`` for ``emails:dead``), or
+    ``None`` if ``queue`` is not a dead-letter queue."""
+    if queue.endswith(DEAD_SUFFIX) and len(queue) > len(DEAD_SUFFIX):
+        return queue[: -len(DEAD_SUFFIX)]
+    return None
+
+
 def valid_id(job_id: str) -> bool:
     """Does ``job_id`` look like a Disque job ID (``D-<8 hex>-<24>-<4>``, 40 chars)?"""
     return (len(job_id) == 40 and job_id.startswith("D-") and job_id[10] == "-"

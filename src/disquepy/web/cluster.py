@@ -19,7 +19,7 @@ import redis.exceptions as rexc
 
 from ..client import Disque
 from ..client._common import parse_info, parse_kv, parse_show
-from ..client.jobstatus import DEAD_SUFFIX, node_addresses, node_queues
+from ..client.jobstatus import dead_letters_of, node_addresses, node_queues
 from ..client.priority import PRIORITIES, queue_for, split
 
 
@@ -150,9 +150,11 @@ class ClusterView:
 
         old_by = prev.queues if prev else {}
         rates: dict[str, list] = {}
+        blocked: dict[str, dict[str, int]] = {}
         for (addr, q), st in sorted(snap.queues.items()):
-            if q.endswith(DEAD_SUFFIX) and len(q) > len(DEAD_SUFFIX):
-                entry(q[: -len(DEAD_SUFFIX)])["dead"] += int(st["len"])
+            of = dead_letters_of(q)
+            if of is not None:
+                entry(of)["dead"] += int(st["len"])
                 continue
             name, prio = split(q)
             e = entry(name)
@@ -161,7 +163,12 @@ class ClusterView:
             for k, src in (("depth", "len"), ("blocked", "blocked"), ("jobs_in", "jobs-in"),
                            ("jobs_out", "jobs-out")):
                 lv[k] += int(st[src])
-                e[k] += int(st[src])
+                if k != "blocked":
+                    e[k] += int(st[src])
+            # a consumer of a prioritised queue blocks on its three levels at once: count
+            # it once (the most blocked on one level, per node)
+            per_node = blocked.setdefault(name, {})
+            per_node[addr] = max(per_node.get(addr, 0), int(st["blocked"]))
             if st.get("pause", "none") != "none":
                 lv["paused"] = e["paused"] = st["pause"]
             age = st.get("oldest_age")
@@ -174,6 +181,8 @@ class ClusterView:
                 r[0] += max(0, int(st["jobs-in"]) - int(old["jobs-in"])) / dt
                 r[1] += max(0, int(st["jobs-out"]) - int(old["jobs-out"])) / dt
                 r[2] = True
+        for name, per_node in blocked.items():
+            logical[name]["blocked"] = sum(per_node.values())
         for name, (rin, rout, known) in rates.items():
             if known:
                 logical[name]["in_per_sec"] = round(rin, 2)
@@ -203,7 +212,8 @@ class ClusterView:
                 "nodes": len(nodes), "nodes_up": len(up),
                 "queued": sum(q["depth"] for q in queues),
                 "dead": sum(q["dead"] for q in queues),
-                "blocked": sum(q["blocked"] for q in queues),
+                # the nodes' own count: a consumer blocked on several queues counts once
+                "blocked": sum(n.get("blocked_clients") or 0 for n in up),
                 "jobs": sum(n.get("registered_jobs") or 0 for n in up),
                 "memory": sum(n.get("used_memory") or 0 for n in up),
                 "ops_per_sec": sum(n.get("ops_per_sec") or 0 for n in up),

@@ -17,7 +17,7 @@ import redis.exceptions as rexc
 
 from ..client import Disque
 from ..client._common import parse_show
-from ..client.jobstatus import node_addresses
+from ..client.jobstatus import dead_letters_of, node_addresses
 from ..client.priority import queue_for, split
 
 ROUNDS = 64  # JSCAN calls per page at most
@@ -74,6 +74,8 @@ def list_jobs(client: Disque, state: str | None, queue: str | None, priority: st
                 continue  # a replica's copy: listed by the node that created it
             if queue is not None and priority is None and split(s.get("queue") or "")[0] != queue:
                 continue
+            if queue is None and dead_letters_of(s.get("queue") or "") is not None:
+                continue  # dead letters have their own view (/queues/{name}/dead-letters)
             out.append(summary(s, now))
         if jcursor == 0:
             node_i += 1

@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ..client.jobstatus import DEAD_SUFFIX
+from ..client.jobstatus import dead_letters_of
 from ..client.priority import split
 from .cluster import ClusterView
 
@@ -101,8 +101,8 @@ class ClusterCollector:
         dead_in = CounterMetricFamily(p + "jobs_dead_lettered", "Jobs moved to the dead "
                                       "letters", labels=["node", "queue"])
         for (addr, q), st in sorted(snap.queues.items()):
-            if q.endswith(DEAD_SUFFIX) and len(q) > len(DEAD_SUFFIX):
-                name = q[: -len(DEAD_SUFFIX)]
+            name = dead_letters_of(q)
+            if name is not None:
                 dead.add_metric([addr, name], int(st["len"]))
                 dead_in.add_metric([addr, name], int(st["jobs-in"]))
                 continue

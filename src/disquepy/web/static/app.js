@@ -35,10 +35,15 @@ function bytes(v) {
 function dur(s) {
   if (s == null) return "–";
   if (s < 1) return "< 1 s";
-  if (s < 60) return `${Math.round(s)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
-  return `${Math.floor(s / 86400)} d ${Math.round((s % 86400) / 3600)} h`;
+  // round to the unit shown last first, so 86,399 s reads "1 d 0 h", never "23 h 60 min"
+  const two = (v, big, small, a, b) => {
+    const n = Math.round(v / small), hi = Math.floor(n / (big / small)), lo = n % (big / small);
+    return lo ? `${hi} ${a} ${lo} ${b}` : `${hi} ${a}`;
+  };
+  if (s < 59.5) return `${Math.round(s)} s`;
+  if (s < 3570) return two(s, 60, 1, "min", "s");
+  if (s < 84600) return two(s, 3600, 60, "h", "min");
+  return two(s, 86400, 3600, "d", "h");
 }
 function when(ts) {
   if (!ts) return "–";

@@ -18,11 +18,15 @@ class LineChart {
     this.draw();
   }
 
+  // the top of the y axis: four grid steps of a round size (1, 2, 5 x 10^n; 25 x 10^n
+  // from 25 up), whole jobs per second at least
   static niceMax(v) {
-    if (v <= 0) return 1;
-    const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
-    return 10 * p;
+    const step = v / 4;
+    if (step <= 1) return 4;
+    const p = Math.pow(10, Math.floor(Math.log10(step)));
+    const ms = p >= 10 ? [1, 2, 2.5, 5, 10] : [1, 2, 5, 10];
+    for (const m of ms) if (m * p >= step) return 4 * m * p;
+    return 40 * p;
   }
 
   static fmt(v) {
