@@ -19,3 +19,9 @@ def slow(payload: dict) -> None:
 
 def noop(payload) -> None:
     """Do nothing (benchmarks)."""
+
+
+def fail_odd(payload: dict) -> None:
+    """Fail for an odd ``payload["n"]``, succeed for an even one."""
+    if payload["n"] % 2:
+        raise RuntimeError(f"odd {payload['n']}")

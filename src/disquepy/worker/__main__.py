@@ -61,13 +61,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --priorities, the share of fetches that take low first "
                         "(guards low jobs against starvation; 0: strict)")
     p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics")
+                   help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics "
+                        "(with --processes N: PORT, PORT+1 ... PORT+N-1, one per process)")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("-p", "--processes", type=int, default=1,
                    help="run a pool of this many worker processes (SIGTERM/SIGINT forwarded)")
     a = p.parse_args(argv)
     if a.processes > 1:
-        return run_pool(sys.argv[1:] if argv is None else argv, a.processes)
+        return run_pool(sys.argv[1:] if argv is None else argv, a.processes, a.metrics_port)
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     client = Disque(a.nodes.split(","), password=a.password, affinity=a.affinity)
@@ -100,23 +101,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if clean else 3
 
 
-def run_pool(argv: list[str], n: int) -> int:
+def run_pool(argv: list[str], n: int, metrics_port: int | None = None) -> int:
     """Start ``n`` copies of this worker (same arguments, one process each), forward
-    SIGTERM/SIGINT to them, wait; the exit status is the worst child's."""
+    SIGTERM/SIGINT to them, wait; the exit status is the worst child's. With
+    ``--metrics-port P`` the i-th process serves its metrics on port P+i (scrape each)."""
     args = []
     skip = False
-    for x in argv:  # drop --processes N / -p N / --processes=N
+    for x in argv:  # drop --processes N / -p N and --metrics-port P (given per child)
         if skip:
             skip = False
             continue
-        if x in ("-p", "--processes"):
+        if x in ("-p", "--processes", "--metrics-port"):
             skip = True
             continue
-        if x.startswith("--processes="):
+        if x.startswith(("--processes=", "--metrics-port=")):
             continue
         args.append(x)
-    children = [subprocess.Popen([sys.executable, "-m", "disquepy.worker", *args])
-                for _ in range(n)]
+    children = [subprocess.Popen([sys.executable, "-m", "disquepy.worker", *args, *(
+        ["--metrics-port", str(metrics_port + i)] if metrics_port is not None else [])])
+        for i in range(n)]
 
     def forward(signum, frame):
         for c in children:

@@ -25,6 +25,10 @@ log = logging.getLogger("disquepy.worker")
 
 HEARTBEAT_PROBE = 0.2  # a handler running longer than this gets its job's retry from SHOW
 HEARTBEAT_FRACTION = 0.8  # WORKING at 80 % of the retry
+# why a job goes to the dead letters: its handler failed dead_letter_after times; it was
+# re-delivered dead_letter_deliveries times without an ACK; its TTL ends before the next
+# back-off attempt (the `reason` of the log line and of the worker's metric)
+DEAD_REASONS = ("attempts", "deliveries", "ttl")
 
 
 class RetryLater(Exception):  # noqa: N818 - it is a request, not an error
@@ -396,7 +400,8 @@ class Worker:
                 and (job.additional_deliveries or 0) >= route.dead_letter_deliveries):
             err = (f"delivered {job.additional_deliveries} extra times without an "
                    "acknowledgement (worker crashes or timeouts)")
-            self._dead_letter(job, route, env.body, err, prior_failures, attempt, t0)
+            self._dead_letter(job, route, env.body, err, prior_failures, attempt, t0,
+                              "deliveries")
             return
         rec = _InFlight(job, attempt, t0)
         with self._inflight_lock:
@@ -429,7 +434,7 @@ class Worker:
                 failures: int, attempt: int, t0: float) -> None:
         err = repr(exc)
         if route.dead_letter_after is not None and failures >= route.dead_letter_after:
-            self._dead_letter(job, route, body, err, failures, attempt, t0)
+            self._dead_letter(job, route, body, err, failures, attempt, t0, "attempts")
             return
         delay = None
         if isinstance(exc, RetryLater):
@@ -450,7 +455,8 @@ class Worker:
                     if "ttl" not in opts and isinstance(left, int) and left > 0:
                         if delay + 1 >= left:
                             self._dead_letter(job, route, body, err + " (its TTL ends before"
-                                              " the next attempt)", failures, attempt, t0)
+                                              " the next attempt)", failures, attempt, t0,
+                                              "ttl")
                             return
                         opts["ttl"] = left
             try:
@@ -473,7 +479,8 @@ class Worker:
         self._emit(job, attempt, "nacked", t0, error=err)
 
     def _dead_letter(self, job: Job, route: Route, body: bytes, err: str, failures: int,
-                     attempt: int, t0: float) -> None:
+                     attempt: int, t0: float, reason: str) -> None:
+        """``reason``: why the job ends here, one of :data:`DEAD_REASONS`."""
         # a priority level's dead letters go to its logical queue's dead-letter queue
         dq = dead_queue_name(split(job.queue)[0] if self._order else job.queue,
                              self.dead_letter_queue)
@@ -490,14 +497,15 @@ class Worker:
                 self.client.nack(job.id)
             return
         self._emit(job, attempt, "dead-lettered", t0, dead_queue=dq, dead_id=dead_id,
-                   error=err, level=logging.WARNING)
+                   reason=reason, error=err, level=logging.WARNING)
 
     def _emit(self, job: Job, attempt: int, outcome: str, t0: float, *,
               level: int = logging.INFO, **fields: Any) -> None:
         with self._stats_lock:
             self.stats[outcome] += 1
         if self.metrics is not None:
-            self.metrics.observe(job.queue, outcome, time.monotonic() - t0 if t0 else None)
+            self.metrics.observe(job.queue, outcome, time.monotonic() - t0 if t0 else None,
+                                 fields.get("reason"))
         if not self.log.isEnabledFor(level):
             return
         d = {"event": "job", "job": job.id, "queue": job.queue, "outcome": outcome,

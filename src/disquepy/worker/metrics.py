@@ -7,6 +7,9 @@
   time from a job's delivery to its outcome (handler plus ACK/NACK/re-add);
 - ``disquepy_worker_jobs_total{queue,priority,outcome}``: a counter per outcome
   (``acked``, ``nacked``, ``retry-later``, ``dead-lettered``, ``ack-failed``...);
+- ``disquepy_worker_dead_lettered_total{queue,priority,reason}``: jobs this worker moved
+  to the dead letters, by ``reason`` (:data:`~disquepy.worker.core.DEAD_REASONS`:
+  ``attempts``, ``deliveries``, ``ttl``);
 - ``disquepy_worker_in_progress{queue,priority}``: handlers running now.
 
 ``queue`` is the logical queue and ``priority`` its level (see
@@ -25,8 +28,15 @@ class WorkerMetrics:
     """Prometheus metrics of one worker process, in their own registry."""
 
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            disable_created_metrics,
+        )
 
+        disable_created_metrics()  # no *_created series: they double every counter's lines
         self.registry = CollectorRegistry()
         labels = ("queue", "priority", "outcome")
         self.duration = Histogram("disquepy_worker_task_duration_seconds",
@@ -34,12 +44,18 @@ class WorkerMetrics:
                                   buckets=BUCKETS, registry=self.registry)
         self.jobs = Counter("disquepy_worker_jobs", "Jobs handled, by outcome", labels,
                             registry=self.registry)
+        self.dead = Counter("disquepy_worker_dead_lettered", "Jobs moved to the dead letters, "
+                            "by reason", ("queue", "priority", "reason"),
+                            registry=self.registry)
         self.in_progress = Gauge("disquepy_worker_in_progress", "Handlers running now",
                                  ("queue", "priority"), registry=self.registry)
 
-    def observe(self, queue: str, outcome: str, seconds: float | None) -> None:
+    def observe(self, queue: str, outcome: str, seconds: float | None,
+                reason: str | None = None) -> None:
         q, prio = split(queue)
         self.jobs.labels(q, prio, outcome).inc()
+        if reason is not None:
+            self.dead.labels(q, prio, reason).inc()
         if seconds is not None:
             self.duration.labels(q, prio, outcome).observe(seconds)
 
