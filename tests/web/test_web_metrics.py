@@ -82,3 +82,33 @@ def test_a_down_node_reads_up_0_and_the_scrape_still_answers(make_cluster, web_f
     ups = {dict(labels)["node"].rsplit(":", 1)[1]: v for (name, labels), v in m.items()
            if name == "disquepy_up"}
     assert ups == {str(servers[0].port): 1, str(servers[1].port): 0}
+
+
+def test_grafana_dashboard_queries_only_metrics_that_exist(web, http, dq):
+    """docs/grafana-dashboard.json: valid JSON, and every disquepy_* series it queries is
+    one that disque-web's /metrics or a worker's metrics expose."""
+    import json
+    import re
+
+    from prometheus_client import generate_latest
+    from support import ROOT
+
+    from disquepy.worker.metrics import WorkerMetrics
+
+    dash = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
+    used = {n for e in exprs for n in re.findall(r"\bdisquepy_\w+", e)}
+    assert len(used) >= 15, used
+
+    http.post("/jobs", json={"payload": 1, "queue": "mail"})
+    dq.add_job("mail:dead", b"{}")
+    time.sleep(0.3)
+    web_names = {name for name, _ in scrape(web.url)[0]}
+    wm = WorkerMetrics()
+    wm.started("mail", 1)
+    wm.observe("mail", "dead-lettered", 0.1, "attempts")
+    worker_names = {s.name for f in text_string_to_metric_families(
+        generate_latest(wm.registry).decode()) for s in f.samples}
+    missing = used - web_names - worker_names
+    assert not missing, missing
