@@ -30,12 +30,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,54 +40,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 import redis  # noqa: E402
+from servers import Fleet, Server  # noqa: E402  (bench/servers.py)
 
 from disquepy.client import Disque  # noqa: E402
 
 BODY = b"0123456789abcdef"
-
-
-def free_port() -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p < 55000:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", p + 10000))
-                except OSError:
-                    continue
-            return p
-    raise RuntimeError("no free port")
-
-
-class Node:
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="disque-bench-client-")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "disquepy.server.main", "--port", str(self.port)],
-            cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
-        r = redis.Redis(port=self.port, protocol=2)
-        for _ in range(300):
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        r.close()
-
-    def raw(self) -> redis.Redis:
-        return redis.Redis(port=self.port, protocol=2, socket_timeout=30)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def flush(r: redis.Redis) -> None:
@@ -134,10 +88,10 @@ def interleaved(raw_fn, cli_fn, total: int, block: int = 100) -> dict:
     return acc
 
 
-def bench_overhead(node: Node, n: int, rounds: int) -> dict:
+def bench_overhead(node: Server, n: int, rounds: int) -> dict:
     """``rounds`` rounds of ``n`` calls per side, interleaved in blocks of 100 (see
     :func:`interleaved`); a flush before each round. Rates are over all rounds."""
-    raw = node.raw()
+    raw = node.client()
     c = Disque([f"127.0.0.1:{node.port}"])
     c.ping()
     ex = raw.execute_command
@@ -228,11 +182,11 @@ def _registered(r: redis.Redis) -> int:
     return int(info.decode().split("registered_jobs:")[1].split()[0])
 
 
-def run_pool(node: Node, jobs: int, kind: str, procs: int = 2) -> float:
+def run_pool(node: Server, jobs: int, kind: str, procs: int = 2) -> float:
     """Consume ``jobs`` preloaded no-op jobs with ``procs`` processes; jobs/s from the
     moment the (paused) queue opens, with every consumer already blocked on it, to the
     last job deleted."""
-    raw = node.raw()
+    raw = node.client()
     flush(raw)
     q = "pool"
     raw.execute_command("PAUSE", q, "out")
@@ -292,8 +246,8 @@ def main() -> int:
     rounds = a.rounds or (3 if a.quick else 6)
     pool_jobs = a.pool_jobs or (5000 if a.quick else 10000)
     pairs = a.pairs or (2 if a.quick else 3)
-    node = Node()
-    try:
+    with Fleet() as fleet:
+        node = fleet.start("ours")
         ov = bench_overhead(node, ops, rounds)
         layer = layer_cost()
         secs = {"raw": 0.0, "worker": 0.0}
@@ -301,8 +255,6 @@ def main() -> int:
             for kind in (("raw", "worker") if i % 2 == 0 else ("worker", "raw")):
                 secs[kind] += pool_jobs / run_pool(node, pool_jobs, kind)
         pool = {k: pairs * pool_jobs / v for k, v in secs.items()}
-    finally:
-        node.stop()
     ok = True
     print(f"client overhead vs raw redis-py (1 connection each, {ops} calls x {rounds} rounds "
           "per side, interleaved in blocks of 100):")

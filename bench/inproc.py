@@ -175,8 +175,7 @@ def bench_replicate(n: int, rounds: int) -> None:
 
     def flush(inbox: list) -> None:  # what the driver does once per loop iteration
         for node in nodes:
-            node.outbox.clear()
-            for d, msg in node.take_messages().items():
+            for d, msg in node.take_outputs().messages.items():
                 inbox[index[d]].append(encode_frame(msg))
 
     def deliver(inbox: list, now: int) -> None:

@@ -25,11 +25,13 @@
  *   getack1  ACKJOB <id of job N> + GETJOB NOHANG   (Disque consume,
  *            FROM <queue> in one write              one round trip per job)
  *   rpop     RPOP <queue>                          (Redis consume baseline)
+ *   getjob   GETJOB NOHANG FROM <queue>, no ack     (delivery alone)
  *
  * Extra arguments, --arg A (repeatable) or --args "A B ..." (split on
  * blanks): addjob appends them after <ms-timeout> (e.g. --args "REPLICATE
  * 3"); getack/getack1 put them in place of NOHANG, before FROM (e.g. --args
- * "TIMEOUT 1000" for a blocking GETJOB, whose null replies after the
+ * "TIMEOUT 1000" for a blocking GETJOB, or "NOHANG COUNT 100": every job of
+ * a reply is then acked by one ACKJOB, whose null replies after the
  * timeout count towards --max-empty).  Other modes refuse them.
  *
  * --ports P1,P2,... spreads the connections round-robin over several ports
@@ -84,6 +86,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -93,9 +96,10 @@
 /* Configuration                                                       */
 /* ------------------------------------------------------------------ */
 
-enum mode { M_PING, M_ADDJOB, M_LPUSH, M_GETACK, M_RPOP, M_GETACK1 };
-static const char *mode_names[] = {"ping", "addjob", "lpush", "getack", "rpop", "getack1"};
-#define N_MODES 6
+enum mode { M_PING, M_ADDJOB, M_LPUSH, M_GETACK, M_RPOP, M_GETACK1, M_GETJOB };
+static const char *mode_names[] = {"ping", "addjob", "lpush", "getack", "rpop", "getack1",
+                                   "getjob"};
+#define N_MODES 7
 
 static struct {
     const char *host;
@@ -130,8 +134,13 @@ static int nextra_store;
 #define READ_CHUNK 65536
 
 static int is_consume(void) {
-    return cfg.mode == M_GETACK || cfg.mode == M_RPOP || cfg.mode == M_GETACK1;
+    return cfg.mode == M_GETACK || cfg.mode == M_RPOP || cfg.mode == M_GETACK1 ||
+           cfg.mode == M_GETJOB;
 }
+
+/* Job IDs a connection may hold for one ACKJOB batch: D GETJOBs, each bringing up to
+ * COUNT jobs when the extra arguments hold "COUNT <n>". */
+static int idcap = 1;
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -527,7 +536,8 @@ static void build_template(void) {
         break;
     }
     case M_GETACK:
-    case M_GETACK1: {
+    case M_GETACK1:
+    case M_GETJOB: {
         /* GETJOB NOHANG FROM <queue>, or GETJOB <extra ...> FROM <queue> */
         const char *argv[3 + MAX_EXTRA] = {"GETJOB", "NOHANG"};
         size_t lens[3 + MAX_EXTRA] = {6, 6};
@@ -614,7 +624,7 @@ static void next_batch(struct conn *c) {
 
 static void collect_id(void *ctx, const char *id, size_t len) {
     struct conn *c = ctx;
-    if (len >= MAX_ID_LEN || c->nids >= cfg.pipeline) {
+    if (len >= MAX_ID_LEN || c->nids >= idcap) {
         note_error_str("job ID too long or too many jobs in one GETJOB reply");
         return;
     }
@@ -832,6 +842,7 @@ static void on_readable(struct conn *c) {
             } else if (is_consume()) {
                 c->empty_batches = c->batch_jobs ? 0 : c->empty_batches + 1;
                 if (cfg.mode == M_GETACK && c->nids > 0) c->phase = PH_ACK;
+                else c->nids = 0; /* getjob: nothing to ack */
             }
             next_batch(c);
             if (c->done) return;
@@ -847,7 +858,7 @@ static void on_readable(struct conn *c) {
 static void usage(void) {
     fprintf(stderr,
             "usage: loadgen [--host 127.0.0.1] [--port 7711] [--conns C] [--pipeline D]\n"
-            "               [--requests N] [--mode ping|addjob|lpush|getack|getack1|rpop]\n"
+            "               [--requests N] [--mode ping|addjob|lpush|getack|getack1|getjob|rpop]\n"
             "               [--queue Q] [--body-size 16] [--max-seconds 60]\n"
             "               [--max-empty 3] [--json]\n"
             "               [--ports P1,P2,...] [--addjob-timeout MS]\n"
@@ -927,8 +938,11 @@ static void parse_args(int argc, char **argv) {
     }
     if (nports == 0) ports[nports++] = cfg.port;
     cfg.port = ports[0];
-    if (nextra && cfg.mode != M_ADDJOB && cfg.mode != M_GETACK && cfg.mode != M_GETACK1)
-        die("--arg/--args apply to the addjob, getack and getack1 modes only");
+    if (nextra && cfg.mode != M_ADDJOB && !(is_consume() && cfg.mode != M_RPOP))
+        die("--arg/--args apply to the addjob, getack, getack1 and getjob modes only");
+    for (int i = 0; is_consume() && i + 1 < nextra; i++)
+        if (!strcasecmp(extra[i], "COUNT")) idcap = (int)arg_num("COUNT", extra[i + 1], 1, 100000);
+    idcap *= cfg.pipeline;
 }
 
 /* Resolve --host, refusing anything that is not a loopback address. */
@@ -963,9 +977,9 @@ static void open_conns(void) {
         fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
         if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0) die("epoll_ctl: %s", strerror(errno));
-        if (cfg.mode == M_GETACK || cfg.mode == M_GETACK1) {
-            c->ids = malloc((size_t)cfg.pipeline * MAX_ID_LEN);
-            c->idlens = malloc((size_t)cfg.pipeline * sizeof *c->idlens);
+        if (is_consume() && cfg.mode != M_RPOP) {
+            c->ids = malloc((size_t)idcap * MAX_ID_LEN);
+            c->idlens = malloc((size_t)idcap * sizeof *c->idlens);
             if (!c->ids || !c->idlens) die("out of memory");
         }
         if (cfg.mode == M_GETACK1) {

@@ -40,41 +40,15 @@ import multiprocessing
 import os
 import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from servers import Fleet
+
 BODY = "x" * 16
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(workdir: Path) -> tuple[subprocess.Popen, int]:
-    import redis
-
-    port = free_port()
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives with the process
-    proc = subprocess.Popen([sys.executable, "-m", "disquepy.server.main", "--port", str(port)],
-                            cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if redis.Redis(port=port, protocol=2).ping():
-                return proc, port
-        except Exception:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not start")
 
 
 # ------------------------------------------------------------------ plain side
@@ -301,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         a.rows, a.rounds = 50_000, 2
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = Path(tempfile.mkdtemp(prefix="bench-spark-"))
-    proc, port = start_server(tmp)
+    fleet = Fleet(tmp / "servers")
+    port = fleet.start("ours").port
     from pyspark.sql import SparkSession
 
     from disquepy.spark import register
@@ -370,8 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if spark is not None:
             spark.stop()
-        proc.kill()
-        proc.wait()
+        fleet.__exit__()
         shutil.rmtree(tmp, ignore_errors=True)
     best = {k: max(v) for k, v in res.items()}
     plain = best["plain_read"]

@@ -46,6 +46,26 @@ def test_replication_count_and_norepl(make_cluster):
         clients[0].execute_command("ADDJOB", "q", "body", 5000, "REPLICATE", 4)
 
 
+def test_replies_keep_their_order_behind_a_replicating_addjob(make_cluster):
+    """A command sent while a synchronous ADDJOB waits for its copies is answered
+    after it: a pipelining client matches replies by position."""
+    import socket
+
+    servers, _ = make_cluster(3)
+    with socket.create_connection(("127.0.0.1", servers[0].port), timeout=10) as s:
+        for _ in range(20):
+            s.sendall(b"ADDJOB q body 5000 REPLICATE 3\r\n")
+            time.sleep(0.0005)  # a second read for the server, while the ADDJOB waits
+            s.sendall(b"PING\r\n")
+            out = b""
+            while out.count(b"\r\n") < 2:
+                chunk = s.recv(4096)
+                assert chunk, "connection closed"
+                out += chunk
+            first, second = out.split(b"\r\n")[:2]
+            assert first.startswith(b"+D-") and second == b"+PONG", out
+
+
 def test_sync_replication_timeout_is_norepl_and_cleans_up(make_cluster):
     servers, clients = make_cluster(3)
     for c in clients[1:]:  # the others stop hearing node 0 (still "reachable" for a while)

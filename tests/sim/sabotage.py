@@ -7,13 +7,25 @@ from __future__ import annotations
 
 def gotjob_without_copy() -> None:
     """Replicas confirm REPLJOB with GOTJOB but keep no copy."""
-    from disquepy.core import cluster, messages
+    from disquepy.core import messages, replication
 
-    def _on_repljob(self, p, fields, now):
+    def on_repljob(self, p, fields, now):
         for w in fields:  # one or more jobs per message
-            self.send([p.id], messages.GOTJOB, w[0])
+            self.node.send([p.id], messages.GOTJOB, w[0])
 
-    cluster._HANDLERS[messages.REPLJOB] = _on_repljob
+    replication.Replication.on_repljob = on_repljob
+
+
+def handler_raises() -> None:
+    """A bus handler with a bug that raises (a KeyError, as a bad dict lookup would):
+    handle_message used to swallow such errors as "malformed input"; the simulator must
+    now see it."""
+    from disquepy.core import replication
+
+    def on_gotjob(self, p, fields, now):
+        raise KeyError(fields[0])
+
+    replication.Replication.on_gotjob = on_gotjob
 
 
 def reload_requeues_at_most_once() -> None:
@@ -66,12 +78,13 @@ def requeue_refused() -> None:
 
 def gc_keeps_acked_jobs() -> None:
     """Garbage collection of acked jobs tells the others but never frees the job here."""
-    from disquepy.core import cluster
+    from disquepy.core import acks
 
     def _gc_done(self, job):
-        self.send([n for n in job.delivered if n != self.myid], cluster.M.DELJOB, job.id)
+        node = self.node
+        node.send([n for n in job.delivered if n != node.myid], acks.M.DELJOB, job.id)
 
-    cluster.ClusterMixin._gc_done = _gc_done
+    acks.Acks._gc_done = _gc_done
 
 
 def fetch_resets_counters() -> None:

@@ -16,6 +16,7 @@ FIVE_NODE_CI_SEEDS = range(1, 16)
 CASES = [
     ("gotjob_without_copy", "lost"),  # the brief's example: replicas ack without a copy
     ("gotjob_without_copy", "replication"),
+    ("handler_raises", "exception"),  # a bug in a bus handler is not taken for bad input
     ("reload_requeues_at_most_once", "at-most-once"),
     ("delivery_cancels_retry", "stuck"),
     ("requeue_refused", "timer-loop"),

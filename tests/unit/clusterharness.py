@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from nodeharness import decode
+from nodeharness import HarnessShell, decode
 
 from disquepy.codec.bus import FrameReader, encode_frame
 from disquepy.core.config import Config
@@ -40,6 +40,7 @@ class Cluster:
             self.nodes.append(node)
             self.clients.append(node.new_client(now=now))
             self.links.append({})
+        self.shells = [_ClusterShell(self, i) for i in range(n)]
 
     # ------------------------------------------------------------ topology
     def index_of_addr(self, ip: str, bus_port: int) -> int | None:
@@ -71,25 +72,30 @@ class Cluster:
     # ------------------------------------------------------------ commands
     def cmd(self, i: int, *args, client=None):
         argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        r = self.nodes[i].execute(client or self.clients[i], argv, self.now)
+        client = client or self.clients[i]
+        r = self.nodes[i].execute(client, argv, self.now)
         self.pump()
-        return decode(r)
+        finished = self.shells[i].finished.pop(client.id, None)
+        return decode(r if r is not None or finished is None else finished)
 
     def new_client(self, i: int):
         return self.nodes[i].new_client(now=self.now)
 
     def outbox(self, i: int) -> list:
-        n = self.nodes[i]
-        out = [(c, decode(d)) for c, d in n.outbox]
-        n.outbox.clear()
+        """Replies node i sent to clients other than the caller, since the last call."""
+        self.pump()
+        sh = self.shells[i]
+        out = [(c, decode(d)) for c, d in sh.replies]
+        sh.replies.clear()
         return out
 
     # ---------------------------------------------------------------- time
-    def _sync_links(self, i: int) -> None:
+    def _sync_links(self, i: int, wanted: dict | None = None) -> None:
         node = self.nodes[i]
         if i in self.down:
             return
-        wanted = node.peer_links()
+        if wanted is None:
+            wanted = node.members.peer_links()
         links = self.links[i]
         for nid in list(links):
             if nid not in wanted:
@@ -99,27 +105,27 @@ class Cluster:
             up = j is not None and self.connected(i, j)
             if links.get(nid) != up:
                 links[nid] = up
-                node.link_state(nid, up, self.now)
-        node.links_dirty = False
+                node.members.link_state(nid, up, self.now)
 
     def pump(self) -> None:
-        """Move every node's outgoing messages onto the wire (link-level routing)."""
+        """Carry out every node's outputs: messages onto the wire (link-level routing)."""
         for i, node in enumerate(self.nodes):
-            if node.links_dirty:
-                self._sync_links(i)
-            out, node.bus_out = node.bus_out, []
-            if i in self.down:
+            for _ in range(100):
+                if not node.has_outputs():
+                    break
+                self.shells[i].deliver(node.take_outputs())
+
+    def route(self, i: int, per: dict) -> None:
+        if i in self.down:
+            return
+        links = self.nodes[i].members.peer_links()
+        for nid, msg in per.items():
+            addr = links.get(nid)
+            j = self.index_of_addr(*addr) if addr else None
+            if j is None or not self.connected(i, j):
                 continue
-            links = node.peer_links()
-            for dsts, msg in out:
-                frame = encode_frame(msg)
-                for nid in dsts:
-                    addr = links.get(nid)
-                    j = self.index_of_addr(*addr) if addr else None
-                    if j is None or not self.connected(i, j):
-                        continue
-                    self.seq += 1
-                    self.wire.append((self.now + self.latency, self.seq, i, j, frame))
+            self.seq += 1
+            self.wire.append((self.now + self.latency, self.seq, i, j, encode_frame(msg)))
 
     def deliver_due(self) -> bool:
         self.wire.sort()
@@ -150,3 +156,16 @@ class Cluster:
 
     def jobs_everywhere(self, jid: bytes) -> list:
         return [n.jobs.get(jid) for n in self.nodes]
+
+
+class _ClusterShell(HarnessShell):
+    def __init__(self, cluster: Cluster, i: int) -> None:
+        super().__init__(cluster.nodes[i])
+        self.cluster = cluster
+        self.i = i
+
+    def sync_links(self, links: dict) -> None:
+        self.cluster._sync_links(self.i, links)
+
+    def send_messages(self, messages: dict) -> None:
+        self.cluster.route(self.i, messages)

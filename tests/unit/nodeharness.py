@@ -4,8 +4,43 @@ from __future__ import annotations
 
 import random
 
+from disquepy.core.commands.server import info_reply
 from disquepy.core.config import Config
 from disquepy.core.node import Node
+from disquepy.core.outputs import Shell
+
+
+class HarnessShell(Shell):
+    """A node's outputs in a test: replies kept for the test to read; INFO finished
+    with no process facts; other shell requests left as the reply, for the test to see."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        self.replies: list = []  # (client, reply bytes) for other clients
+        self.finished: dict = {}  # client id -> the reply of its shell request
+        self.records: list = []  # AOF records, all since the start
+        self.events: list = []  # lifecycle events, all since the start
+
+    def record_events(self, events: list) -> None:
+        self.events.extend(events)
+
+    def persist(self, records: list) -> None:
+        self.records.extend(records)
+
+    def reply(self, client, data: bytes) -> None:
+        self.replies.append((client, data))
+
+    def finish(self, client, req) -> None:
+        if req.kind == "config-changed":
+            return
+        data = info_reply(self.node, req.args[0], {}, self.node.now) if req.kind == "info" \
+            else req
+        self.finished[client.id] = data
+
+    def run(self, client) -> bytes | None:
+        """Carry out everything; the reply a shell request of ``client`` got, if any."""
+        self.deliver(self.node.take_outputs())
+        return self.finished.pop(client.id, None)
 
 
 class Harness:
@@ -17,13 +52,17 @@ class Harness:
         self.node = Node(cfg, f"{random.Random(seed).getrandbits(160):040x}",
                          random.Random(seed), now)
         self.client = self.node.new_client(now=now)
+        self.shell = HarnessShell(self.node)
 
     def new_client(self):
         return self.node.new_client(now=self.now)
 
     def raw(self, *args, client=None):
         argv = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-        return self.node.execute(client or self.client, argv, self.now)
+        client = client or self.client
+        r = self.node.execute(client, argv, self.now)
+        finished = self.shell.run(client)
+        return r if r is not None or finished is None else finished
 
     def __call__(self, *args, client=None):
         """Run a command and decode its reply into Python values."""
@@ -43,8 +82,9 @@ class Harness:
         return self.drain()
 
     def drain(self) -> list:
-        out = [(c, decode(data)) for c, data in self.node.outbox]
-        self.node.outbox.clear()
+        self.shell.deliver(self.node.take_outputs())
+        out = [(c, decode(data)) for c, data in self.shell.replies]
+        self.shell.replies.clear()
         return out
 
 

@@ -22,7 +22,7 @@ def test_meet_one_learns_all_by_gossip():
     c = Cluster(5)
     c.meet_all()  # only node 0 was told about the others
     for i, n in enumerate(c.nodes):
-        assert n.size == 5 and n.reachable == 4, (i, n.peers)
+        assert n.size == 5 and n.reachable == 4, (i, n.members.peers)
     hello = c.cmd(3, "HELLO")
     assert hello[0] == 1 and len(hello) == 2 + 5
     assert all(entry[3] == b"1" for entry in hello[2:])
@@ -209,7 +209,7 @@ def test_unacked_job_requeued_once_cluster_wide(c3):
 
 
 def test_queued_dedup_rule_lets_one_copy_win(c3):
-    from disquepy.core.cluster import _xor_rank
+    from disquepy.core.replication import _xor_rank
 
     jid = c3.cmd(0, "ADDJOB", "q", "b", 0, "REPLICATE", 3, "ASYNC")
     c3.run(50)
@@ -329,12 +329,12 @@ def test_leaving_node_behaviour():
 
 
 def test_nodes_conf_round_trip(c3):
-    text = c3.nodes[1].nodes_conf_text()
+    text = c3.nodes[1].members.nodes_conf_text()
     from clusterharness import Cluster as C
 
     fresh = C(1).nodes[0]
-    assert fresh.load_nodes_conf(text, c3.now) == c3.nodes[1].myid
-    assert set(fresh.peers) == set(c3.nodes[1].peers)
+    assert fresh.members.load_nodes_conf(text, c3.now) == c3.nodes[1].myid
+    assert set(fresh.members.peers) == set(c3.nodes[1].members.peers)
 
 
 def test_malformed_messages_are_ignored(c3):
@@ -346,7 +346,7 @@ def test_malformed_messages_are_ignored(c3):
                 [3, "G" * 40, 7799, 0, [], "127.0.0.1"]):
         n.handle_message(msg, "127.0.0.1", c3.now)
     assert isinstance(c3.cmd(0, "PING"), bytes)
-    assert len(n.jobs) == 0 and len(n.peers) == 2  # nothing bad was taken in
+    assert len(n.jobs) == 0 and len(n.members.peers) == 2  # nothing bad was taken in
     assert not isinstance(c3.cmd(0, "ADDJOB", "q", "b", 0), Error)
 
 

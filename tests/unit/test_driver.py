@@ -89,6 +89,7 @@ def test_pipelined_replies_before_quit_are_sent():
     loop, node, driver = make()
     a, ta = connect(driver)
     a.data_received(b"PING\r\nECHO hi\r\nQUIT\r\nPING\r\n")
+    settle(loop)  # QUIT is finished by the driver, at the end of the loop iteration
     assert b"".join(ta.written) == b"+PONG\r\n$2\r\nhi\r\n+OK\r\n"  # nothing after QUIT
     loop.close()
 

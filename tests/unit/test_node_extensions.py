@@ -71,7 +71,7 @@ def test_idempotent_key_survives_aof_reload_including_deleted_jobs(h):
     gone = h("ADDJOB", "q", "gone", 0, "IDEMPOTENT", "k-gone")
     h("GETJOB", "COUNT", 2, "FROM", "q")
     h("ACKJOB", gone)
-    records = aof.scan(b"".join(h.node.aof_out)).records
+    records = aof.scan(b"".join(h.shell.records)).records
     fresh = Harness()
     fresh.now = h.now
     assert fresh.node.load_aof(records, fresh.now, enqueue=False) == 1
@@ -176,19 +176,19 @@ def test_lifecycle_events(h):
     h.advance(5_000)
     c = h("ADDJOB", "q", "x", 0)
     h("DELJOB", c)
-    ev = [(e[1], e[2]) for e in h.node.events_out]
+    ev = [(e[1], e[2]) for e in h.shell.events]
     assert ev == [("added", a), ("queued", a), ("delivered", a), ("nacked", a), ("queued", a),
                   ("delivered", a), ("acked", a), ("added", b), ("queued", b), ("expired", b),
                   ("added", c), ("queued", c), ("deleted", c)]
-    added = h.node.events_out[0]
+    added = h.shell.events[0]
     assert added[3] == b"q" and added[4] == (86400, 10, 0, 1, 4)
-    assert h.node.events_out[5][4] == (1, 0)  # second delivery: after one NACK
+    assert h.shell.events[5][4] == (1, 0)  # second delivery: after one NACK
 
 
 def test_no_events_when_off(h):
     h("ADDJOB", "q", "x", 0)
     h("GETJOB", "FROM", "q")
-    assert h.node.events_out == []
+    assert h.shell.events == []
 
 
 # ------------------------------------------------------------- AOF counters
@@ -206,7 +206,7 @@ def test_counters_survive_an_aof_reload(h):
     assert show[show.index(b"additional-deliveries") + 1] == 1
     fresh = Harness()
     fresh.now = h.now
-    fresh.node.load_aof(aof.scan(b"".join(h.node.aof_out)).records, h.now, enqueue=False)
+    fresh.node.load_aof(aof.scan(b"".join(h.shell.records)).records, h.now, enqueue=False)
     again = fresh("SHOW", jid)
     assert again[again.index(b"nacks") + 1] == 1
     assert again[again.index(b"additional-deliveries") + 1] == 1
@@ -220,7 +220,7 @@ def test_a_delayed_job_reloaded_from_the_aof_keeps_its_delay(h):
     jid = h("ADDJOB", "q", "x", 0, "DELAY", 30, "RETRY", 1)
     fresh = Harness()
     fresh.now = h.now
-    fresh.node.load_aof(aof.scan(b"".join(h.node.aof_out)).records, h.now, enqueue=False)
+    fresh.node.load_aof(aof.scan(b"".join(h.shell.records)).records, h.now, enqueue=False)
     fresh.advance(29_000)
     assert fresh("QLEN", "q") == 0
     fresh.advance(2_000)

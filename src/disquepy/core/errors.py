@@ -14,6 +14,7 @@ class ReplyError(Exception):
 
 
 SYNTAX = "ERR syntax error"
+NACK_DELAY = "ERR Invalid DELAY: expected seconds >= 0"
 NOT_INTEGER = "ERR value is not an integer or out of range"
 TIMEOUT_INVALID = "ERR timeout is not an integer or out of range"
 TIMEOUT_NEGATIVE = "ERR timeout is negative"

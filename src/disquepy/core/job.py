@@ -18,12 +18,39 @@ ACKED = 3
 STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked")
 STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
 
+# Every change of a job's state, and what makes it (Disque's README, "Job states").
+# A Job is built in WAIT_REPL; nothing leaves ACKED (an acked job is only ever freed).
+TRANSITIONS: dict[tuple[int, int], str] = {
+    (WAIT_REPL, ACTIVE): "enough copies confirmed, or a job built with none to wait for "
+                         "(ADDJOB without sync copies, a copy from the bus, an AOF load)",
+    (WAIT_REPL, QUEUED): "ADDJOB on a lone node: a new job queued at once",
+    (WAIT_REPL, ACKED): "a dummy ack: an ACKJOB for a job this node never saw",
+    (ACTIVE, QUEUED): "ENQUEUE: first queueing, a re-queue after retry, NACK, YOURJOBS",
+    (QUEUED, ACTIVE): "DEQUEUE: delivered to a client, sent to another node, or "
+                      "another copy was queued (QUEUED/WORKING)",
+    (ACTIVE, ACKED): "ACKJOB, or SETACK/GOTACK from a node that saw the ack",
+}
+_ALLOWED = frozenset(TRANSITIONS)
+
+
+class IllegalTransition(AssertionError):
+    """A state change TRANSITIONS does not allow: a bug of the core."""
+
+
+def move(job: Job, to: int) -> None:
+    """Set a job's state, refusing any change TRANSITIONS does not list."""
+    if (job.state, to) not in _ALLOWED:
+        raise IllegalTransition(f"job {job.id!r}: {STATE_NAMES[job.state].decode()} -> "
+                                f"{STATE_NAMES[to].decode()}")
+    job.state = to
+
 # flags
 F_DELIVERED = 1  # handed to a client at least once (GETJOB / QPEEK do not count)
 F_ENQUEUED_ONCE = 2  # was queued at least once (RETRY 0 jobs are never queued again)
 F_DUMMY = 4  # a dummy ack: an acked job this node never had a copy of
 F_BCAST_WILLQUEUE = 8  # send WILLQUEUE before the coming re-queue
 F_OVERFLOW = 16  # queued out of creation order (in the queue's sorted overflow)
+F_DEFERRED = 32  # NACK ... DELAY: re-queued here at qtime; other copies hold off
 
 _EMPTY: tuple = ()
 

@@ -16,24 +16,30 @@ import heapq
 from ..codec import aof, resp
 from . import errors
 from . import messages as M
+from .acks import Acks
 from .awake import NEVER, AwakeIndex
 from .client import Client
-from .cluster import WILLQUEUE_ADVANCE_MS, ClusterMixin
 from .errors import ReplyError
-from .ids import JobIdGenerator, id_is_at_most_once, id_ttl_minutes
+from .federation import Federation
+from .ids import JobIdGenerator, new_node_id
 from .job import (
     ACKED,
     ACTIVE,
     F_BCAST_WILLQUEUE,
+    F_DEFERRED,
     F_DELIVERED,
     F_DUMMY,
     F_ENQUEUED_ONCE,
     QUEUED,
     WAIT_REPL,
     Job,
+    move,
 )
 from .jobtable import JobTable
+from .membership import Membership
+from .outputs import Outputs, ShellRequest
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
+from .replication import WILLQUEUE_ADVANCE_MS, Replication
 
 # Memory accounting: what one job, queue or client costs this process, measured for
 # CPython 3.11 with tracemalloc (see docs/PERFORMANCE.md); a job's body is added as is.
@@ -62,6 +68,7 @@ class Stats:
         "queues_evicted",
         "oom_refusals",
         "jobs_delivered",
+        "bus_malformed",
     )
 
     def __init__(self) -> None:
@@ -69,28 +76,18 @@ class Stats:
             setattr(self, name, 0)
 
 
-class ShellRequest:
-    """A command the shell must finish (file I/O, exit); it sends the reply itself."""
-
-    __slots__ = ("kind", "args")
-
-    def __init__(self, kind: str, *args) -> None:
-        self.kind = kind
-        self.args = args
-
-
-class Node(ClusterMixin):
+class Node:
     def __init__(self, config, node_id: str, rng, now: int, ip: str = "",
                  port: int | None = None) -> None:
         self.config = config
         self.myid = node_id
         self.myid_b = node_id.encode()
         self.rng = rng
-        self._random = rng.random
+        self.random = rng.random
         self.size = 1  # known nodes, this one included (Disque's cluster->size)
         self.reachable = 0  # other nodes reachable now
         self.default_replicate = 1  # REPLICATE when ADDJOB gives none: min(3, size)
-        self._peers = False  # True once the node has other cluster members
+        self.clustered = False  # True once the node has other cluster members
         self.ip = ip
         self.port = port if port is not None else config.port
         self.idgen = JobIdGenerator(node_id, rng.getrandbits(160).to_bytes(20, "little"))
@@ -112,16 +109,35 @@ class Node(ClusterMixin):
         self.stats = Stats()
         self.ncommands = 0
         self.aof_on = False  # the shell turns it on once the AOF file is open
-        self.aof_info = list  # shell-injected: () -> extra INFO persistence fields
         self.aof_out: list = []  # records for the shell to append
+        self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
+        self.logs_out: list = []  # (level, line) for the server log
         from .commands import COMMANDS  # here, not at import: the commands import this module
 
         self._cmds = COMMANDS
         self.oom_limit: float = 0
         self.config_changed([])
-        self.cluster_init(now)
-        self.config_hooks: list = []  # callables told of CONFIG SET changes (shell reacts)
-        self.host_info = dict  # shell-injected: () -> {"pid", "rss", "cpu_user", ...}
+        # the cluster, by topic (each owns its state; see their modules)
+        self.members = Membership(self, now)
+        self.repl = Replication(self)
+        self.acks = Acks(self)
+        self.fed = Federation(self)
+        self.cluster_dirty = False  # nodes.conf must be saved (peers, identity, leaving)
+        self.bus_out: list = []  # (destination ids, message) for take_messages()
+        self.msgs_sent = 0
+        self.msgs_received = 0
+        self._shared: dict = {}  # see shared()
+        self._malformed_logged = -1000  # when a refused bus message was last logged
+        self._malformed_logged_count = 0
+        m, r, a, f = self.members, self.repl, self.acks, self.fed
+        # bus message type -> handler(peer, fields, now); MEET is handled before a peer exists
+        self._handlers = {
+            M.PING: m.on_ping, M.PONG: m.on_pong, M.FAIL: m.on_fail,
+            M.REPLJOB: r.on_repljob, M.GOTJOB: r.on_gotjob, M.ENQUEUE: r.on_enqueue,
+            M.WILLQUEUE: r.on_willqueue, M.QUEUED: r.on_queued, M.WORKING: r.on_working,
+            M.SETACK: a.on_setack, M.GOTACK: a.on_gotack, M.DELJOB: a.on_deljob,
+            M.NEEDJOBS: f.on_needjobs, M.YOURJOBS: f.on_yourjobs, M.PAUSE: f.on_pause,
+        }
         self.run_id = f"{rng.getrandbits(160):040x}"
         self.peak_memory = 0
         self._next_cron = now
@@ -143,6 +159,153 @@ class Node(ClusterMixin):
         self.events_out: list = []
         # IDs of at-most-once jobs delivered here and since forgotten (oldest first)
         self.amo_done: dict[bytes, None] = {}
+
+    # ------------------------------------------------------------ cluster bus
+    def shared(self, value):
+        """One object per distinct value, for what many jobs hold alike: the lists of
+        node IDs (delivered, confirmed) of the jobs replicated to the same nodes, and the
+        name of a queue a replica holds copies for (it has no Queue object to share the
+        name of). Each would otherwise be a new object per job as decoded from the bus
+        (64 bytes for a list of three, 33 plus the name for a name). Cleared at 4096."""
+        v = self._shared.get(value)
+        if v is None:
+            if len(self._shared) >= 4096:
+                self._shared.clear()
+            self._shared[value] = v = value
+        return v
+
+    def send(self, dsts, mtype: int, *fields) -> None:
+        if not dsts:
+            return
+        msg = [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0, *fields]
+        self.bus_out.append((list(dsts), msg))
+        self.msgs_sent += len(dsts)
+
+    def take_messages(self) -> dict:
+        """Take what was sent since the last call, per destination node: one message
+        each, a BATCH of them when several (so one frame per peer), in sending order."""
+        out, self.bus_out = self.bus_out, []
+        per: dict = {}
+        for dsts, msg in out:
+            for d in dsts:
+                lst = per.get(d)
+                if lst is None:
+                    per[d] = [msg]
+                else:
+                    lst.append(msg)
+        return {d: msgs[0] if len(msgs) == 1 else [M.BATCH, self.myid, self.port, 0, msgs]
+                for d, msgs in per.items()}
+
+    def send_item(self, dsts: list, mtype: int, item) -> None:
+        """Send one item of a message that carries many (REPLJOB jobs, GOTJOB IDs):
+        it joins the previous message when that one is of the same type to the same
+        nodes, so a burst of replications costs one message per peer, not one per job.
+        Only the last message grows, so the order of messages is kept. ``dsts`` must
+        be sorted (equal sets compare equal)."""
+        out = self.bus_out
+        if out:
+            last_dsts, last = out[-1]
+            if last[0] == mtype and last_dsts == dsts and len(last) < M.MAX_ITEMS:
+                last.append(item)
+                return
+        out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
+                           item]))
+        self.msgs_sent += len(dsts)
+
+    def send_items(self, dsts: list, mtype: int, items: list) -> None:
+        """send_item() of each of ``items``, in one step."""
+        out = self.bus_out
+        if out:
+            last_dsts, last = out[-1]
+            if last[0] == mtype and last_dsts == dsts and len(last) + len(items) <= M.MAX_ITEMS:
+                last.extend(items)
+                return
+        out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
+                           *items]))
+        self.msgs_sent += len(dsts)
+
+    def set_identity(self, node_id: str) -> None:
+        """Take this node ID (e.g. restored from nodes.conf); job IDs follow it."""
+        self.myid = node_id
+        self.myid_b = node_id.encode()
+        self.idgen = JobIdGenerator(node_id, self.rng.getrandbits(160).to_bytes(20, "little"))
+        self.cluster_dirty = True
+
+    def cluster_reset(self, hard: bool, now: int) -> None:
+        self.members.forget_all()
+        self.flushall()
+        if hard:
+            self.set_identity(new_node_id(self.rng))
+        self.leaving = False
+        self.members.peers_changed()
+
+    def set_leaving(self, on: bool, now: int) -> None:
+        if on == self.leaving:
+            return
+        self.leaving = on
+        self.cluster_dirty = True
+        if on:  # GETJOB clients waiting here must go elsewhere
+            self.reply_blocked_clients(resp.error(errors.LEAVING))
+        self.members.announce()
+
+    def handle_message(self, msg: list, peer_ip: str, now: int) -> None:
+        """One message from the bus (a BATCH: each of its messages in turn). What
+        breaks the format is refused by ``messages.parse``, counted and logged; an
+        exception raised past that is a bug of the core and propagates."""
+        self.now = now
+        try:
+            inner = M.batch(msg)
+        except M.Malformed as e:
+            self._malformed(peer_ip, e, now)
+            return
+        if inner is None:
+            self._handle_one(msg, peer_ip, now)
+        else:
+            for m in inner:
+                if type(m) is list and m and m[0] == M.BATCH:  # no nesting
+                    self._malformed(peer_ip, M.Malformed("nested BATCH"), now)
+                    continue
+                self._handle_one(m, peer_ip, now)
+        if self.ready:
+            self._serve_ready(now)
+
+    def _handle_one(self, msg, peer_ip: str, now: int) -> None:
+        self.msgs_received += 1
+        try:
+            mtype, sid, sport, sflags, fields = M.parse(msg)
+        except M.Malformed as e:
+            self._malformed(peer_ip, e, now)
+            return
+        if mtype == M.MEET:
+            self.members.on_meet(sid, peer_ip, sport, sflags, fields, now)
+            return
+        p = self.members.peers.get(sid)
+        if p is None:
+            if mtype == M.PONG:
+                self.members.on_handshake_pong(sid, peer_ip, sport, sflags, fields, now)
+            return  # unknown nodes must MEET us first
+        self.members.heard_from(p, sflags, now)
+        self._handlers[mtype](p, fields, now)
+
+    def _malformed(self, peer_ip: str, e: Exception, now: int) -> None:
+        """Count a refused message; log it, at most once a second (a flood of garbage
+        must not flood the log too)."""
+        self.stats.bus_malformed += 1
+        if now - self._malformed_logged >= 1000:
+            n = self.stats.bus_malformed - self._malformed_logged_count
+            self._malformed_logged = now
+            self._malformed_logged_count = self.stats.bus_malformed
+            more = f" ({n - 1} more since the last report)" if n > 1 else ""
+            self.logs_out.append(("warning", f"Malformed cluster bus message from {peer_ip} "
+                                             f"refused: {e}{more}"))
+
+    def delivered_ids(self, job: Job) -> list:
+        if job.flags & F_DUMMY:
+            return []
+        return [n.encode() for n in job.delivered] if job.delivered else [self.myid_b]
+
+    def confirmed_ids(self, job: Job) -> list:
+        return [n.encode() for n in job.confirmed]
 
     # ------------------------------------------------------------------ clients
     def new_client(self, conn=None, addr: str = "", now: int = 0) -> Client:
@@ -170,7 +333,9 @@ class Node(ClusterMixin):
 
     # ---------------------------------------------------------------- dispatch
     def execute(self, client: Client, argv: list, now: int):
-        """Run one command. Returns reply bytes, None (client blocked), or a ShellRequest."""
+        """Run one command. Returns its reply, or None when the reply comes later
+        through take_outputs(): a blocked GETJOB, an ADDJOB waiting for its copies, a
+        command the shell finishes (its ``requests``)."""
         self.now = now
         self.ncommands += 1
         name = argv[0]
@@ -195,7 +360,38 @@ class Node(ClusterMixin):
             reply = resp.error(e.msg)
         if self.ready:
             self._serve_ready(now)
+        if reply.__class__ is ShellRequest:
+            self.requests.append((client, reply))  # the shell replies (outputs.py)
+            return None
         return reply
+
+    # ----------------------------------------------------------------- outputs
+    def take_outputs(self) -> Outputs:
+        """Everything the node asks of the world since the last call (see outputs.py)."""
+        out = Outputs(
+            self.aof_out,
+            self.members.nodes_conf_text() if self.cluster_dirty else None,
+            self.members.peer_links() if self.members.links_dirty else None,
+            self.take_messages() if self.bus_out else {},
+            self.outbox,
+            self.requests,
+            self.events_out,
+            self.logs_out,
+            self.wake_hint(),
+        )
+        self.cluster_dirty = self.members.links_dirty = False
+        self.aof_out = []
+        self.outbox = []
+        self.requests = []
+        self.events_out = []
+        self.logs_out = []
+        return out
+
+    def has_outputs(self) -> bool:
+        """Anything for take_outputs() to carry out, the wake hint aside (cheap)."""
+        return bool(self.aof_out or self.outbox or self.bus_out or self.requests
+                    or self.events_out or self.logs_out or self.cluster_dirty
+                    or self.members.links_dirty)
 
     def config_changed(self, names: list) -> None:
         """Refresh values derived from the configuration (after CONFIG SET)."""
@@ -297,7 +493,7 @@ class Node(ClusterMixin):
             # shared node-ID strings (as for jobs from the bus); as read if not canonical
             job.delivered = M.node_ids_from_wire(delivered) or tuple(delivered)
             job.flags = flags & F_DELIVERED
-            job.state = ACTIVE
+            move(job, ACTIVE)
             if not self.register(job):
                 continue
             if len(f) > aof.NFIELDS:
@@ -332,8 +528,8 @@ class Node(ClusterMixin):
                     self._idem_forget(key)
                 else:
                     heapq.heappush(self._idem_heap, (job.etime, key))
-        if job.state == WAIT_REPL and job.id in self.repl_waiting:
-            client = self.repl_waiting.pop(job.id)[0]
+        if job.state == WAIT_REPL and job.id in self.repl.waiting:
+            client = self.repl.waiting.pop(job.id)[0]
             if not client.closed:
                 client.blocked_add = None
                 self.outbox.append((client, resp.error(
@@ -413,7 +609,7 @@ class Node(ClusterMixin):
                 self.used_memory -= TOKEN_OVERHEAD + len(token) + 8 * len(e[1])
 
     def jitter(self) -> int:
-        return int(self._random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
+        return int(self.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
 
     def memory_level(self) -> int:
         """0 normal, 1 above 75% of maxmemory, 2 above 95%, 3 at or above 100%."""
@@ -452,7 +648,13 @@ class Node(ClusterMixin):
                 or (retry == 0 and flags & F_DELIVERED)):
             return False  # queued already, still being replicated, or at most once
         requeue = flags & F_ENQUEUED_ONCE
-        if nack or requeue:
+        deferred = flags & F_DEFERRED  # a NACK ... DELAY ending: counted at the NACK
+        if deferred:
+            flags &= ~F_DEFERRED
+            nack_counted = True
+        else:
+            nack_counted = nack
+        if (nack or requeue) and not deferred:
             if nack:
                 job.nacks += 1
             else:
@@ -463,7 +665,7 @@ class Node(ClusterMixin):
             if nack:
                 self.events_out.append((now, "nacked", job.id, job.queue, None))
             self.events_out.append((now, "queued", job.id, job.queue, None))
-        job.state = QUEUED
+        move(job, QUEUED)
         if retry:
             job.flags = flags | F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
             job.qtime = now + retry * 1000 + self.jitter()
@@ -477,13 +679,34 @@ class Node(ClusterMixin):
         q.push(job)
         q.atime = now
         self.schedule(job)
-        if self._peers:
-            if (requeue or nack) and self.has_peers(job):
-                self.broadcast_queued(job, M.QUEUED_INCR_NACKS if nack else M.QUEUED_INCR_DELIV)
-            if not q.waiters and self.askers and job.queue in self.askers:
-                self.pushed_to_askers(q, now)
+        if self.clustered:
+            if (requeue or nack) and self.repl.has_peers(job):
+                self.repl.broadcast_queued(
+                    job, M.QUEUED_INCR_NACKS if nack_counted else M.QUEUED_INCR_DELIV)
+            if not q.waiters and self.fed.askers and job.queue in self.fed.askers:
+                self.fed.pushed_to_askers(q, now)
         if q.waiters and not q.flags & PAUSED_OUT:
             self.ready.append(q)
+        return True
+
+    def defer(self, job: Job, now: int, delay: int) -> bool:
+        """NACK ... DELAY (disquepy): a delivered job goes back to its queue ``delay``
+        seconds from now, from this node. Other copies are told WORKING now, and again
+        whenever they announce a re-queue (WILLQUEUE) before the delay ends; they learn
+        of the nack when the job is queued (QUEUED). False, as for ENQUEUE, for a job
+        that is not active or an at-most-once job delivered already."""
+        if job.state != ACTIVE or (job.retry == 0 and job.flags & F_DELIVERED):
+            return False
+        job.nacks += 1
+        job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
+        job.qtime = now + delay * 1000
+        if self.aof_on:
+            self.aof_created(job)
+        if self.events_on:
+            self.events_out.append((now, "nacked", job.id, job.queue, None))
+        if self.clustered and self.repl.has_peers(job):
+            self.repl.broadcast_working(job)
+        self.schedule(job)
         return True
 
     def dequeue(self, job: Job) -> bool:
@@ -493,7 +716,7 @@ class Node(ClusterMixin):
         q = self.queues.get(job.queue)
         if q is not None:
             q.remove(job)
-        job.state = ACTIVE
+        move(job, ACTIVE)
         self.schedule(job)
         return True
 
@@ -502,7 +725,7 @@ class Node(ClusterMixin):
         re-queue time stays as set at enqueue time: retry counts from queueing."""
         job = q.jobs.pop()
         q.jobs_out += 1
-        job.state = ACTIVE
+        move(job, ACTIVE)
         job.flags |= F_DELIVERED
         if job.retry == 0:
             self.evictable[job.id] = job
@@ -513,52 +736,16 @@ class Node(ClusterMixin):
                                     (job.nacks, job.adeliv)))
         return job
 
-    def ack(self, job: Job, now: int) -> None:
-        """ACK-JOB(job): the job is done; it will never be queued again. A node with
-        no peers holds the only copy, so garbage collection is immediate."""
-        if job.state == ACKED:
-            return
-        self.stats.jobs_acked += 1
-        if self.events_on:
-            self.events_out.append((now, "acked", job.id, job.queue, None))
-        if not self._peers:
-            self.unregister(job)
-            return
-        self.cluster_ack(job, now)
-
-    def start_gc(self, job: Job, now: int) -> None:
-        """Try to garbage collect an acked job (START-GC). Without peers nobody else
-        can hold a copy, so the job is freed at once."""
-        if job.state != ACKED:
-            return
-        if self._peers:
-            self.cluster_start_gc(job, now)
-        else:
-            self.unregister(job)
-
-    def dummy_ack(self, jid: bytes, now: int):
-        """Hold an ACK for a job this node never saw; only useful with other nodes."""
-        if self.size <= 1 or self.leaving or id_is_at_most_once(jid):
-            return None
-        job = Job(jid, b"", b"", self.next_ctime(now), id_ttl_minutes(jid) * 60)
-        job.state = ACKED
-        job.flags |= F_DUMMY
-        job.confirmed = (self.myid,)
-        self.register(job)
-        self.evictable[jid] = job
-        self._schedule_gc(job, now)
-        return job
-
     def schedule(self, job: Job) -> None:
         """Recompute when the job next needs attention: expiry, delay, retry, GC."""
         state = job.state
         if state == WAIT_REPL:
-            return  # its replication timer (cluster._repl_tick) stays in charge
+            return  # its replication timer (Replication.tick) stays in charge
         at = job.ctime // 1_000_000 + job.ttl * 1000  # job.etime (on every job's path)
         q = job.qtime
         if q and state != ACKED:
             if job.flags & F_BCAST_WILLQUEUE:
-                d = job.delivered  # self.has_peers(job), inlined
+                d = job.delivered  # self.repl.has_peers(job), inlined
                 if len(d) > 1 or (d and d[0] != self.myid):
                     q -= WILLQUEUE_ADVANCE_MS
             if q < at:
@@ -575,17 +762,18 @@ class Node(ClusterMixin):
             return
         state = job.state
         if state == WAIT_REPL:
-            self._repl_tick(job, now)
+            self.repl.tick(job, now)
             return
         if state == ACKED:
-            self.start_gc(job, now)
+            self.acks.start_gc(job, now)
             if self.jobs.get(job.id) is job:
-                self._schedule_gc(job, now)
+                self.acks.schedule_gc(job, now)
             return
-        if job.flags & F_BCAST_WILLQUEUE and job.qtime - 500 <= now and state != ACKED:
+        if (job.flags & F_BCAST_WILLQUEUE and job.qtime - WILLQUEUE_ADVANCE_MS <= now
+                and state != ACKED):
             job.flags &= ~F_BCAST_WILLQUEUE
             if state == ACTIVE:
-                self.send_willqueue(job)
+                self.repl.send_willqueue(job)
         if state == ACTIVE and job.qtime and job.qtime <= now:
             q = self.queues.get(job.queue)
             if job.retry and q is not None and q.flags & PAUSED_IN:
@@ -604,7 +792,7 @@ class Node(ClusterMixin):
         """ADDJOB after its arguments were parsed: the checks that need node state,
         then a new job, queued at once unless delayed. Returns the reply (None while a
         synchronous replication is pending). ``idem``: the IDEMPOTENT key, if any."""
-        extrepl = self._peers and (self.leaving or self.memory_level() >= 1)
+        extrepl = self.clustered and (self.leaving or self.memory_level() >= 1)
         if (repl if extrepl else repl - 1) > self.reachable:
             if extrepl and repl - 1 == self.reachable:
                 why = "I'm leaving the cluster" if self.leaving else "I'm out of memory"
@@ -636,28 +824,28 @@ class Node(ClusterMixin):
         if self.events_on:
             self.events_out.append((now, "added", jid, qname,
                                     (ttl, retry, delay, repl, len(body))))
-        if self._peers and (repl > 1 or extrepl):
-            return self.replicate_new_job(job, client, now, timeout, is_async, extrepl)
+        if self.clustered and (repl > 1 or extrepl):
+            return self.repl.start(job, client, now, timeout, is_async, extrepl)
         # the record goes out with the job's queue time set, and before enqueueing,
         # which may move the job away at once (federation) and log its deletion
         if delay:
-            job.state = ACTIVE
+            move(job, ACTIVE)
             job.qtime = now + delay * 1000
             if self.aof_on:
                 self.aof_created(job)
             self.schedule(job)
-        elif q is None or self._peers:
-            job.state = ACTIVE
+        elif q is None or self.clustered:
+            move(job, ACTIVE)
             job.qtime = now + retry * 1000  # non-zero: the first enqueue may happen
             if self.aof_on:
                 self.aof_created(job)
             self.enqueue(job, now)
         else:
             # the hot path, inlined: the first enqueue of a new job in an existing queue
-            job.state = QUEUED
+            move(job, QUEUED)
             if retry:
                 job.flags = F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-                job.qtime = qt = now + retry * 1000 + int(self._random() * 500) - 250
+                job.qtime = qt = now + retry * 1000 + self.jitter()
                 et = now + ttl * 1000
                 self.awake.add_new(job, qt if qt < et else et)
             else:
@@ -678,12 +866,12 @@ class Node(ClusterMixin):
                 self.aof_created(job)
         return b"+" + jid + b"\r\n"
 
-    def persistence_info(self) -> list:
+    def persistence_info(self, aof_fields: list | None) -> list:
         return [
             ("loading", int(self.loading)),
             ("aof_enabled", int(self.aof_on)),
             ("aof_state", "on" if self.aof_on else "off"),
-            *(self.aof_info() or [
+            *(aof_fields or [
                 ("aof_rewrite_in_progress", 0),
                 ("aof_last_rewrite_time_sec", -1),
                 ("aof_last_bgrewrite_status", "ok"),
@@ -757,8 +945,8 @@ class Node(ClusterMixin):
         client.blocked = blocked
         for name in blocked.queues:
             self.queue_for(name, now).waiters.append(client)
-            if self._peers:
-                self.fed_watch[name] = None
+            if self.clustered:
+                self.fed.watch[name] = None
         if blocked.deadline:
             heapq.heappush(self._blocked_heap, (blocked.deadline, client.id, client))
             if blocked.deadline < self.block_hint:
@@ -844,7 +1032,9 @@ class Node(ClusterMixin):
         return (n1 - n0) * 1000 // (t1 - t0) if t1 > t0 else 0
 
     def _cron(self, now: int) -> None:
-        self.cluster_cron(now)
+        if self.members.peers:
+            self.members.cron(now)
+            self.fed.cron(now)
         samples = self._ops_samples
         samples.append((now, self.ncommands))
         if len(samples) > 16:
@@ -887,4 +1077,4 @@ class Node(ClusterMixin):
                 self.drop_queue(q)
 
 
-__all__ = ["Node", "ShellRequest", "Stats"]
+__all__ = ["Node", "Stats"]

@@ -1,8 +1,10 @@
-"""The driver: owns the Node, feeds it the clock, delivers its outputs, runs its timer.
+"""The driver: owns the Node, feeds it the clock, carries out its outputs, runs its timer.
 
-Everything the pure core cannot do itself happens here: reading the clock, writing
-replies the node queued for other clients, keeping one loop timer armed at
-``node.next_wake()``, and finishing shell requests (CONFIG REWRITE, SHUTDOWN, QUIT).
+Everything the pure core cannot do itself happens here: reading the clock, carrying
+out what ``node.take_outputs()`` gives (a ``core.outputs.Shell``: AOF records, the
+cluster config, bus links and frames, replies for other clients, shell requests such
+as CONFIG REWRITE, SHUTDOWN, QUIT and INFO's process facts, events, log lines), and
+keeping one loop timer armed at ``node.next_wake()``.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from functools import partial
 from ..codec import resp
 from ..codec.bus import encode_frame
 from ..core.awake import NEVER
+from ..core.commands.server import info_reply
 from ..core.config import ConfigError
+from ..core.outputs import Shell
 from .log import log, set_level
 
 
-class Driver:
+class Driver(Shell):
     def __init__(self, node, config, config_path: str | None, loop, pure_resp: bool = False):
         self.node = node
         self.config = config
@@ -37,10 +41,7 @@ class Driver:
         self._after_scheduled = False
         self.aof = None  # server.aof.AofFile while appendonly is on
         self.aof_path = os.path.join(config.dir, config.appendfilename)
-        node.aof_info = self.aof_info
         self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)
-        node.config_hooks.append(self._config_changed)
-        node.host_info = self.host_info
         self.events = None  # server.eventlog.EventLog, opened at the first events
         self._events_ticking = False
         self._security_logged = -NEVER  # when the cross-protocol warning was last logged
@@ -74,46 +75,63 @@ class Driver:
 
     # ----------------------------------------------------------- node outputs
     def after_event(self) -> None:
-        """Deliver what the node produced: replies for other clients, bus messages,
-        link and cluster-config changes; re-arm the timer."""
+        """Carry out what the node produced (core/outputs.py, in that order) and
+        re-arm the timer."""
         node = self.node
-        if node.aof_out:
-            self.flush_aof()
-        if node.events_out:
-            self.flush_events()
-        if node.bus_out or node.links_dirty or node.cluster_dirty:
-            self._flush_cluster()
-        if node.outbox:
-            ob, node.outbox = node.outbox, []
-            aof = self.aof
-            for client, data in ob:
-                conn = client.conn
-                if conn is None or client.closed:
-                    continue
-                if aof is not None and aof.holding:
-                    aof.hold(conn, data)  # behind replies waiting for the AOF write
-                else:
-                    conn.write(data)
-                if client.blocked is None:
-                    conn.resume()
-            # resumed pipelines may have produced more: replies, bus messages, records
-            if node.outbox or node.bus_out or node.aof_out or node.events_out:
-                self.after_event()
-                return
-        # new timers only matter if earlier than the armed one (hints reset in arm())
+        for _ in range(1000):  # resumed pipelines may produce more; bounded
+            if not node.has_outputs():
+                break
+            self.deliver(node.take_outputs())
+        # new timers only matter if earlier than the armed one
         t_at = self._timer_at
         if node.awake.hint < t_at or node.block_hint < t_at:
             node.wake_hint()
             self.arm()
 
+    def deliver(self, out) -> None:
+        Shell.deliver(self, out)
+        if out.wake < self._timer_at:
+            self.arm()
+
+    # Shell methods: what each output becomes here
+    def persist(self, records: list) -> None:
+        if self.aof is not None:
+            self.aof.append(records)
+
+    def sync_links(self, links: dict) -> None:
+        if self.bus is not None:
+            self.bus.sync_links(links)
+
+    def reply(self, client, data: bytes) -> None:
+        conn = client.conn
+        if conn is None:
+            return
+        aof = self.aof
+        if aof is not None and aof.holding:
+            aof.hold(conn, data)  # behind replies waiting for the AOF write
+        else:
+            conn.write(data)
+        if client.blocked is None:
+            conn.resume()
+
+    def finish(self, client, req) -> None:
+        conn = client.conn if client is not None else None
+        reply = self.shell_request(conn, req)
+        if reply is not None and conn is not None and not client.closed:
+            conn.send_replies(reply)
+            conn.resume()
+
+    def log(self, level: str, line: str) -> None:
+        getattr(log, level)("%s", line)
+
     # ------------------------------------------------------------ persistence
     def flush_aof(self) -> None:
-        out, self.node.aof_out = self.node.aof_out, []
-        if self.aof is not None and out:
-            self.aof.append(out)
+        """Before replies leave: the records they depend on go to the AOF (with the
+        node's other outputs, taken in the one call that takes them all)."""
+        if self.node.aof_out:
+            self.deliver(self.node.take_outputs())
 
-    def flush_events(self) -> None:
-        out, self.node.events_out = self.node.events_out, []
+    def record_events(self, out: list) -> None:
         if self.events is None:
             from .eventlog import EventLog
 
@@ -135,7 +153,7 @@ class Driver:
 
     def stop_events(self) -> None:
         if self.node.events_out:
-            self.flush_events()
+            self.write_events(self.node.take_outputs().events)
         if self.events is not None:
             self.events.close()
             self.events = None
@@ -166,8 +184,6 @@ class Driver:
             self.aof.tick()
             self.loop.call_later(1.0, self._aof_tick)
 
-    def aof_info(self) -> list:
-        return self.aof.info() if self.aof is not None else []
 
     def _bgrewriteaof(self) -> bytes:
         from .aof import write_snapshot
@@ -179,32 +195,29 @@ class Driver:
             return resp.error("ERR Background append only file rewriting already in progress")
         return resp.simple("Background append only file rewriting started")
 
-    def _flush_cluster(self) -> None:
-        node, bus = self.node, self.bus
-        if node.links_dirty and bus is not None:
-            node.links_dirty = False
-            bus.sync_links(node.peer_links())
-        per = node.take_messages()  # one frame per peer for this iteration
-        if bus is not None and per:
-            aof = self.aof
-            hold = aof is not None and aof.holding  # frames leave after the AOF write
-            for d, msg in per.items():
-                frame = encode_frame(msg)
-                if hold:
-                    aof.hold_call(partial(bus.send, d), frame)
-                else:
-                    bus.send(d, frame)
-            if not hold:
-                # outputs are delivered once per iteration already (after_event_soon):
-                # write now rather than wait for the bus's own end-of-iteration flush
-                bus.flush_now()
-        if node.cluster_dirty:
-            node.cluster_dirty = False
-            self.save_nodes_conf()
+    def send_messages(self, per: dict) -> None:
+        """One frame per peer (the node grouped its messages so)."""
+        bus = self.bus
+        if bus is None:
+            return
+        aof = self.aof
+        hold = aof is not None and aof.holding  # frames leave after the AOF write
+        for d, msg in per.items():
+            frame = encode_frame(msg)
+            if hold:
+                aof.hold_call(partial(bus.send, d), frame)
+            else:
+                bus.send(d, frame)
+        if not hold:
+            # outputs are delivered once per iteration already (after_event_soon):
+            # write now rather than wait for the bus's own end-of-iteration flush
+            bus.flush_now()
 
-    def save_nodes_conf(self) -> bool:
+    def save_nodes_conf(self, text: str | None = None) -> bool:  # also a Shell method
+        if text is None:
+            text = self.node.members.nodes_conf_text()
         try:
-            write_atomically(self.nodes_conf_path, self.node.nodes_conf_text().encode())
+            write_atomically(self.nodes_conf_path, text.encode())
             return True
         except OSError as e:
             log.warning("Could not save the cluster config %s: %s", self.nodes_conf_path,
@@ -212,7 +225,10 @@ class Driver:
             return False
 
     def on_bus_frame(self, msg: list, peer_ip: str) -> None:
-        self.node.handle_message(msg, peer_ip, self.now())
+        try:
+            self.node.handle_message(msg, peer_ip, self.now())
+        except Exception:  # a bug of the core: logged loudly, the node keeps serving
+            log.exception("BUG: handling a cluster bus message from %s raised", peer_ip)
         self.after_event_soon()
 
     def after_event_soon(self) -> None:
@@ -230,7 +246,7 @@ class Driver:
         self.after_event()
 
     def on_bus_link(self, node_id: str, up: bool) -> None:
-        self.node.link_state(node_id, up, self.now())
+        self.node.members.link_state(node_id, up, self.now())
         self.after_event()
 
     def arm(self) -> None:
@@ -273,7 +289,14 @@ class Driver:
         when the connection was answered and closed here."""
         kind = req.kind
         if kind == "config-rewrite":
-            return self._config_rewrite()
+            return self.config_rewrite()
+        if kind == "info":
+            facts = self.host_info()
+            facts["aof"] = self.aof.info() if self.aof is not None else []
+            return info_reply(self.node, req.args[0], facts, self.now())
+        if kind == "config-changed":
+            self.config_changed(req.args[0])
+            return None
         if kind == "quit":
             conn.write(resp.OK)
             conn.close()
@@ -308,7 +331,7 @@ class Driver:
             return resp.OK
         return resp.error(f"ERR unsupported request {kind}")
 
-    def _config_rewrite(self) -> bytes:
+    def config_rewrite(self) -> bytes:
         path = self.config_path
         if not path:
             return resp.error("ERR The server is running without a config file")
@@ -328,7 +351,7 @@ class Driver:
         log.info("CONFIG REWRITE executed with success.")
         return resp.OK
 
-    def _config_changed(self, names: list) -> None:
+    def config_changed(self, names: list) -> None:
         if "loglevel" in names:
             set_level(self.config.loglevel)
         if "appendonly" in names:

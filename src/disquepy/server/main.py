@@ -11,7 +11,7 @@ import sys
 from .. import __version__
 from ..core.config import Config, ConfigError
 from ..core.ids import new_node_id
-from ..core.node import Node, ShellRequest
+from ..core.node import Node
 from . import log as logmod
 from .driver import Driver
 from .log import log
@@ -115,7 +115,7 @@ def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
     if once:  # a one-time switch: off again, and persisted so
         cfg.aof_enqueue_jobs_once = False
         if driver.config_path:
-            reply = driver.shell_request(None, ShellRequest("config-rewrite"))
+            reply = driver.config_rewrite()
             if not reply.startswith(b"+"):
                 log.warning("Could not persist aof-enqueue-jobs-once no: %s", reply.decode())
     if cfg.appendonly:
@@ -134,7 +134,7 @@ async def _serve(cfg: Config, path: str | None) -> int:
     driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
     try:
         with open(driver.nodes_conf_path, encoding="utf-8") as f:
-            myid = node.load_nodes_conf(f.read(), Driver.now())
+            myid = node.members.load_nodes_conf(f.read(), Driver.now())
         if myid is not None:
             node.set_identity(myid)
             log.info("Node configuration loaded, I'm %s", myid[:8])
@@ -170,7 +170,7 @@ async def _serve(cfg: Config, path: str | None) -> int:
                     e.strerror)
         return 1
     driver.bus = bus
-    bus.sync_links(node.peer_links())
+    bus.sync_links(node.members.peer_links())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.shutdown, "signal")
     log.info("The server is now ready to accept connections on port %d", cfg.port)

@@ -2,9 +2,10 @@
 
 Each ``data_received`` parses every complete command in the buffer (pipelining),
 runs them in order and sends all their replies with a single ``transport.write``.
-A GETJOB that blocks stops the loop: later commands from the same client wait, still
-buffered, until the node answers the blocked one, so replies never reorder, while
-other clients go on being served.
+A command whose reply comes later (a GETJOB that blocks, an ADDJOB waiting for its
+copies, a command the shell finishes) stops the loop: later commands from the same
+client wait, still buffered, until that reply is sent (``resume``), so replies never
+reorder, while other clients go on being served.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ _PAUSE_READING_AT = 1 << 20
 
 
 class ClientProtocol(asyncio.Protocol):
-    __slots__ = ("driver", "node", "transport", "reader", "client", "paused", "closing")
+    __slots__ = ("driver", "node", "transport", "reader", "client", "paused", "closing",
+                 "waiting")
 
     def __init__(self, driver) -> None:
         self.driver = driver
@@ -30,6 +32,7 @@ class ClientProtocol(asyncio.Protocol):
         self.client = None
         self.paused = False
         self.closing = False
+        self.waiting = False  # a command's reply is still to come: run nothing after it
         cfg = driver.config
         self.reader = resp.make_reader(
             pure=driver.pure_resp,
@@ -72,7 +75,7 @@ class ClientProtocol(asyncio.Protocol):
             self.close()
             return
         client = self.client
-        if client.blocked is None:
+        if not self.waiting:
             self.process()
             driver = self.driver
             if not driver._after_scheduled:
@@ -117,15 +120,9 @@ class ClientProtocol(asyncio.Protocol):
             if argv is False:
                 break
             reply = execute(client, argv, now)
-            if reply.__class__ is not bytes:
-                if reply is None:  # blocked: later commands wait for its reply
-                    break
-                if first is not None:  # earlier replies go first (QUIT may close)
-                    self.send_replies(first if more is None else b"".join(more))
-                    first = more = None
-                reply = self.driver.shell_request(self, reply)
-                if reply is None:  # the driver answered (or closed) the connection
-                    return
+            if reply is None:  # its reply comes later: later commands wait for it
+                self.waiting = True
+                break
             if first is None:
                 first = reply
             elif more is None:
@@ -141,6 +138,8 @@ class ClientProtocol(asyncio.Protocol):
         driver = self.driver
         if self.node.aof_out:
             driver.flush_aof()
+        if self.closing:
+            return
         aof = driver.aof
         if aof is not None and aof.holding:
             aof.hold(self, data)
@@ -148,7 +147,8 @@ class ClientProtocol(asyncio.Protocol):
             self.transport.write(data)
 
     def resume(self) -> None:
-        """The node answered this client's blocked command: go on with its pipeline."""
+        """This client's pending reply was sent: go on with its pipeline."""
+        self.waiting = False
         if self.paused:
             self.paused = False
             self.transport.resume_reading()

@@ -332,7 +332,7 @@ class Checker:
         for q in node.queues.values():
             if q.flags:
                 self.fail("stuck", f"node {i}: queue {q.name!r} still paused")
-        for jid in node.repl_waiting:
+        for jid in node.repl.waiting:
             self.fail(
                 "stuck",
                 f"node {i}: a producer still waits for copies of "

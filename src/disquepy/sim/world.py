@@ -23,6 +23,7 @@ from ..codec.bus import FrameReader, encode_frame
 from ..core.config import Config
 from ..core.job import ACTIVE
 from ..core.node import Node
+from ..core.outputs import Shell
 from .checkers import Checker, SimAbort
 from .clock import T0
 from .config import SimConfig, split_rng
@@ -111,44 +112,28 @@ class World:
         return Node(cfg, f"{rng.getrandbits(160):040x}", rng, self.node_now(i), port=BASE_PORT + i)
 
     def _after(self, i: int) -> None:
-        """Deliver what node i produced, as the server's driver does."""
+        """Carry out what node i produced, through the same Shell path as the server."""
         node = self.nodes[i]
         if node is None:
             return
+        shell = _NodeShell(self, i)
         nt = self.node_now(i)
-        disk = self.disks[i]
         for _ in range(OUTPUT_ROUNDS_MAX):
-            if node.aof_out:  # first: with always, synced before anything leaves
-                disk.append(node.aof_out, nt)
-                node.aof_out = []
-            else:
-                disk.advance(nt)
-            if node.cluster_dirty:
-                disk.nodes_conf = node.nodes_conf_text()
-                node.cluster_dirty = False
-            if node.links_dirty:
-                self._sync_links(i)
-            if node.bus_out:
-                self._send(i, node)
-            if node.outbox:
-                ob, node.outbox = node.outbox, []
-                for c, data in ob:
-                    agent = c.conn
-                    if agent is None or c.closed:
-                        continue
-                    self.trace.reply(self.now, i, agent.idx, data)
-                    agent.on_reply(self, i, data)
-            if not (node.aof_out or node.bus_out or node.outbox or node.links_dirty):
+            out = node.take_outputs()
+            if not out.records:
+                self.disks[i].advance(nt)
+            if not out:
                 break
+            shell.deliver(out)
         else:
             self.checker.fail("output-loop", f"node {i} keeps producing output")
             raise SimAbort
         self.wake[i] = self.clocks[i].global_time(node.next_wake())
 
-    def _send(self, i: int, node: Node) -> None:
+    def _send(self, i: int, per: dict) -> None:
         """One frame per peer for everything this step sent it (BATCH if several)."""
-        per = node.take_messages()
-        addrs = node.peer_links()
+        node = self.nodes[i]
+        addrs = node.members.peer_links()
         net = self.net
         links = self.links[i]
         for d, msg in per.items():
@@ -165,9 +150,10 @@ class World:
             else:
                 net.hold(i, j, frame)  # the bus queues frames while the link is down
 
-    def _sync_links(self, i: int) -> None:
+    def _sync_links(self, i: int, wanted: dict | None = None) -> None:
         node = self.nodes[i]
-        wanted = node.peer_links()
+        if wanted is None:
+            wanted = node.members.peer_links()
         links = self.links[i]
         for nid in [nid for nid in links if nid not in wanted]:
             del links[nid]
@@ -180,8 +166,7 @@ class World:
                 if up:
                     for frame in self.net.take_backlog(i, j):
                         self.net.transmit(self.now, i, j, self.incarnation[j], frame)
-                self._call(i, node.link_state, nid, up, nt)
-        node.links_dirty = False
+                self._call(i, node.members.link_state, nid, up, nt)
 
     def _topology_changed(self) -> None:
         for i, node in enumerate(self.nodes):
@@ -207,11 +192,6 @@ class World:
         r = self._call(i, node.execute, client, argv, self.node_now(i))
         self._after(i)  # AOF first: the client sees the reply after the sync
         if r is not None:
-            if r.__class__ is not bytes:
-                self.checker.fail(
-                    "protocol", f"node {i} asked the shell for {r.kind} on {argv[0]!r}"
-                )
-                raise SimAbort
             self.trace.reply(self.now, i, agent.idx, r)
             agent.on_reply(self, i, r)
         return True
@@ -265,7 +245,7 @@ class World:
         node = self._boot(i)
         nt = self.node_now(i)
         disk = self.disks[i]
-        myid = self._call(i, node.load_nodes_conf, disk.nodes_conf, nt)
+        myid = self._call(i, node.members.load_nodes_conf, disk.nodes_conf, nt)
         if myid is not None:
             node.set_identity(myid)
         try:
@@ -448,3 +428,41 @@ class World:
 
 def run(cfg: SimConfig) -> RunResult:
     return World(cfg).run()
+
+
+class _NodeShell(Shell):
+    """Node i's outputs in the simulated world: a simulated disk, the faulty network,
+    the workload's agents."""
+
+    __slots__ = ("world", "i")
+
+    def __init__(self, world: World, i: int) -> None:
+        self.world = world
+        self.i = i
+
+    def persist(self, records: list) -> None:
+        # first: with always, synced before anything leaves
+        w = self.world
+        w.disks[self.i].append(records, w.node_now(self.i))
+
+    def save_nodes_conf(self, text: str) -> None:
+        self.world.disks[self.i].nodes_conf = text
+
+    def sync_links(self, links: dict) -> None:
+        self.world._sync_links(self.i, links)
+
+    def send_messages(self, messages: dict) -> None:
+        self.world._send(self.i, messages)
+
+    def reply(self, client, data: bytes) -> None:
+        agent = client.conn
+        if agent is not None:
+            w = self.world
+            w.trace.reply(w.now, self.i, agent.idx, data)
+            agent.on_reply(w, self.i, data)
+
+    def finish(self, client, req) -> None:
+        # the workloads send nothing only a shell can finish (CONFIG SET's part aside)
+        if req.kind != "config-changed":
+            self.world.checker.fail("protocol", f"node {self.i} asked the shell for {req.kind}")
+            raise SimAbort

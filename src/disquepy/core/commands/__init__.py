@@ -33,7 +33,7 @@ _TABLE = [
     Command("working", 2, jobs.working),
     Command("jscan", -1, jobs.jscan),
     # acks
-    Command("ackjob", -1, acks.ackjob, "m"),
+    Command("ackjob", -1, acks.ackjob),  # never refused at OOM: acks free memory
     Command("fastack", -1, acks.fastack),
     Command("acktoken", -2, acks.acktoken),
     # queues

@@ -12,12 +12,12 @@ def ackjob(node, client, argv, now):
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
         if job is None:
-            job = node.dummy_ack(jid, now)
+            job = node.acks.dummy_ack(jid, now)
         elif job.state != ACKED:
             known += 1
-            node.ack(job, now)
+            node.acks.ack(job, now)
         if job is not None and job.state == ACKED:
-            node.start_gc(job, now)
+            node.acks.start_gc(job, now)
     return resp.integer(known)
 
 
@@ -29,9 +29,9 @@ def fastack(node, client, argv, now):
             known += 1
             if node.events_on and job.state != ACKED:
                 node.events_out.append((now, "acked", jid, job.queue, None))
-            node.fast_ack(job)
+            node.acks.fast_ack(job)
         else:
-            node.fast_ack_unknown(jid)
+            node.acks.fast_ack_unknown(jid)
     return resp.integer(known)
 
 
@@ -47,7 +47,7 @@ def acktoken(node, client, argv, now):
             if job is None or job.state == ACKED:
                 continue
             acked += 1
-            node.ack(job, now)
+            node.acks.ack(job, now)
             if job.state == ACKED:
-                node.start_gc(job, now)
+                node.acks.start_gc(job, now)
     return resp.integer(acked)

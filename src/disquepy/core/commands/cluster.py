@@ -23,12 +23,12 @@ def cluster(node, client, argv, now):
                 ipaddress.ip_address(ip)
             except ValueError:
                 raise ReplyError(f"ERR Invalid node address specified: {ip}:{port}") from None
-        node.cluster_meet(ip, int(port), now)
+        node.members.meet(ip, int(port), now)
         return resp.OK
     if sub == b"nodes" and n == 2:
-        return resp.bulk(node.nodes_text(now).encode())
+        return resp.bulk(node.members.nodes_text(now).encode())
     if sub == b"info" and n == 2:
-        return resp.bulk(node.cluster_info().encode())
+        return resp.bulk(node.members.info().encode())
     if sub == b"myid" and n == 2:
         return resp.bulk(node.myid_b)
     if sub == b"forget" and n == 3:
@@ -37,9 +37,9 @@ def cluster(node, client, argv, now):
             raise ReplyError("ERR Invalid node identifier")
         if nid == node.myid:
             raise ReplyError("ERR I tried hard but I can't forget myself...")
-        if nid not in node.peers:
+        if nid not in node.members.peers:
             raise ReplyError(f"ERR Unknown node {nid}")
-        node.cluster_forget(nid)
+        node.members.forget(nid)
         return resp.OK
     if sub == b"leaving" and n == 2:
         return resp.simple(b"yes" if node.leaving else b"no")
@@ -56,7 +56,7 @@ def cluster(node, client, argv, now):
         node.cluster_reset(how == b"hard", now)
         return resp.OK
     if sub == b"saveconfig" and n == 2:
-        from ..node import ShellRequest
+        from ..outputs import ShellRequest
 
         return ShellRequest("cluster-saveconfig")
     raise ReplyError(_WRONG)

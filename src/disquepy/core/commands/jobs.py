@@ -153,7 +153,24 @@ def enqueue(node, client, argv, now):
 
 
 def nack(node, client, argv, now):
-    return _requeue(node, argv, now, nack=True)
+    """NACK id ... [DELAY seconds]: back to the queue now, or (disquepy) after the
+    delay, under the same ID with its nack count up by one (a retry with back-off)."""
+    delay = None
+    if len(argv) >= 2 and argv[-2].upper() == b"DELAY":
+        delay = parse_int(argv[-1], errors.NACK_DELAY)
+        if delay < 0:
+            raise ReplyError(errors.NACK_DELAY)
+        argv = argv[:-2]
+    elif argv[-1].upper() == b"DELAY":
+        raise ReplyError(errors.SYNTAX)
+    if not delay:
+        return _requeue(node, argv, now, nack=True)
+    n = 0
+    for jid in job_ids(argv):
+        job = node.jobs.get(jid)
+        if job is not None and node.defer(job, now, delay):
+            n += 1
+    return resp.integer(n)
 
 
 def dequeue(node, client, argv, now):
@@ -182,7 +199,7 @@ def working(node, client, argv, now):
     if job.retry and job.qtime:
         job.qtime = now + job.retry * 1000 + node.jitter()
     node.schedule(job)
-    node.broadcast_working(job)
+    node.repl.broadcast_working(job)
     return resp.integer(job.retry)
 
 

@@ -96,17 +96,17 @@ def getjob(node, client, argv, now):
     if taken is not None:
         node.token_record(token, tuple(taken), now)
     if out:
-        if node._peers:
-            node.queues_drained(names, now, took=True)
+        if node.clustered:
+            node.fed.queues_drained(names, now, took=True)
         return b"*%d\r\n" % len(out) + b"".join(out)
     if nohang:
-        node.queues_drained(names, now)
+        node.fed.queues_drained(names, now)
         return resp.null_array(client.proto)
     if node.leaving:
         return resp.error(errors.LEAVING)
     node.block(client, BlockedGet(names, count, withcounters, now + timeout if timeout else 0,
                                   token), now)
-    node.queues_drained(names, now)
+    node.fed.queues_drained(names, now)
     return None
 
 
@@ -138,7 +138,7 @@ def qstat(node, client, argv, now):
         b(b"age"), i((now - q.ctime) // 1000),
         b(b"idle"), i((now - q.atime) // 1000),
         b(b"blocked"), i(len(q.waiters)),
-        b(b"import-from"), resp.bulk_array(node.import_sources(q, now)),
+        b(b"import-from"), resp.bulk_array(node.fed.import_sources(q, now)),
         b(b"import-rate"), i(q.import_rate),
         b(b"jobs-in"), i(q.jobs_in),
         b(b"jobs-out"), i(q.jobs_out),
@@ -199,5 +199,5 @@ def pause(node, client, argv, now):
             q = node.queue_for(name, now)
         node.set_pause(q, flags, now)
     if bcast:
-        node.broadcast_pause(name, flags if update else (q.flags if q is not None else 0))
+        node.fed.broadcast_pause(name, flags if update else (q.flags if q is not None else 0))
     return _PAUSE_REPLIES[q.flags & 3 if q is not None else 0]

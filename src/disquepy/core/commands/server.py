@@ -21,7 +21,7 @@ def echo(node, client, argv, now):
 
 
 def quit(node, client, argv, now):
-    from ..node import ShellRequest
+    from ..outputs import ShellRequest
 
     return ShellRequest("quit")
 
@@ -31,7 +31,7 @@ def cross_protocol(node, client, argv, now):
     made the operator's browser send one to this port, with commands hidden in its
     body (cross-protocol scripting). Close the link before anything else in the
     buffer runs, as Redis does."""
-    from ..node import ShellRequest
+    from ..outputs import ShellRequest
 
     return ShellRequest("security-abort")
 
@@ -78,7 +78,7 @@ def hello(node, client, argv, now):
 
 def disque_hello(node) -> bytes:
     nodes = [resp.bulk_array([n[0], n[1], b"%d" % n[2], b"%d" % n[3]])
-             for n in node.hello_nodes()]
+             for n in node.members.hello_nodes()]
     return resp.array([resp.ONE, resp.bulk(node.myid_b), *nodes])
 
 
@@ -138,9 +138,11 @@ def _human(n: int) -> str:
     return f"{n}B"
 
 
-def info_sections(node, now: int) -> dict:
-    """Every INFO section as an ordered list of (field, value) pairs."""
-    host = node.host_info()
+def info_sections(node, host: dict, now: int) -> dict:
+    """Every INFO section as an ordered list of (field, value) pairs. ``host``: the
+    facts only the shell can read (pid, rss, cpu_user, cpu_sys, os, arch_bits,
+    multiplexing_api, executable, config_file, net_in, net_out; ``aof``: the AOF
+    file's persistence fields as (name, value) pairs)."""
     st = node.stats
     cfg = node.config
     uptime = (now - node.start_time) // 1000
@@ -192,7 +194,7 @@ def info_sections(node, now: int) -> dict:
         "queues": [
             ("registered_queues", len(node.queues)),
         ],
-        "persistence": node.persistence_info(),
+        "persistence": node.persistence_info(host.get("aof")),
         "stats": [
             ("total_connections_received", st.connections),
             ("total_commands_processed", node.ncommands),
@@ -207,6 +209,7 @@ def info_sections(node, now: int) -> dict:
             ("evicted_jobs", st.jobs_evicted),
             ("evicted_queues", st.queues_evicted),
             ("oom_refusals", st.oom_refusals),
+            ("bus_malformed_messages", st.bus_malformed),
             ("latest_fork_usec", 0),
         ],
         "cpu": [
@@ -222,10 +225,18 @@ _TITLES = {"cpu": "CPU"}
 
 
 def info(node, client, argv, now):
+    """INFO needs facts of the process (pid, rss, cpu, the AOF file): the shell reads
+    them and answers with info_reply()."""
     if len(argv) > 2:
         raise ReplyError(errors.SYNTAX)
-    want = argv[1].decode("utf-8", "replace").lower() if len(argv) == 2 else "default"
-    sections = info_sections(node, now)
+    from ..outputs import ShellRequest
+
+    return ShellRequest("info", argv[1].decode("utf-8", "replace").lower()
+                        if len(argv) == 2 else "default")
+
+
+def info_reply(node, want: str, host: dict, now: int) -> bytes:
+    sections = info_sections(node, host, now)
     if want not in ("default", "all", "everything"):
         sections = {want: sections[want]} if want in sections else {}
     parts = []
@@ -258,26 +269,27 @@ def config(node, client, argv, now):
         except ConfigError as e:
             raise ReplyError(str(e) if str(e).startswith("ERR") else "ERR " + str(e)) from None
         node.config_changed(changed)
-        for hook in node.config_hooks:
-            hook(changed)
+        from ..outputs import ShellRequest
+
+        node.requests.append((None, ShellRequest("config-changed", changed)))  # shell's part
         return resp.OK
     if sub == b"resetstat":
         node.reset_stats()
         return resp.OK
-    from ..node import ShellRequest
+    from ..outputs import ShellRequest
 
     return ShellRequest("config-rewrite")
 
 
 def bgrewriteaof(node, client, argv, now):
-    from ..node import ShellRequest
+    from ..outputs import ShellRequest
 
     return ShellRequest("bgrewriteaof")
 
 
 # -------------------------------------------------------------- SHUTDOWN/DEBUG
 def shutdown(node, client, argv, now):
-    from ..node import ShellRequest
+    from ..outputs import ShellRequest
 
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"rewrite-aof"):
         raise ReplyError(errors.SYNTAX)
@@ -290,7 +302,7 @@ def debug(node, client, argv, now):
         node.flushall()
         return resp.OK
     if sub == b"sleep" and len(argv) == 3:
-        from ..node import ShellRequest
+        from ..outputs import ShellRequest
 
         try:
             secs = float(argv[2])
@@ -300,7 +312,7 @@ def debug(node, client, argv, now):
     if sub == b"error" and len(argv) == 3:
         return resp.error(argv[2])
     if sub == b"bus-drop" and len(argv) == 4:  # disquepy, for fault tests: drop bus traffic
-        from ..node import ShellRequest
+        from ..outputs import ShellRequest
 
         on = argv[3].lower()
         if on not in (b"on", b"off"):

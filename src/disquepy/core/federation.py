@@ -1,0 +1,197 @@
+"""Federation: jobs move to the nodes where consumers wait (NEEDJOBS/YOURJOBS).
+
+A node whose consumers find a queue empty asks recent sources (fast back-off) and,
+for discovery, every node (slow back-off); a node asked remembers the asker for a
+while and pushes new jobs to it. ``watch`` holds the queues the cron must look at.
+PAUSE propagation lives here too: it is the other queue-wide message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import messages as M
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, move
+
+if TYPE_CHECKING:
+    from .membership import Peer
+    from .node import Node
+
+NEEDJOBS_BCAST_MIN_MS = 2000  # discovery broadcast back-off (Disque: 2 s .. 30 s)
+NEEDJOBS_BCAST_MAX_MS = 30_000
+NEEDJOBS_ADHOC_MIN_MS = 25  # requests to recent sources (Disque: 25 ms .. 2 s)
+NEEDJOBS_ADHOC_MAX_MS = 2000
+SOURCE_MEMORY_MS = 5000  # a node that sent us jobs is a "recent source" this long
+ASKER_MEMORY_MS = 60_000  # we push new jobs to a node that asked, this long after
+
+
+class Federation:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.askers: dict[bytes, dict] = {}  # queue -> {node id: [until ms, jobs wanted]}
+        # queues the cron must look at; a dict, not a set: iteration order must not
+        # depend on the hash seed (runs replay exactly in the simulator)
+        self.watch: dict = {}
+
+    def queues_drained(self, names, now: int, took: bool = False) -> None:
+        """GETJOB found these queues empty (or, ``took``, emptied them): ask other
+        nodes for jobs. After taking the last job we ask only recent sources, so a
+        steady stream keeps flowing without waking the whole cluster."""
+        if not self.node.clustered or self.node.leaving:
+            return
+        for name in names:
+            q = self.node.queues.get(name)
+            if q is None or q.jobs:
+                continue
+            if took and not self.recent_sources(q, now):
+                continue
+            self.watch[name] = None
+            self._need_jobs(q, now, urgent=True)
+
+    def recent_sources(self, q, now: int) -> list:
+        return [n for n, t in q.needjobs_responders.items()
+                if now - t < SOURCE_MEMORY_MS and n in self.node.members.peers]
+
+    def _need_jobs(self, q, now: int, urgent: bool = False) -> None:
+        """NEEDJOBS: ad hoc to recent sources (fast back-off), broadcast for discovery.
+        We ask for as many jobs as consumers wait here (one for a NOHANG probe)."""
+        wanted = max(1, min(100, len(q.waiters)))
+        sources = self.recent_sources(q, now)
+        if sources and (urgent or now >= q.needjobs_adhoc_time):
+            self.node.send(sources, M.NEEDJOBS, q.name, wanted)
+            q.needjobs_adhoc_attempt += 1
+            q.needjobs_adhoc_time = now + min(
+                NEEDJOBS_ADHOC_MAX_MS, NEEDJOBS_ADHOC_MIN_MS << min(q.needjobs_adhoc_attempt, 10))
+        if now >= q.needjobs_bcast_time:
+            self.node.send(self.node.members.reachable_peers(), M.NEEDJOBS, q.name, wanted)
+            q.needjobs_bcast_attempt += 1
+            q.needjobs_bcast_time = now + min(
+                NEEDJOBS_BCAST_MAX_MS, NEEDJOBS_BCAST_MIN_MS << min(q.needjobs_bcast_attempt, 4))
+
+    def cron(self, now: int) -> None:
+        """Only queues in ``fed_watch`` need attention: consumers blocked, requests in
+        flight, or an import rate to measure. The rest cost nothing here."""
+        if self.node.leaving:
+            return
+        for name in list(self.watch):
+            q = self.node.queues.get(name)
+            if q is None:
+                self.watch.pop(name, None)
+                continue
+            if q.waiters and not q.jobs:
+                self._need_jobs(q, now)
+            elif not q.waiters and (q.needjobs_bcast_attempt or q.needjobs_adhoc_attempt):
+                # our consumers are gone: nodes that remember our request must not push
+                # jobs here any more (they would sit in a queue nobody reads)
+                self.node.send(self.node.members.reachable_peers(), M.NEEDJOBS, q.name, 0)
+                q.needjobs_bcast_attempt = q.needjobs_adhoc_attempt = 0
+                q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
+            if q.import_window_start and now - q.import_window_start >= 1000:
+                q.import_rate = q.import_window_count * 1000 // (now - q.import_window_start)
+                q.import_window_start = now if q.import_window_count else 0
+                q.import_window_count = 0
+            if not q.waiters and not q.import_window_start and not q.needjobs_bcast_attempt:
+                self.watch.pop(name, None)
+        for name, askers in list(self.askers.items()):
+            for n, (until, _) in list(askers.items()):
+                if until < now:
+                    del askers[n]
+            if not askers:
+                del self.askers[name]
+
+    def on_needjobs(self, p: Peer, fields, now) -> None:
+        qname, count = fields[0], fields[1]
+        askers = self.askers.setdefault(qname, {})
+        if count <= 0:
+            askers.pop(p.id, None)
+            return
+        sent = self._send_jobs(p.id, qname, count, now)
+        if sent < count:  # remembered: we push the rest as soon as jobs arrive
+            askers[p.id] = [now + ASKER_MEMORY_MS, count - sent]
+        else:
+            askers.pop(p.id, None)
+
+    def _send_jobs(self, nid: str, qname: bytes, count: int, now: int,
+                   exact: bool = False) -> int:
+        """YOURJOBS: hand up to ``count`` queued jobs to ``nid``. Answering a request we
+        keep half when short (Disque's rule); ``exact`` pushes to a remembered asker."""
+        q = self.node.queues.get(qname)
+        if q is None or not q.jobs or q.flags & 2 or q.waiters:
+            return 0  # nothing, paused in output, or our own consumers come first
+        if self.recent_sources(q, now):
+            return 0  # we import this queue ourselves: exporting would ping-pong jobs
+        n = len(q.jobs)
+        give = min(count, n) if exact else (count if n >= count * 2 else max(1, n // 2))
+        out = []
+        for _ in range(give):
+            job = q.jobs.pop()
+            q.jobs_out += 1
+            move(job, ACTIVE)
+            delivered = job.delivered or (self.node.myid,)  # () means "only here"
+            if nid not in delivered:
+                delivered = (*delivered, nid)
+            job.delivered = delivered
+            out.append(M.job_to_wire(job, self.node.idem_of.get(job.id)))
+            if job.retry == 0:
+                self.node.unregister(job)  # at most once: the copy moves, none stays
+            else:
+                job.qtime = now + job.retry * 1000 + self.node.jitter()
+                job.flags |= F_BCAST_WILLQUEUE
+                self.node.schedule(job)
+        if out:
+            self.node.send([nid], M.YOURJOBS, out)
+        return len(out)
+
+    def pushed_to_askers(self, q, now: int) -> None:
+        """Jobs arrived in a queue nobody here waits on: serve nodes that asked."""
+        askers = self.askers.get(q.name)
+        if not askers or q.waiters:
+            return
+        for nid, entry in list(askers.items()):
+            if not q.jobs:
+                break
+            p = self.node.members.peers.get(nid)
+            if p is None or not self.node.members.is_reachable(p):
+                continue
+            entry[1] -= self._send_jobs(nid, q.name, min(entry[1], len(q.jobs)), now,
+                                        exact=True)
+            if entry[1] <= 0:
+                del askers[nid]
+
+    def on_yourjobs(self, p: Peer, fields, now) -> None:
+        for (jid, queue, body, ctime, ttl, _delay, retry, repl, nacks, adeliv, delivered,
+             idem) in fields[0]:  # decoded and checked by messages.parse
+            q = self.node.queue_for(queue, now)
+            q.needjobs_responders[p.id] = now
+            if not q.import_window_start:
+                q.import_window_start = now
+                self.watch[q.name] = None
+            q.import_window_count += 1
+            job = self.node.jobs.get(jid)
+            if job is None:
+                job = self.node.repl.job_from_wire(jid, q.name, body, ctime, ttl, 0, retry, repl,
+                                          nacks, adeliv, delivered, now, idem)
+                if job is None:
+                    continue
+            elif job.state == ACKED or job.state == WAIT_REPL:
+                continue  # done, or ours and still waiting for copies
+            if job.state != QUEUED:
+                if job.retry == 0 and job.flags & F_DELIVERED:
+                    continue
+                if job.qtime == 0:
+                    job.qtime = now
+                self.node.enqueue(job, now)
+
+    def import_sources(self, q, now: int) -> list:
+        return [n.encode() for n, t in q.needjobs_responders.items()
+                if now - t < SOURCE_MEMORY_MS]
+
+    def broadcast_pause(self, qname: bytes, flags: int) -> None:
+        self.node.send(self.node.members.known_peers(), M.PAUSE, qname, flags)
+
+    def on_pause(self, p: Peer, fields, now) -> None:
+        qname, flags = fields[0], fields[1]
+        q = self.node.queues.get(qname)
+        if q is None and not flags:
+            return
+        self.node.set_pause(q if q is not None else self.node.queue_for(qname, now), flags, now)

@@ -1,0 +1,362 @@
+"""Membership and failure detection: who the other nodes are and whether they answer.
+
+CLUSTER MEET starts a handshake; PING/PONG carry gossip about a few other nodes, so a
+node met by one learns of all; a peer that does not answer within
+``cluster-node-timeout`` is PFAIL, and FAIL once a majority reports it (FAIL is
+broadcast, and cleared when the node answers again). The node's view of the cluster
+(``size``, ``reachable``, ``default_replicate``, ``clustered``) is refreshed here by
+``changed()``; ``links_dirty`` asks the shell to re-read ``peer_links()``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import messages as M
+from .ids import new_node_id
+
+if TYPE_CHECKING:
+    from .node import Node
+
+# peer flags
+P_HANDSHAKE = 1
+P_PFAIL = 2
+P_FAIL = 4
+P_LEAVING = 8
+
+GOSSIP_ENTRIES = 3
+PRIORITY_OK, PRIORITY_NOLINK, PRIORITY_PFAIL, PRIORITY_BAD = 1, 5, 10, 100
+
+
+class Peer:
+    __slots__ = ("id", "ip", "port", "flags", "link", "ping_sent", "pong_received",
+                 "fail_reports", "ctime", "link_down_since")
+
+    def __init__(self, nid: str, ip: str, port: int, flags: int, now: int) -> None:
+        self.id = nid
+        self.ip = ip
+        self.port = port
+        self.flags = flags
+        self.link = False
+        self.ping_sent = 0
+        self.pong_received = 0
+        self.fail_reports: dict[str, int] = {}
+        self.ctime = now
+        self.link_down_since = now
+
+    def __repr__(self) -> str:
+        return f"<Peer {self.id[:8]} {self.ip}:{self.port} flags={self.flags}>"
+
+
+class Membership:
+    def __init__(self, node: Node, now: int) -> None:
+        self.node = node
+        self.peers: dict[str, Peer] = {}
+        self.links_dirty = False
+        self._next_ping = now
+        self.reach_ids: list = []  # reachable_peers(), sorted; rebuilt, never mutated
+
+    def changed(self) -> None:
+        peers = self.peers.values()
+        self.node.size = 1 + sum(1 for p in peers if not p.flags & P_HANDSHAKE)
+        self.reach_ids = sorted(p.id for p in peers if self.is_reachable(p))
+        self.node.reachable = len(self.reach_ids)
+        self.node.default_replicate = min(3, self.node.size)
+        self.node.clustered = self.node.size > 1
+
+    @staticmethod
+    def is_reachable(p: Peer) -> bool:
+        return not p.flags & (P_HANDSHAKE | P_PFAIL | P_FAIL | P_LEAVING)
+
+    def reachable_peers(self) -> list:
+        """IDs of the peers reachable now, sorted (a new list: the caller may keep it)."""
+        return list(self.reach_ids)
+
+    def known_peers(self) -> list:
+        return [p.id for p in self.peers.values() if not p.flags & P_HANDSHAKE]
+
+    def peer_links(self) -> dict:
+        """node id -> (ip, bus port) of every peer we keep a link to."""
+        off = self.node.config.cluster_port_offset
+        return {p.id: (p.ip, p.port + off) for p in self.peers.values() if p.ip}
+
+    def ping(self, p: Peer, mtype: int = M.PING) -> None:
+        """PING or PONG to one peer: gossip, plus the address we reach it at (so a
+        node that only ever MEETs others still learns its own address)."""
+        self.node.send([p.id], mtype, self.gossip(), p.ip)
+
+    def peers_changed(self) -> None:
+        self.links_dirty = True
+        self.node.cluster_dirty = True
+        self.changed()
+
+    def meet(self, ip: str, port: int, now: int) -> None:
+        for p in self.peers.values():
+            if p.ip == ip and p.port == port:
+                if p.flags & P_HANDSHAKE:
+                    self.node.send([p.id], M.MEET, self.gossip(), ip)
+                return
+        p = Peer(new_node_id(self.node.rng), ip, port, P_HANDSHAKE, now)
+        self.peers[p.id] = p
+        self.peers_changed()
+        self.node.send([p.id], M.MEET, self.gossip(), ip)
+
+    def forget(self, nid: str) -> None:
+        self.peers.pop(nid, None)
+        self.peers_changed()
+
+    def forget_all(self) -> None:
+        self.peers.clear()
+        self.peers_changed()
+
+    def announce(self) -> None:
+        """PING every known peer now, not at its next ping: our flags changed."""
+        for p in self.peers.values():
+            if not p.flags & P_HANDSHAKE:
+                self.ping(p)
+
+    def gossip(self) -> list:
+        cand = [p for p in self.peers.values() if not p.flags & P_HANDSHAKE]
+        chosen = cand if len(cand) <= GOSSIP_ENTRIES else self.node.rng.sample(cand, GOSSIP_ENTRIES)
+        for p in cand:  # failing nodes always travel, so reports reach a majority
+            if p.flags & (P_PFAIL | P_FAIL) and p not in chosen:
+                chosen.append(p)
+        return [[p.id, p.ip, p.port, self._gossip_flags(p)] for p in chosen]
+
+    @staticmethod
+    def _gossip_flags(p: Peer) -> int:
+        f = 0
+        if p.flags & P_PFAIL:
+            f |= M.NF_PFAIL
+        if p.flags & P_FAIL:
+            f |= M.NF_FAIL
+        if p.flags & P_LEAVING:
+            f |= M.NF_LEAVING
+        return f
+
+    def process_gossip(self, sender: Peer, gossip: list, now: int) -> None:
+        timeout = self.node.config.cluster_node_timeout
+        for nid, ip, port, flags in gossip:  # checked by messages.parse
+            if nid == self.node.myid:
+                continue
+            p = self.peers.get(nid)
+            if p is None:
+                if ip and not flags & M.NF_FAIL:
+                    # a node we did not know: meet it (it will learn of us too)
+                    p = Peer(nid, ip, port, P_HANDSHAKE, now)
+                    self.peers[nid] = p
+                    self.peers_changed()
+                    self.node.send([nid], M.MEET, self.gossip(), ip)
+                continue
+            if flags & (M.NF_PFAIL | M.NF_FAIL):
+                p.fail_reports[sender.id] = now
+                self._maybe_fail(p, now)
+            else:
+                p.fail_reports.pop(sender.id, None)
+            leaving = bool(flags & M.NF_LEAVING)
+            if leaving != bool(p.flags & P_LEAVING) and not p.flags & P_HANDSHAKE:
+                # leaving state spreads by gossip; its owner is authoritative when heard
+                if p.pong_received and now - p.pong_received < timeout:
+                    continue
+                p.flags ^= P_LEAVING
+                self.changed()
+
+    def _maybe_fail(self, p: Peer, now: int) -> None:
+        if not p.flags & P_PFAIL or p.flags & P_FAIL:
+            return
+        window = self.node.config.cluster_node_timeout * 2
+        for rid, t in list(p.fail_reports.items()):
+            if now - t > window or rid not in self.peers:
+                del p.fail_reports[rid]
+        if len(p.fail_reports) + 1 >= self.node.size // 2 + 1:
+            p.flags = (p.flags & ~P_PFAIL) | P_FAIL
+            self.changed()
+            self.node.cluster_dirty = True
+            self.node.send(self.known_peers(), M.FAIL, p.id)
+
+    def cron(self, now: int) -> None:
+        if not self.peers:
+            return
+        timeout = self.node.config.cluster_node_timeout
+        changed = False
+        for p in list(self.peers.values()):
+            if p.flags & P_HANDSHAKE:
+                if now - p.ctime > max(timeout, 1000) * 2:
+                    del self.peers[p.id]  # nobody answered the MEET
+                    changed = True
+                elif now >= self._next_ping:
+                    self.node.send([p.id], M.MEET, self.gossip(), p.ip)
+                continue
+            if p.link and not p.ping_sent and now - p.pong_received > timeout // 2:
+                p.ping_sent = now
+                self.ping(p)
+            elif p.link and p.ping_sent and now >= self._next_ping:
+                # unanswered: ask again each second (ping_sent keeps the first try,
+                # which is what failure detection measures)
+                self.ping(p)
+            late = (p.ping_sent and now - p.ping_sent > timeout) or (
+                not p.link and now - p.link_down_since > timeout)
+            if late and not p.flags & (P_PFAIL | P_FAIL):
+                p.flags |= P_PFAIL
+                changed = True
+            if p.flags & P_PFAIL:
+                self._maybe_fail(p, now)
+        if now >= self._next_ping:
+            # once a second, one random peer more: keeps gossip flowing
+            self._next_ping = now + 1000
+            live = [p for p in self.peers.values() if p.link and not p.flags & P_HANDSHAKE]
+            if live:
+                p = self.node.rng.choice(live)
+                if not p.ping_sent:
+                    p.ping_sent = now
+                self.ping(p)
+        if changed:
+            self.peers_changed()
+
+    def link_state(self, nid: str, up: bool, now: int) -> None:
+        """The shell's outbound link to ``nid`` connected or broke."""
+        p = self.peers.get(nid)
+        if p is None:
+            return
+        p.link = up
+        if up:
+            if p.flags & P_HANDSHAKE:
+                self.node.send([nid], M.MEET, self.gossip(), p.ip)
+            else:
+                if not p.ping_sent:
+                    p.ping_sent = now
+                self.ping(p)
+        else:
+            p.link_down_since = now
+
+    def heard_from(self, p: Peer, sflags: int, now: int) -> None:
+        leaving = bool(sflags & M.SF_LEAVING)
+        if leaving != bool(p.flags & P_LEAVING):
+            p.flags ^= P_LEAVING
+            self.changed()
+            self.node.cluster_dirty = True
+
+    def on_meet(self, sid, peer_ip, sport, sflags, fields, now) -> None:
+        if sid == self.node.myid:
+            return
+        gossip, your_ip = fields[0], fields[1]
+        if not self.node.ip and your_ip:
+            self.node.ip = your_ip  # we learn our own address from whoever reached us
+            self.node.cluster_dirty = True
+        p = self.peers.get(sid)
+        if p is None:
+            # a node that met us by address: forget any handshake entry for it
+            for hp in list(self.peers.values()):
+                if hp.flags & P_HANDSHAKE and hp.ip == peer_ip and hp.port == sport:
+                    del self.peers[hp.id]
+            p = Peer(sid, peer_ip, sport, 0, now)
+            self.peers[sid] = p
+            self.peers_changed()
+        elif p.flags & P_HANDSHAKE:
+            p.flags &= ~P_HANDSHAKE
+            self.peers_changed()
+        self.heard_from(p, sflags, now)
+        self.process_gossip(p, gossip, now)
+        self.ping(p, M.PONG)
+
+    def on_handshake_pong(self, sid, peer_ip, sport, sflags, fields, now) -> None:
+        for hp in list(self.peers.values()):
+            if hp.flags & P_HANDSHAKE and hp.port == sport and hp.ip in (peer_ip, "localhost"):
+                del self.peers[hp.id]
+                p = Peer(sid, hp.ip, sport, 0, now)
+                p.pong_received = now
+                self.peers[sid] = p
+                self.peers_changed()
+                self._learn_my_ip(fields)
+                self.process_gossip(p, fields[0], now)
+                return
+
+    def _learn_my_ip(self, fields) -> None:
+        if not self.node.ip and fields[1]:
+            self.node.ip = fields[1]
+            self.node.cluster_dirty = True
+
+    def on_ping(self, p: Peer, fields, now) -> None:
+        self._learn_my_ip(fields)
+        self.process_gossip(p, fields[0], now)
+        self.ping(p, M.PONG)
+
+    def on_pong(self, p: Peer, fields, now) -> None:
+        self._learn_my_ip(fields)
+        p.ping_sent = 0
+        p.pong_received = now
+        if p.flags & (P_HANDSHAKE | P_PFAIL | P_FAIL):
+            p.flags &= ~(P_HANDSHAKE | P_PFAIL | P_FAIL)
+            p.fail_reports.clear()
+            self.peers_changed()
+            self.node.acks.peer_recovered(p.id, now)
+        self.process_gossip(p, fields[0], now)
+
+    def on_fail(self, p: Peer, fields, now) -> None:
+        f = self.peers.get(fields[0])
+        if f is not None and not f.flags & P_FAIL:
+            f.flags = (f.flags & ~P_PFAIL) | P_FAIL
+            self.changed()
+            self.node.cluster_dirty = True
+
+    def hello_nodes(self) -> list:
+        me = (self.node.myid_b, self.node.ip.encode(), self.node.port,
+              PRIORITY_BAD if self.node.leaving else PRIORITY_OK)
+        out = [me]
+        for p in self.peers.values():
+            if p.flags & (P_FAIL | P_LEAVING):
+                prio = PRIORITY_BAD
+            elif p.flags & P_PFAIL:
+                prio = PRIORITY_PFAIL
+            elif not p.link:
+                prio = PRIORITY_NOLINK
+            else:
+                prio = PRIORITY_OK
+            out.append((p.id.encode(), p.ip.encode(), p.port, prio))
+        return out
+
+    def nodes_text(self, now: int) -> str:
+        """CLUSTER NODES, also the nodes.conf format."""
+        lines = [f"{self.node.myid} {self.node.ip}:{self.node.port} myself{',leaving' if self.node.leaving else ''}"
+                 f" 0 0 connected"]
+        for p in self.peers.values():
+            flags = [name for bit, name in ((P_HANDSHAKE, "handshake"), (P_PFAIL, "fail?"),
+                                            (P_FAIL, "fail"), (P_LEAVING, "leaving"))
+                     if p.flags & bit] or ["noflags"]
+            lines.append(f"{p.id} {p.ip}:{p.port} {','.join(flags)} {p.ping_sent} "
+                         f"{p.pong_received} {'connected' if p.link else 'disconnected'}")
+        return "\n".join(lines) + "\n"
+
+    def nodes_conf_text(self) -> str:
+        return self.nodes_text(0)
+
+    def load_nodes_conf(self, text: str, now: int) -> str | None:
+        """Restore identity and peers from nodes.conf; returns our node ID or None."""
+        myid = None
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) < 3 or len(parts[0]) != 40:
+                continue
+            nid, addr, flags = parts[0], parts[1], parts[2].split(",")
+            ip, _, port = addr.rpartition(":")
+            if not port.isdigit():
+                continue
+            if "myself" in flags:
+                myid = nid
+                self.node.ip = ip
+                self.node.leaving = "leaving" in flags
+            elif "handshake" not in flags:
+                p = Peer(nid, ip, int(port), P_LEAVING if "leaving" in flags else 0, now)
+                self.peers[nid] = p
+        if myid is not None:
+            self.peers.pop(myid, None)
+        self.peers_changed()
+        self.node.cluster_dirty = False
+        return myid
+
+    def info(self) -> str:
+        state = "ok"
+        return (f"cluster_state:{state}\r\ncluster_known_nodes:{self.node.size}\r\n"
+                f"cluster_reachable_nodes:{self.node.reachable}\r\ncluster_size:{self.node.size}\r\n"
+                f"cluster_stats_messages_sent:{self.node.msgs_sent}\r\n"
+                f"cluster_stats_messages_received:{self.node.msgs_received}\r\n")

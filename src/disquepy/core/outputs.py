@@ -1,0 +1,111 @@
+"""What a node asks of the world. It all comes out through one call: ``Node.take_outputs()``.
+
+The core performs no I/O. While it runs a command, a bus message or a timer it collects
+what must happen outside (cheap appends on the hot path); a shell — the server's
+driver, the simulator, the test harnesses — takes everything at once as one
+:class:`Outputs` and carries it out in the order of the fields below:
+
+1. ``records``: AOF records, in order. Persist them before anything else leaves, so
+   nothing a client or a peer learns can be lost by a crash.
+2. ``nodes_conf``: the cluster config text to save (``nodes.conf``), when it changed.
+3. ``links``: the peers to keep bus links to, ``{node id: (ip, bus port)}``, when the
+   set changed; links going up or down come back as ``Node.link_state``.
+4. ``messages``: one bus message per peer, ``{node id: message}`` (a BATCH of several
+   when the node sent that peer more than one; see ``messages.py``).
+5. ``replies``: ``(client, bytes)`` for clients other than the one whose command
+   returned its reply (a blocked GETJOB served, a timed out one, a replicated ADDJOB).
+6. ``requests``: ``(client, ShellRequest)``: commands only the shell can finish (file
+   I/O, exit, sleeping, CONFIG SET's effects on the shell). ``execute`` returned None
+   for them: the shell sends their reply, and the client's later commands wait.
+7. ``events``: job-lifecycle events ``(ms, kind, job id, queue, extra)`` for the event
+   log (only while ``event-log`` is on).
+8. ``logs``: ``(level, line)`` for the server log ("warning", "notice", "verbose").
+9. ``wake``: the earliest timer added since the last take (``NEVER`` if none): a shell
+   that keeps one timer re-arms it at ``Node.next_wake()`` when this is earlier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ShellRequest:
+    """A command the shell must finish (file I/O, exit); the shell sends its reply."""
+
+    __slots__ = ("kind", "args")
+
+    def __init__(self, kind: str, *args: object) -> None:
+        self.kind = kind
+        self.args = args
+
+    def __repr__(self) -> str:
+        return f"ShellRequest({self.kind!r}, *{self.args!r})"
+
+
+@dataclass(slots=True)
+class Outputs:
+    records: list
+    nodes_conf: str | None
+    links: dict | None
+    messages: dict
+    replies: list
+    requests: list
+    events: list
+    logs: list
+    wake: float
+
+    def __bool__(self) -> bool:
+        """Anything to carry out (``wake`` aside)."""
+        return bool(self.records or self.nodes_conf is not None or self.links is not None
+                    or self.messages or self.replies or self.requests or self.events
+                    or self.logs)
+
+
+class Shell:
+    """The one path from a node's outputs to the world, shared by the server's driver,
+    the simulator and the test harnesses: ``deliver`` carries out an Outputs in the
+    order above, through the methods a shell overrides. A shell that has no use for
+    an output (a harness with no disk) inherits a method that drops it."""
+
+    def deliver(self, out: Outputs) -> None:
+        if out.records:
+            self.persist(out.records)
+        if out.nodes_conf is not None:
+            self.save_nodes_conf(out.nodes_conf)
+        if out.links is not None:
+            self.sync_links(out.links)
+        if out.messages:
+            self.send_messages(out.messages)
+        for client, data in out.replies:
+            if not client.closed:
+                self.reply(client, data)
+        for client, req in out.requests:
+            self.finish(client, req)
+        if out.events:
+            self.record_events(out.events)
+        for level, line in out.logs:
+            self.log(level, line)
+
+    def persist(self, records: list) -> None:
+        pass
+
+    def save_nodes_conf(self, text: str) -> None:
+        pass
+
+    def sync_links(self, links: dict) -> None:
+        pass
+
+    def send_messages(self, messages: dict) -> None:
+        pass
+
+    def reply(self, client, data: bytes) -> None:
+        pass
+
+    def finish(self, client, req: ShellRequest) -> None:
+        pass
+
+    def record_events(self, events: list) -> None:
+        pass
+
+    def log(self, level: str, line: str) -> None:
+        pass

@@ -1,0 +1,255 @@
+"""Replication: copies of a job on other nodes, and who re-queues it.
+
+REPLJOB/GOTJOB synchronous replication with one more node every 50 ms while short
+(ADDJOB waits in ``waiting`` until enough copies are confirmed); ENQUEUE asks a copy
+to queue a job this node does not keep; WILLQUEUE/QUEUED avoid double re-queues and
+WORKING pushes a copy's re-queue time on (Disque's README, "Job replication").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..codec import resp
+from . import messages as M
+from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
+
+if TYPE_CHECKING:
+    from .membership import Peer
+    from .node import Node
+
+REPL_RETRY_MS = 50  # add one more node this often while replication is short
+_NOT_WAITING = (None, 0, False)  # waiting's entry for a job nobody waits for
+WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes out this long before a re-queue
+
+
+def _xor_rank(node_id: str, jid: bytes) -> bytes:
+    """Disque's QUEUED tie-break: node IDs XORed with the job's random bytes, so
+    which copy wins differs from job to job."""
+    rnd = jid[11:35]
+    nb = node_id.encode()[:24]
+    return bytes(a ^ b for a, b in zip(nb, rnd, strict=False))
+
+
+class Replication:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.waiting: dict[bytes, tuple] = {}  # job id -> (client, deadline ms, extrepl)
+
+    def start(self, job: Job, client, now: int, timeout: int, is_async: bool,
+                          extrepl: bool):
+        """ADDJOB with copies on other nodes (REPLJOB to repl-1 nodes, or repl nodes
+        when this node keeps no copy). Returns the reply, or None while waiting."""
+        others = self.node.members.reach_ids
+        need = job.repl if extrepl else job.repl - 1
+        # every reachable peer, or a random choice of them; sorted either way, so the
+        # REPLJOBs of a burst of jobs for the same nodes share one message
+        targets = others if need >= len(others) else sorted(self.node.rng.sample(others, need))
+        job.delivered = self.node.shared(tuple(targets) if extrepl else (self.node.myid, *targets))
+        job.confirmed = () if extrepl else (self.node.myid,)
+        if targets:
+            self.node.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.node.idem_of.get(job.id)))
+        if is_async or not targets:
+            move(job, ACTIVE)
+            self.replicated(job, now, extrepl)
+            return b"+" + job.id + b"\r\n"
+        # the job stays in WAIT_REPL (as built) until its copies confirm
+        deadline = now + timeout if timeout else 0
+        self.waiting[job.id] = (client, deadline, extrepl)
+        client.blocked_add = job.id
+        self.node.awake.schedule(job, now + REPL_RETRY_MS)
+        return None
+
+    def replicated(self, job: Job, now: int, extrepl: bool) -> None:
+        """Enough copies exist: queue the job here, or on a copy when we keep none."""
+        if extrepl:
+            if job.confirmed:
+                self.node.send([self.node.rng.choice(job.confirmed)], M.ENQUEUE, job.id)
+            elif job.delivered:
+                self.node.send([self.node.rng.choice(job.delivered)], M.ENQUEUE, job.id)
+            self.node.unregister(job)
+            return
+        # the record goes out with the job's queue time set, and before enqueueing,
+        # which may move the job away at once (federation) and log its deletion
+        if job.delay:
+            job.qtime = now + job.delay * 1000
+            if self.node.aof_on:
+                self.node.aof_created(job)
+            self.node.schedule(job)
+        else:
+            job.qtime = now + job.retry * 1000
+            if self.node.aof_on:
+                self.node.aof_created(job)
+            self.node.enqueue(job, now)
+
+    def tick(self, job: Job, now: int) -> None:
+        """A job still short of copies: give up at the deadline, else one more node."""
+        client, deadline, extrepl = self.waiting.get(job.id, _NOT_WAITING)
+        if client is None:
+            return
+        if deadline and now >= deadline:
+            self.failed(job, "NOREPL Timeout reached before replicating to the "
+                                   "requested number of nodes")
+            return
+        spare = [n for n in self.node.members.reachable_peers() if n not in job.delivered]
+        if spare:
+            job.delivered = (*job.delivered, self.node.rng.choice(spare))
+        dsts = sorted(n for n in job.delivered if n != self.node.myid and n not in job.confirmed)
+        if dsts:
+            self.node.send_item(dsts, M.REPLJOB, M.job_to_wire(job, self.node.idem_of.get(job.id)))
+        at = now + REPL_RETRY_MS
+        if deadline and deadline < at:
+            at = deadline
+        self.node.awake.schedule(job, min(at, job.etime))
+
+    def failed(self, job: Job, error: str) -> None:
+        client, _, _ = self.waiting.pop(job.id, _NOT_WAITING)
+        self.node.send([n for n in job.delivered if n != self.node.myid], M.DELJOB, job.id)
+        self.node.unregister(job)
+        if client is not None and not client.closed:
+            client.blocked_add = None
+            self.node.outbox.append((client, resp.error(error)))
+
+    def on_repljob(self, p: Peer, fields, now) -> None:
+        """Copies of jobs to hold (one or more per message): GOTJOB for each we hold,
+        all in one message."""
+        full = self.node.memory_level() >= 1  # near the limit: let other nodes hold new copies
+        parts = self.node.jobs.parts
+        got = []
+        for (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered,
+             idem) in fields:  # decoded and checked by messages.parse
+            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
+            if job is not None:
+                job.delivered = self.node.shared(tuple(dict.fromkeys((*job.delivered, *delivered))))
+                if job.state != WAIT_REPL:
+                    got.append(jid)
+                continue
+            if full:
+                continue
+            q = self.node.queues.get(queue)
+            if q is None:
+                queue = self.node.shared(queue)
+            elif q.flags & 1:  # paused in input: refuse new copies
+                continue
+            else:
+                queue = q.name
+            if self.job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl,
+                                   nacks, adeliv, delivered, now, idem) is not None:
+                got.append(jid)
+        if got:
+            self.node.send_items([p.id], M.GOTJOB, got)
+
+    def job_from_wire(self, jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
+                       delivered, now, idem=None):
+        if retry == 0 and jid in self.node.amo_done:
+            return None  # an at-most-once job delivered here before: a stale copy
+        if ctime // 1_000_000 + ttl * 1000 <= now:  # Job.etime
+            return None
+        job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
+        if not self.node.register(job):
+            return None
+        job.nacks = nacks
+        job.adeliv = adeliv
+        if self.node.myid not in delivered:  # (a list from the bus is shared already)
+            delivered = self.node.shared((*delivered, self.node.myid))
+        job.delivered = delivered
+        move(job, ACTIVE)
+        if retry:
+            job.flags = F_BCAST_WILLQUEUE
+            job.qtime = now + (delay + retry) * 1000 + self.node.jitter()
+        if idem is not None:
+            self.node.idem_bind(idem, job)
+        self.node.schedule(job)
+        if self.node.aof_on:
+            self.node.aof_created(job)
+        return job
+
+    def on_gotjob(self, p: Peer, fields, now) -> None:
+        """The sender holds copies of these jobs (one or more IDs per message)."""
+        parts = self.node.jobs.parts
+        for jid in fields:
+            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
+            if job is not None and job.state == WAIT_REPL:
+                self._got_copy(p, job, now)
+
+    def _got_copy(self, p: Peer, job: Job, now: int) -> None:
+        pid = p.id
+        confirmed = job.confirmed
+        if pid not in confirmed:
+            job.confirmed = confirmed = (*confirmed, pid)
+        if pid not in job.delivered:
+            job.delivered = (*job.delivered, pid)
+        if len(confirmed) >= job.repl:
+            job.confirmed = self.node.shared(confirmed)
+            client, _, extrepl = self.waiting.pop(job.id, _NOT_WAITING)
+            move(job, ACTIVE)
+            self.node.awake.cancel_near(job)  # its replication retry, due within REPL_RETRY_MS
+            if client is not None and not client.closed:
+                client.blocked_add = None
+                self.node.outbox.append((client, b"+" + job.id + b"\r\n"))
+            self.replicated(job, now, extrepl)
+
+    def on_enqueue(self, p: Peer, fields, now) -> None:
+        job = self.node.jobs.get(fields[0])
+        if job is None or job.state != ACTIVE:
+            return
+        q = self.node.queues.get(job.queue)
+        if q is not None and q.flags & 1:
+            return
+        if job.qtime == 0 and job.retry == 0:
+            job.qtime = now  # an at-most-once job's one and only enqueue
+        self.node.enqueue(job, now)
+
+    def has_peers(self, job: Job) -> bool:
+        d = job.delivered  # distinct node IDs
+        n = len(d)
+        return n > 1 or (n == 1 and d[0] != self.node.myid)
+
+    def send_willqueue(self, job: Job) -> None:
+        self.node.send([n for n in job.delivered if n != self.node.myid], M.WILLQUEUE, job.id)
+
+    def broadcast_queued(self, job: Job, incr: int) -> None:
+        self.node.send([n for n in job.delivered if n != self.node.myid], M.QUEUED, job.id, incr)
+
+    def broadcast_working(self, job: Job) -> None:
+        self.node.send([n for n in job.delivered if n != self.node.myid], M.WORKING, job.id)
+
+    def on_willqueue(self, p: Peer, fields, now) -> None:
+        job = self.node.jobs.get(fields[0])
+        if job is None:
+            return
+        if job.state == QUEUED:
+            self.broadcast_queued(job, 0)
+        elif job.state == ACTIVE and job.flags & F_DEFERRED and job.qtime > now:
+            self.node.send([p.id], M.WORKING, job.id)  # a delayed NACK: hold off
+        elif job.state == ACKED:
+            self.node.send([p.id], M.SETACK, job.id, len(job.delivered))
+
+    def on_queued(self, p: Peer, fields, now) -> None:
+        job = self.node.jobs.get(fields[0])
+        incr = fields[1]
+        if job is None or job.state == ACKED:
+            return
+        if incr == M.QUEUED_INCR_NACKS:
+            job.nacks += 1
+        elif incr == M.QUEUED_INCR_DELIV:
+            job.adeliv += 1
+        if incr and self.node.aof_on and job.state != WAIT_REPL:
+            self.node.aof_created(job)  # keep the counters across a reload
+        if job.state == QUEUED and _xor_rank(p.id, job.id) > _xor_rank(self.node.myid, job.id):
+            self.node.dequeue(job)
+        if job.retry:
+            job.qtime = now + job.retry * 1000 + self.node.jitter()
+            job.flags |= F_BCAST_WILLQUEUE
+        self.node.schedule(job)
+
+    def on_working(self, p: Peer, fields, now) -> None:
+        job = self.node.jobs.get(fields[0])
+        if job is None or job.state == ACKED:
+            return
+        if job.state == QUEUED:
+            self.node.dequeue(job)
+        if job.retry and job.qtime:
+            job.qtime = now + job.retry * 1000 + self.node.jitter()
+            job.flags |= F_BCAST_WILLQUEUE
+        self.node.schedule(job)

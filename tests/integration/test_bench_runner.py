@@ -1,0 +1,119 @@
+"""bench/: the one place that starts servers, and a tiny alternating-rounds run.
+
+Real processes; the load comes from bench/loadgen (built with gcc on first use). C Disque
+is used only where its binary is present (bench/servers.find_disque_c): those tests are
+optional on it, as the benchmark itself is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import port_is_free, wait_for
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import run as bench_run  # noqa: E402  (bench/run.py)
+import servers  # noqa: E402  (bench/servers.py)
+
+needs_c = pytest.mark.skipif(servers.find_disque_c() is None,
+                             reason="C Disque binary not present (optional anchor)")
+
+
+def test_fleet_starts_our_node_and_stops_it_even_on_error(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"), servers.Fleet(tmp_path) as fleet:
+        s = fleet.start("ours")
+        assert s.call("PING") is True
+        assert s.call("ADDJOB", "q", "body", 0).startswith(b"D-")
+        proc = s.proc
+        raise RuntimeError("boom")
+    assert proc.poll() is not None
+    assert port_is_free(s.port)
+
+
+@needs_c
+def test_fleet_starts_a_c_disque_cluster_and_stops_it(tmp_path):
+    with servers.Fleet(tmp_path) as fleet:
+        nodes = fleet.cluster("c", 3)
+        assert all(len(n.call("HELLO")) == 5 for n in nodes)
+        procs = [n.proc for n in nodes]
+    assert all(p.poll() is not None for p in procs)
+    assert all(port_is_free(n.port) for n in nodes)
+
+
+def tiny_run(tmp_path, monkeypatch, env_c: str | None) -> tuple[dict, str]:
+    if env_c is not None:
+        monkeypatch.setenv("DISQUE_C", env_c)
+    old = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "run.json"
+    try:
+        rc = bench_run.main(["--only", "single,memory", "--rounds", "2", "--requests", "300",
+                             "--memory-jobs", "20000", "--no-redis", "--json", str(out)])
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert rc == 0
+    res = json.loads(out.read_text())
+    return res["data"], "\n".join(res["report"])
+
+
+def test_tiny_alternating_run_without_c_disque_says_so(tmp_path, monkeypatch):
+    data, report = tiny_run(tmp_path, monkeypatch, str(tmp_path / "no-such-disque"))
+    rows = data["single node"]
+    assert [r["workload"] for r in rows] == [w.name for w in bench_run.SINGLE]
+    for r in rows:
+        assert set(r["runs"]) == {"ours"}
+        assert len(r["runs"]["ours"]) == 2  # two rounds
+        assert all(x["ops"] >= 300 and not x["problem"] for x in r["runs"]["ours"])
+        assert r["ratio"] is None
+    assert "C Disque: not found" in report
+    assert data["memory"]["ours"] > 0
+    assert "- PASS" not in report and "- FAIL" not in report  # no target without C
+
+
+@needs_c
+def test_tiny_alternating_run_against_c_disque(tmp_path, monkeypatch):
+    data, report = tiny_run(tmp_path, monkeypatch, None)
+    for r in data["single node"]:
+        assert len(r["runs"]["ours"]) == len(r["runs"]["c"]) == 2
+        assert r["ratio"] > 0
+    assert data["memory"]["c"] > 0
+    assert "memory per queued job <= C Disque's" in report
+
+
+def bench_processes(root: Path) -> list[int]:
+    """Processes whose working directory lies under ``root`` (the runner's servers)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(root)):
+                out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def test_sigterm_stops_every_server_the_runner_started(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path), DISQUE_C=str(tmp_path / "none"))
+    p = subprocess.Popen([sys.executable, str(BENCH / "run.py"), "--only", "single",
+                          "--requests", "5000000", "--max-seconds", "60"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                         cwd=BENCH)  # not under tmp_path: only its servers are
+    try:
+        wait_for(lambda: len(bench_processes(tmp_path)) >= 2, timeout=30,
+                 what="the runner's node and Redis up")
+        time.sleep(1)  # the load is running
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 130
+        wait_for(lambda: not bench_processes(tmp_path), timeout=10, what="no server left")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
