@@ -1,26 +1,29 @@
-# disquepy — `make run` starts a local node, `make test` runs the test suite.
-# Both bootstrap what they need: a virtualenv in .venv (`make run` only what a node
-# needs) and the Debian packages the tests use (redis-server/redis-tools as the
-# benchmark baseline and for redis-cli).
+# disquepy — `make run` starts a local node and its dashboard, `make test` runs the test
+# suite. Both bootstrap what they need: a virtualenv in .venv (`make run` only what a node
+# and disque-web need) and the Debian packages the tests use (redis-server/redis-tools as
+# the benchmark baseline and for redis-cli; chromium and chromium-driver for the
+# dashboard's browser tests).
 
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# BASE: what a node needs (`make run`, `make cluster`); STAMP: everything the tests,
-# lint and benchmarks need on top (the dev and spark extras, ~750 MB with pyspark)
+# BASE: what a node and disque-web need (`make run`, `make cluster`: the package and its
+# web extra); STAMP: everything the tests, lint and benchmarks need on top (the dev and
+# spark extras, ~750 MB with pyspark)
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 # the C request reader (see setup.py), rebuilt when its source changes
 EXT := $(VENV)/.ext-built
 COMPAT := .venv-compat
 PORT ?= 7711
+WEB_PORT ?= 8000
 
 .PHONY: run cluster test lint bench deps builddeps clean
 
 $(BASE): pyproject.toml setup.py | builddeps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[web]'
 	touch $(BASE) $(EXT)
 
 $(STAMP): $(BASE)
@@ -46,13 +49,17 @@ builddeps:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev >/dev/null; }
 
 deps:
-	@command -v redis-cli >/dev/null && command -v redis-server >/dev/null || { \
+	@command -v redis-cli >/dev/null && command -v redis-server >/dev/null \
+	  && command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools \
+	    chromium chromium-driver >/dev/null; }
 
+# one node on $(PORT) and disque-web on $(WEB_PORT) (the dashboard's URL is printed);
+# Ctrl-C stops both
 run: $(BASE) $(EXT)
-	$(BIN)/disque-server --port $(PORT)
+	$(BIN)/python scripts/cluster.py --nodes 1 --port $(PORT) --dir var/run --web $(WEB_PORT)
 
 # three nodes on 7711-7713 (bus on 17711-17713), joined; Ctrl-C stops all three
 cluster: $(BASE) $(EXT)

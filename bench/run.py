@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """disquepy against real C Disque 1.0-rc1 (and Redis where it helps), in one run.
 
-Sections (``--only a,b``; default: all but spark, about 12 minutes):
+Sections (``--only a,b``; default: all but spark, about 14 minutes):
 
   single   one node of each; per workload, our rate, C Disque's and the ratio, measured
            in alternating rounds (ours, C, [Redis,] ours, C, ...): ADDJOB with 50
@@ -16,6 +16,8 @@ Sections (``--only a,b``; default: all but spark, about 12 minutes):
   aof      ADDJOB with 50 conns under appendonly no / everysec / always, ours and C;
            then the PING latency seen during a BGREWRITEAOF of 200k jobs.
   client   bench/client.py: the client library and the worker against raw redis-py.
+  web      bench/web.py: POST /jobs against the client's add_job, and the dashboard with
+           100k queued jobs drawn in a headless Chromium.
   spark    bench/spark.py: the Spark connector against the plain client (needs Java).
 
 Where C Disque is not found (see servers.find_disque_c), its columns say so.
@@ -58,8 +60,8 @@ from servers import (
     stop_on_sigterm,
 )
 
-SECTIONS = ("single", "memory", "cluster", "aof", "client", "spark")
-DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client")
+SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "spark")
+DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web")
 
 
 @dataclass
@@ -460,6 +462,7 @@ def main(argv=None) -> int:
     sections = {"single": section_single, "memory": section_memory,
                 "cluster": section_cluster, "aof": section_aof,
                 "client": lambda r, a: section_script(r, a, "client"),
+                "web": lambda r, a: section_script(r, a, "web"),
                 "spark": lambda r, a: section_script(r, a, "spark")}
     rc = 0
     try:

@@ -53,6 +53,18 @@ def raw(port: int, data: bytes, timeout: float = 5.0, until: bytes | None = None
     return out
 
 
+def end_process(proc: subprocess.Popen, sig: int = signal.SIGTERM,
+                timeout: float = 10.0) -> None:
+    """Send ``sig`` to ``proc`` if it still runs and reap it; SIGKILL after ``timeout``."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 class Server:
     """One disque-server process on 127.0.0.1."""
 
@@ -113,13 +125,8 @@ class Server:
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc is not None:
+            end_process(self.proc, sig)
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)

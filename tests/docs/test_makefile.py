@@ -1,5 +1,5 @@
-"""`make run` installs only what a node needs; `make test` installs everything the
-tests need. Checked on make's own plan (`make -n`) for a fresh virtualenv."""
+"""`make run` installs only what a node and disque-web need; `make test` installs
+everything the tests need. Checked on make's own plan (`make -n`) for a fresh virtualenv."""
 
 from __future__ import annotations
 
@@ -17,10 +17,18 @@ def plan(target: str, tmp_path) -> list[str]:
 
 
 @pytest.mark.parametrize("target", ["run", "cluster"])
-def test_run_installs_the_package_without_the_extras(tmp_path, target):
+def test_run_installs_the_package_and_only_the_web_extra(tmp_path, target):
     installs = plan(target, tmp_path)
-    assert any(line.endswith("pip install -q -e .") for line in installs), installs
-    assert not any("[" in line for line in installs), installs  # no extras at all
+    assert any(line.endswith("pip install -q -e '.[web]'") for line in installs), installs
+    # no dev or spark extra (pyspark alone is ~750 MB)
+    assert not any("dev" in line or "spark" in line for line in installs), installs
+
+
+def test_run_starts_a_node_and_the_web_process(tmp_path):
+    out = subprocess.run(["make", "-n", "run", f"VENV={tmp_path / 'venv'}", "PORT=7800",
+                          "WEB_PORT=8100"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    assert "scripts/cluster.py --nodes 1 --port 7800" in out and "--web 8100" in out
 
 
 @pytest.mark.parametrize("target", ["test", "lint", "bench"])

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT, Server, port_is_free, raw, wait_for
+from support import ROOT, Server, end_process, port_is_free, raw, wait_for
 
 
 def free_run(n: int) -> int:
@@ -41,14 +41,8 @@ def test_cluster_script_starts_joined_nodes_and_stops_them_all(tmp_path, sig):
         # every node is gone: its client port and bus port are free again
         wait_for(lambda: all(port_is_free(base + i) and port_is_free(base + i + 10000)
                              for i in range(3)), timeout=15, what="the nodes to exit")
-    finally:
-        if p.poll() is None:  # the signal did not stop it: SIGTERM stops its nodes too
-            p.terminate()
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+    finally:  # the signal did not stop it: SIGTERM stops its nodes too
+        end_process(p, timeout=15)
 
 
 @pytest.mark.timeout(60)

@@ -34,3 +34,9 @@ app = Tasks()  # a Tasks app with one queue (its worker gets --nodes)
 @app.task("tq")
 def tq(payload) -> None:
     """A task that does nothing."""
+
+
+def fail_odd(payload: dict) -> None:
+    """Fail for an odd ``payload["n"]``, succeed for an even one."""
+    if payload["n"] % 2:
+        raise RuntimeError(f"odd {payload['n']}")

@@ -454,3 +454,21 @@ def test_backoff_parse_says_what_is_wrong(spec, said):
         Backoff.parse(spec)
     assert said in str(e.value)
     assert Backoff.parse("fixed") == Backoff.fixed(1)
+
+
+def test_backoff_chain_keeps_the_first_id_to_the_dead_letter(dq):
+    ids = []
+
+    def h(p):
+        ids.append(current_job().id)
+        raise RuntimeError("always")
+
+    jid = dq.add_job("q", "{}", ttl=600)
+    w = Worker(dq, ["q"], 1, h, backoff=Backoff.fixed(1, jitter=0), dead_letter_after=3,
+               poll_timeout_ms=100).start()
+    wait_for(lambda: w.stats["dead-lettered"] == 1, timeout=30)
+    w.stop(5)
+    assert len(ids) == 3 and ids[0] == jid and len(set(ids)) == 3  # re-added twice
+    (dl,) = list_dead(dq, "q")
+    # the third attempt's envelope still names the first ID: the dead letter answers for it
+    assert dl.original_id == jid and dl.extra["last_id"] == ids[2]

@@ -91,3 +91,70 @@ def test_idle_worker_stops_cleanly_before_its_poll_ends(server, spawn_worker):
     wait_for(lambda: "worker started" in p.log_path.read_text(), what="worker up")
     p.send_signal(signal.SIGTERM)
     assert p.wait(20) == 0, p.log_path.read_text()
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """``/metrics`` on 127.0.0.1:port: {(sample name, sorted labels): value}."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+@pytest.mark.timeout(60)
+def test_metrics_port_serves_durations_outcomes_and_dead_letter_reasons(dq, server,
+                                                                         spawn_worker):
+    from support import free_port
+
+    for n in range(6):
+        dq.add_job("q:high" if n < 2 else "q", json.dumps({"n": n}))
+    port = free_port()
+    p = spawn_worker(server.port, "handlers:fail_odd", "--queues", "q", "--priorities",
+                     "--dead-letter-after", "1", "--metrics-port", str(port),
+                     "--poll-timeout-ms", "200")
+    m = wait_for(lambda: _scrape_when(port, lambda m: sum(
+        v for (k, _), v in m.items() if k == "disquepy_worker_jobs_total") == 6),
+        timeout=30, what="six outcomes")
+    lab = (("outcome", "acked"), ("priority", "medium"), ("queue", "q"))
+    assert m[("disquepy_worker_jobs_total", lab)] == 2  # n = 2, 4
+    assert m[("disquepy_worker_jobs_total", (("outcome", "acked"), ("priority", "high"),
+                                             ("queue", "q")))] == 1  # n = 0
+    assert m[("disquepy_worker_dead_lettered_total", (("priority", "medium"), ("queue", "q"),
+                                                      ("reason", "attempts")))] == 2  # 3, 5
+    assert m[("disquepy_worker_dead_lettered_total", (("priority", "high"), ("queue", "q"),
+                                                      ("reason", "attempts")))] == 1  # 1
+    assert m[("disquepy_worker_task_duration_seconds_count", lab)] == 2
+    assert m[("disquepy_worker_task_duration_seconds_bucket",
+              tuple(sorted((*lab, ("le", "+Inf")))))] == 2
+    assert m[("disquepy_worker_in_progress", (("priority", "medium"), ("queue", "q")))] == 0
+    assert dq.qlen("q:dead") == 3
+    # no job ID anywhere in a label
+    assert not any(v.startswith("D-") for _, labels in m for _, v in labels)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 0
+
+
+def _scrape_when(port: int, pred):
+    try:
+        m = scrape(port)
+    except OSError:  # not listening yet
+        return None
+    return m if pred(m) else None
+
+
+@pytest.mark.timeout(60)
+def test_metrics_port_with_a_pool_gives_each_process_its_own_port(dq, server, spawn_worker):
+    from support import free_port, port_is_free
+
+    port = next(p for p in iter(free_port, None) if port_is_free(p + 1))
+    p = spawn_worker(server.port, "handlers:noop", "--queues", "q", "--processes", "2",
+                     "--metrics-port", str(port))
+    for each in (port, port + 1):
+        wait_for(lambda e=each: _scrape_when(e, lambda m: True) is not None, timeout=30,
+                 what=f"metrics on {each}")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 0

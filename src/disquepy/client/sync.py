@@ -37,6 +37,7 @@ from ._common import (
     qscan_args,
     wait_backoff,
 )
+from .jobstatus import CancelResult, JobStatus, cancel_job, job_status, new_cancel_memory
 
 log = logging.getLogger("disquepy.client")
 
@@ -88,6 +89,7 @@ class Disque(Commands):
         self._my_id: str | None = None
         self._pending_move: Address | None = None
         self.moves = 0  # how many times the client changed node (failover or affinity)
+        self._cancelled = new_cancel_memory()  # job ID -> (queue, priority), see cancel()
 
     # ------------------------------------------------------------------ connections
 
@@ -343,6 +345,21 @@ class Disque(Commands):
             time.sleep(min(wait_backoff(attempt), left))
             attempt += 1
 
+    def status(self, id: str) -> JobStatus:
+        """What became of job ``id``: ``queued``, ``scheduled``, ``in_progress``,
+        ``retrying``, ``completed``, ``failed`` (with the error of its dead letter),
+        ``cancelled`` or ``unknown``. Built from SHOW on every node and the dead-letter
+        queues for now (see :mod:`disquepy.client.jobstatus` for what that cannot tell);
+        a server-side status command will answer it later behind the same method."""
+        return job_status(self, id)
+
+    def cancel(self, id: str) -> CancelResult:
+        """Cancel job ``id`` if it is queued, scheduled or retrying (DEQUEUE, then DELJOB
+        on every node holding a copy); an in-progress or finished job is not cancelled and
+        the result says why. Not yet cluster-safe: see
+        :func:`disquepy.client.jobstatus.cancel_job`."""
+        return cancel_job(self, id)
+
     def execute_on(self, node: NodeSpec, *args: Any) -> Any:
         """A raw command on one given node (``"host:port"``), without failover; e.g. a
         WORKING or SHOW for a job on the node that holds it."""
@@ -351,6 +368,18 @@ class Disque(Commands):
             return self._client_for(addr).execute_command(*args)
         except rexc.ResponseError as e:
             raise convert_error(e) from None
+
+    def execute_many_on(self, node: NodeSpec, commands: Sequence[Sequence[Any]]) -> list:
+        """Raw commands on one given node in one round trip, without failover; replies
+        in order, error replies as :class:`ResponseError` instances (not raised)."""
+        p = self._client_for(parse_node(node)).pipeline(transaction=False)
+        for args in commands:
+            p.execute_command(*args)
+        try:
+            replies = p.execute(raise_on_error=False)
+        finally:
+            p.reset()
+        return [convert_error(r) if isinstance(r, rexc.ResponseError) else r for r in replies]
 
     def pipeline(self) -> Pipeline:
         """A pipeline: queue commands, ``execute()`` sends them in one round trip and

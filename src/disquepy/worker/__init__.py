@@ -16,7 +16,7 @@ From the shell: ``python -m disquepy.worker mymodule:handle --queues high,low -c
 
 from .backoff import Backoff
 from .core import RetryLater, Route, Worker, current_attempt, current_job
-from .deadletter import DeadLetter, list_dead, requeue_dead
+from .deadletter import DeadLetter, delete_dead, list_dead, requeue_dead
 from .tasks import Task, Tasks
 
 __all__ = [
@@ -31,4 +31,5 @@ __all__ = [
     "DeadLetter",
     "list_dead",
     "requeue_dead",
+    "delete_dead",
 ]

@@ -21,6 +21,7 @@ import traceback
 
 from ..client import Disque
 from ..client._common import parse_nodes
+from ..client.priority import DEFAULT_LOW_SHARE
 from ..server.log import _RedisFormatter
 from .backoff import Backoff
 from .core import Worker
@@ -141,6 +142,15 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--affinity", action="store_true",
                    help="move to the node producing most of the jobs received")
     p.add_argument("--fastack", action="store_true", help="FASTACK instead of ACKJOB")
+    p.add_argument("--priorities", action="store_true",
+                   help="the queues are logical queues with high/medium/low levels "
+                        "(q:high, q, q:low), fetched high first")
+    p.add_argument("--low-share", type=float, default=DEFAULT_LOW_SHARE,
+                   help="with --priorities, the share of fetches that take low first "
+                        "(guards low jobs against starvation; 0: strict)")
+    p.add_argument("--metrics-port", type=_whole(1), default=None, metavar="PORT",
+                   help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics "
+                        "(with --processes N: PORT, PORT+1 ... PORT+N-1, one per process)")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                    help="log threshold (job outcomes are INFO, failures WARNING)")
     p.add_argument("-p", "--processes", type=_whole(1), default=1, metavar="N",
@@ -198,7 +208,8 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     obj = _load_reporting(a.target)
     queues = [q.strip() for q in a.queues.split(",") if q.strip()]
     common = dict(shutdown_timeout=a.shutdown_timeout, poll_timeout_ms=a.poll_timeout_ms,
-                  heartbeat=not a.no_heartbeat, ack="fastack" if a.fastack else "ack")
+                  heartbeat=not a.no_heartbeat, ack="fastack" if a.fastack else "ack",
+                  priorities=a.priorities, low_share=a.low_share)
     if isinstance(obj, Tasks):
         given = [f"--{o.replace('_', '-')}" for o in HANDLER_ONLY
                  if getattr(a, o) != p.get_default(o)]
@@ -221,8 +232,15 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
         raise UsageError(f"{a.target} is a {type(obj).__name__}, neither a function nor "
                          f"a Tasks app")
     if a.processes > 1:  # the children get the same (checked) command line
-        return run_pool(argv, a.processes)
+        return run_pool(argv, a.processes, a.metrics_port)
     setup_logging(a.log_level)
+    if a.metrics_port is not None:
+        from .metrics import WorkerMetrics
+
+        common["metrics"] = metrics = WorkerMetrics()
+        metrics.serve(a.metrics_port)
+        logging.getLogger("disquepy.worker").info(
+            "metrics at http://127.0.0.1:%d/metrics", a.metrics_port)
     password = a.password if a.password is not None else os.environ.get("DISQUE_PASSWORD")
     client = Disque(a.nodes.split(","), password=password, affinity=a.affinity)
     if isinstance(obj, Tasks):
@@ -268,23 +286,26 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
-def run_pool(argv: list[str], n: int) -> int:
+def run_pool(argv: list[str], n: int, metrics_port: int | None = None) -> int:
     """Start ``n`` copies of this worker (same arguments, one process each), forward
-    SIGTERM/SIGINT to them, wait; the exit status is the worst child's."""
+    SIGTERM/SIGINT to them, wait; the exit status is the worst child's. With
+    ``--metrics-port P`` the i-th process serves its metrics on port P+i (scrape each)."""
     args = []
     skip = False
-    for x in argv:  # drop --processes N / -p N / --processes=N
+    for x in argv:  # drop --processes N / -p N and --metrics-port P (given per child)
         if skip:
             skip = False
             continue
-        if x in ("-p", "--processes"):
+        if x in ("-p", "--processes", "--metrics-port"):
             skip = True
             continue
-        if x.startswith("--processes=") or (x.startswith("-p") and x[2:].isdigit()):
+        if (x.startswith(("--processes=", "--metrics-port="))
+                or (x.startswith("-p") and x[2:].isdigit())):
             continue
         args.append(x)
-    children = [subprocess.Popen([sys.executable, "-m", "disquepy.worker", *args])
-                for _ in range(n)]
+    children = [subprocess.Popen([sys.executable, "-m", "disquepy.worker", *args, *(
+        ["--metrics-port", str(metrics_port + i)] if metrics_port is not None else [])])
+        for i in range(n)]
 
     def forward(signum, frame):
         for c in children:

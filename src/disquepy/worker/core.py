@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..client import Disque, DisqueError, Job, NoJobError
 from ..client._common import NodeSpec, parse_show
+from ..client.priority import DEFAULT_LOW_SHARE, PriorityOrder, split
 from .backoff import Backoff
 from .deadletter import DEAD_TTL, DEFAULT_DLQ, dead_letter_body, dead_queue_name
 from .envelope import unwrap, wrap
@@ -23,6 +25,10 @@ log = logging.getLogger("disquepy.worker")
 
 HEARTBEAT_PROBE = 0.2  # a handler running longer than this gets its job's retry from SHOW
 HEARTBEAT_FRACTION = 0.8  # WORKING at 80 % of the retry
+# why a job goes to the dead letters: its handler failed dead_letter_after times; it was
+# re-delivered dead_letter_deliveries times without an ACK; its TTL ends before the next
+# back-off attempt (the `reason` of the log line and of the worker's metric)
+DEAD_REASONS = ("attempts", "deliveries", "ttl")
 
 
 class RetryLater(Exception):  # noqa: N818 - it is a request, not an error
@@ -44,6 +50,25 @@ class Route:
     dead_letter_after: int | None = None  # failures (nacks + back-off attempts)
     dead_letter_deliveries: int | None = None  # additional deliveries
     add_options: dict = field(default_factory=dict)  # for re-added jobs (ttl, retry...)
+    policy: dict | None = None  # a job's own retry policy (envelope), kept on re-adds
+
+
+def policy_route(route: Route, policy: dict) -> Route:
+    """``route`` with a job's own retry policy (see :mod:`disquepy.worker.envelope`):
+    ``max_attempts`` attempts, then a dead letter; ``fixed`` or ``exponential`` back-off
+    from ``base`` seconds, capped at ``cap``. A malformed policy leaves ``route`` as is."""
+    try:
+        attempts = int(policy.get("max_attempts", 3))
+        base = float(policy.get("base", 1.0))
+        cap = float(policy.get("cap", 3600.0))
+        if policy.get("strategy", "exponential") == "fixed":
+            backoff = Backoff.fixed(base)
+        else:
+            backoff = Backoff.exponential(base, 2.0, max(cap, base))
+    except (TypeError, ValueError, AttributeError):
+        return route
+    return dataclasses.replace(route, backoff=backoff, dead_letter_after=max(1, attempts),
+                               policy=policy)
 
 
 @dataclass(slots=True)
@@ -78,6 +103,12 @@ def current_job() -> Job | None:
 def current_attempt() -> int:
     """Which attempt of the current job this is (1 = first; grows with back-off re-adds)."""
     return getattr(_local, "attempt", 0)
+
+
+def _first_id(job: Job) -> str:
+    """The ID of a job's first attempt (back-off re-adds carry it in their envelope)."""
+    raw = job.body if isinstance(job.body, bytes) else job.body.encode()
+    return unwrap(raw).first_id or job.id
 
 
 def _decode(body: bytes, mode: str) -> Any:
@@ -123,6 +154,13 @@ class Worker:
 
     ``routes`` (queue -> :class:`Route`) lets each queue have its own handler and policy
     (that is what :class:`~disquepy.worker.Tasks` builds).
+
+    ``priorities=True``: ``queues`` are logical queues with ``high``/``medium``/``low``
+    levels (``q:high``, ``q``, ``q:low``, see :mod:`disquepy.client.priority`), fetched
+    high first except for a ``low_share`` of the fetches that take low first (so low is
+    never starved); dead letters of every level go to the logical queue's ``q:dead``.
+    ``metrics``: a :class:`~disquepy.worker.metrics.WorkerMetrics` that counts outcomes
+    and times handlers (``--metrics-port`` serves it over HTTP).
     """
 
     def __init__(self, client_or_nodes: Disque | NodeSpec | Sequence[NodeSpec] | None = None,
@@ -134,7 +172,8 @@ class Worker:
                  dead_letter_queue: str = DEFAULT_DLQ, shutdown_timeout: float = 30.0,
                  poll_timeout_ms: int = 1000, heartbeat: bool = True,
                  ack: str = "ack", add_options: Mapping[str, Any] | None = None,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, priorities: bool = False,
+                 low_share: float = DEFAULT_LOW_SHARE, metrics: Any = None) -> None:
         if isinstance(client_or_nodes, Disque):
             self.client = client_or_nodes
             self._own_client = False
@@ -142,6 +181,16 @@ class Worker:
             self.client = Disque(client_or_nodes)
             self._own_client = True
         self.routes: dict[str, Route] = dict(routes or {})
+        # priorities: ``queues`` (and routes' keys) are logical queues, each served as its
+        # high, medium and low Disque queues (see disquepy.client.priority)
+        self._order: PriorityOrder | None = None
+        if priorities:
+            logical = list(queues) if queues else list(self.routes)
+            self._order = PriorityOrder(logical, low_share)
+            if handler is None:
+                self.routes = {dq: self.routes[split(dq)[0]]
+                               for dq in self._order.disque_queues if split(dq)[0] in self.routes}
+            queues = self._order.disque_queues
         if handler is not None:
             if not queues:
                 raise ValueError("a handler needs queues=[...]")
@@ -165,6 +214,7 @@ class Worker:
         self._fast = ack == "fastack"
         self._ack = self.client.fast_ack if self._fast else self.client.ack
         self.log = logger or log
+        self.metrics = metrics  # a disquepy.worker.metrics.WorkerMetrics, or None
         self.stats: Counter = Counter()
         self._stats_lock = threading.Lock()
         self._inflight: dict[str, _InFlight] = {}
@@ -257,8 +307,11 @@ class Worker:
 
     # ------------------------------------------------------------------ fetching
 
+    def _fetch_queues(self) -> list[str]:
+        """The queues of the next GETJOB, in serving order."""
+        return self.queues if self._order is None else self._order.next()
+
     def _fetch_loop(self) -> None:
-        queues = self.queues
         get = self.client.get_jobs
         errors = 0
         # jobs handled successfully whose ACK is not sent yet: it goes out in one write
@@ -274,7 +327,7 @@ class Worker:
                         if not jobs:
                             continue
                     else:
-                        jobs = get(queues, timeout_ms=self.poll_timeout_ms,
+                        jobs = get(self._fetch_queues(), timeout_ms=self.poll_timeout_ms,
                                    with_counters=True)
                     errors = 0
                 except DisqueError as e:
@@ -297,7 +350,7 @@ class Worker:
         """ACK the jobs in ``done`` and fetch without blocking, in one round trip."""
         p = self.client.pipeline()
         (p.fast_ack if self._fast else p.ack)(*[d.job.id for d in done])
-        p.get_jobs(self.queues, nohang=True, with_counters=True)
+        p.get_jobs(self._fetch_queues(), nohang=True, with_counters=True)
         try:
             acked, jobs = p.execute()
         except DisqueError as e:  # nothing is known of the ACK: the jobs may come back
@@ -340,17 +393,22 @@ class Worker:
         route = self.routes[job.queue]
         raw = job.body if isinstance(job.body, bytes) else job.body.encode()
         env = unwrap(raw)
+        if env.policy is not None:
+            route = policy_route(route, env.policy)
         attempt = env.attempt
         prior_failures = (attempt - 1) + (job.nacks or 0)
         if (route.dead_letter_deliveries is not None
                 and (job.additional_deliveries or 0) >= route.dead_letter_deliveries):
             err = (f"delivered {job.additional_deliveries} extra times without an "
                    "acknowledgement (worker crashes or timeouts)")
-            self._dead_letter(job, route, env.body, err, prior_failures, attempt, t0)
+            self._dead_letter(job, route, env.body, err, prior_failures, attempt, t0,
+                              "deliveries")
             return
         rec = _InFlight(job, attempt, t0)
         with self._inflight_lock:
             self._inflight[job.id] = rec
+        if self.metrics is not None:
+            self.metrics.started(job.queue, 1)
         _local.job = job
         _local.attempt = attempt
         exc: BaseException | None = None
@@ -363,6 +421,8 @@ class Worker:
             _local.attempt = 0
             with self._inflight_lock:
                 self._inflight.pop(job.id, None)
+            if self.metrics is not None:
+                self.metrics.started(job.queue, -1)
         if rec.abandoned:
             self._emit(job, attempt, "finished-after-nack", t0, failed=exc is not None)
             return
@@ -378,7 +438,7 @@ class Worker:
         tb = None if isinstance(exc, RetryLater) else exc
         level = logging.INFO if tb is None else logging.WARNING
         if route.dead_letter_after is not None and failures >= route.dead_letter_after:
-            self._dead_letter(job, route, body, err, failures, attempt, t0, exc=tb)
+            self._dead_letter(job, route, body, err, failures, attempt, t0, "attempts", exc=tb)
             return
         delay = None
         if isinstance(exc, RetryLater):
@@ -400,11 +460,13 @@ class Worker:
                         if delay + 1 >= left:
                             self._dead_letter(job, route, body, err + " (its TTL ends before"
                                               " the next attempt)", failures, attempt, t0,
-                                              exc=tb)
+                                              "ttl", exc=tb)
                             return
                         opts["ttl"] = left
             try:
-                new_id = self.client.add_job(job.queue, wrap(body, attempt + 1, job.id),
+                new_id = self.client.add_job(job.queue,
+                                             wrap(body, attempt + 1, _first_id(job),
+                                                  route.policy),
                                              delay=delay, **opts)
                 self._ack(job.id)
             except DisqueError as e:
@@ -421,10 +483,16 @@ class Worker:
         self._emit(job, attempt, "nacked", t0, error=err, level=level, exc=tb)
 
     def _dead_letter(self, job: Job, route: Route, body: bytes, err: str, failures: int,
-                     attempt: int, t0: float, exc: BaseException | None = None) -> None:
-        dq = dead_queue_name(job.queue, self.dead_letter_queue)
-        dl = dead_letter_body(job.queue, job.id, body, err, failures,
-                              job.additional_deliveries or 0, attempts=attempt)
+                     attempt: int, t0: float, reason: str,
+                     exc: BaseException | None = None) -> None:
+        """``reason``: why the job ends here, one of :data:`DEAD_REASONS`."""
+        # a priority level's dead letters go to its logical queue's dead-letter queue
+        dq = dead_queue_name(split(job.queue)[0] if self._order else job.queue,
+                             self.dead_letter_queue)
+        first = _first_id(job)  # the dead letter names the ID the producer got
+        extra = {"last_id": job.id} if first != job.id else {}
+        dl = dead_letter_body(job.queue, first, body, err, failures,
+                              job.additional_deliveries or 0, attempts=attempt, **extra)
         try:
             dead_id = self.client.add_job(dq, dl, ttl=DEAD_TTL)
             self._ack(job.id)
@@ -434,13 +502,16 @@ class Worker:
                 self.client.nack(job.id)
             return
         self._emit(job, attempt, "dead-lettered", t0, dead_queue=dq, dead_id=dead_id,
-                   error=err, level=logging.WARNING, exc=exc)
+                   reason=reason, error=err, level=logging.WARNING, exc=exc)
 
     def _emit(self, job: Job, attempt: int, outcome: str, t0: float, *,
               level: int = logging.INFO, exc: BaseException | None = None,
               **fields: Any) -> None:
         with self._stats_lock:
             self.stats[outcome] += 1
+        if self.metrics is not None:
+            self.metrics.observe(job.queue, outcome, time.monotonic() - t0 if t0 else None,
+                                 fields.get("reason"))
         if not self.log.isEnabledFor(level):
             return
         d = {"event": "job", "job": job.id, "queue": job.queue, "outcome": outcome,

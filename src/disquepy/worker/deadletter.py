@@ -78,38 +78,78 @@ def parse_dead_letter(job_id: str, dead_queue: str, raw: bytes) -> DeadLetter | 
         return None
 
 
+def _peek(client: Disque, dq: str, count: int, node: str | None) -> list:
+    if node is None:
+        return client.qpeek(dq, count)
+    from ..client._common import parse_jobs
+
+    return parse_jobs(client.execute_on(node, "QPEEK", dq, count))
+
+
 def list_dead(client: Disque, queue: str, count: int = 100, *,
-              pattern: str = DEFAULT_DLQ) -> list[DeadLetter]:
-    """Up to ``count`` dead letters of ``queue``, oldest first, without consuming them."""
+              pattern: str = DEFAULT_DLQ, cluster: bool = False) -> list[DeadLetter]:
+    """Up to ``count`` dead letters of ``queue``, oldest first, without consuming them:
+    from the client's current node, or (``cluster=True``) from every node HELLO lists,
+    up to ``count`` from each, oldest first overall."""
     dq = dead_queue_name(queue, pattern)
+    nodes: list = [None]
+    if cluster:
+        from ..client.jobstatus import node_addresses
+
+        nodes = list(node_addresses(client))
     out = []
-    for job in client.qpeek(dq, count):
-        body = job.body.encode("utf-8", "surrogateescape") if isinstance(job.body, str) \
-            else job.body
-        dl = parse_dead_letter(job.id, dq, body)
-        if dl is not None:
-            out.append(dl)
+    for node in nodes:
+        for job in _peek(client, dq, count, node):
+            body = job.body.encode("utf-8", "surrogateescape") if isinstance(job.body, str) \
+                else job.body
+            dl = parse_dead_letter(job.id, dq, body)
+            if dl is not None:
+                out.append(dl)
+    if cluster:
+        out.sort(key=lambda d: d.failed_at)
     return out
 
 
 def requeue_dead(client: Disque, queue: str, ids: Iterable[str] | None = None, *,
-                 pattern: str = DEFAULT_DLQ, **add_job_options: Any) -> int:
+                 pattern: str = DEFAULT_DLQ, cluster: bool = False,
+                 **add_job_options: Any) -> int:
     """Re-add dead letters' original bodies to their queue and ACK the dead letters.
 
     ``ids`` selects dead letters by their own ID or by the original job's ID; ``None``
-    means all. ``add_job_options`` go to ``add_job`` (``retry=``, ``ttl=``...). Returns
+    means all. ``add_job_options`` go to ``add_job`` (``retry=``, ``ttl=``...).
+    ``cluster=True`` looks for them on every node (else the current node). Returns
     how many were re-queued.
     """
     want = None if ids is None else set(ids)
     dq = dead_queue_name(queue, pattern)
     n = 0
-    total = client.qlen(dq)
+    total = _dead_total(client, dq, cluster)
     if total == 0:
         return 0
-    for dl in list_dead(client, queue, total, pattern=pattern):
+    for dl in list_dead(client, queue, total, pattern=pattern, cluster=cluster):
         if want is not None and dl.id not in want and dl.original_id not in want:
             continue
         client.add_job(dl.queue, dl.body, **add_job_options)
         client.ack(dl.id)
         n += 1
     return n
+
+
+def delete_dead(client: Disque, queue: str, ids: Iterable[str], *,
+                pattern: str = DEFAULT_DLQ) -> int:
+    """Delete dead letters of ``queue`` (by their own ID or the original job's ID, on any
+    node) for good; returns how many were deleted."""
+    want = set(ids)
+    total = _dead_total(client, dead_queue_name(queue, pattern), True)
+    found = [dl.id for dl in list_dead(client, queue, total, pattern=pattern, cluster=True)
+             if dl.id in want or dl.original_id in want] if total else []
+    return client.ack(*found) if found else 0
+
+
+def _dead_total(client: Disque, dq: str, cluster: bool) -> int:
+    """Dead letters queued in ``dq``: on the current node, or summed over every node."""
+    if not cluster:
+        return client.qlen(dq)
+    from ..client.jobstatus import node_addresses
+
+    return sum(int(client.execute_on(a, "QLEN", dq)) for a in node_addresses(client))

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""disque-web against the client library, and the dashboard with 100k queued jobs.
+
+Starts its own node (bench/servers.py) and a ``disque-web`` in front of it, then:
+
+  post     POST /jobs (JSON body, 202) against ``Disque.add_job`` of the same job, both
+           from CONC threads with one keep-alive connection each, unpipelined, in
+           alternating rounds of SECONDS (web, client, web, client...); the rate is the
+           median over the rounds. Target (issue #15): POST /jobs >= 0.5x add_job.
+           The HTTP side uses http.client (light) so the load generator, on the same
+           2 cores, costs both sides alike as far as Python allows.
+  render   100k jobs queued (three priority levels), then a headless Chromium (Debian's
+           chromium + chromium-driver) opens the dashboard's jobs view and overview; the
+           time is from navigation start to the first table row drawn, read in the page
+           (performance.now()), median of 5 loads, each in a fresh browser (after one
+           load not counted: the first start of Chromium reads its files from disk). Target: under 1 s.
+
+    .venv/bin/python bench/web.py                        # about 2 minutes (make bench: "web")
+    .venv/bin/python bench/web.py --quick                # smoke run
+    .venv/bin/python bench/web.py --only post --conc 8 --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from servers import Server, free_port  # noqa: E402  (bench/servers.py)
+
+from disquepy.client import Disque  # noqa: E402
+
+JOB = {"payload": {"to": "ann@example.net", "template": "welcome"}, "queue": "bench",
+       "priority": "high"}
+
+
+def start_web(node_port: int, workdir: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    log = open(workdir / "web.log", "wb")  # noqa: SIM115 - lives as long as the process
+    p = subprocess.Popen([sys.executable, "-m", "disquepy.web", "--nodes",
+                          f"127.0.0.1:{node_port}", "--port", str(port),
+                          "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"disque-web exited: {(workdir / 'web.log').read_text()}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=2)
+            return p, port
+        except OSError:
+            time.sleep(0.1)
+    p.kill()
+    raise RuntimeError("disque-web did not start")
+
+
+def run_threads(conc: int, seconds: float, make_op) -> float:
+    """conc threads each calling its own op() for ``seconds``: calls per second."""
+    counts = [0] * conc
+    go = threading.Event()
+    end = [0.0]
+
+    def loop(i: int) -> None:
+        op = make_op()
+        go.wait()
+        n = 0
+        while time.monotonic() < end[0]:
+            op()
+            n += 1
+        counts[i] = n
+
+    ts = [threading.Thread(target=loop, args=(i,)) for i in range(conc)]
+    for t in ts:
+        t.start()
+    time.sleep(0.5)  # connections made
+    t0 = time.monotonic()
+    end[0] = t0 + seconds
+    go.set()
+    for t in ts:
+        t.join()
+    return sum(counts) / (time.monotonic() - t0)
+
+
+def http_op(port: int):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = json.dumps(JOB).encode()
+    headers = {"Content-Type": "application/json"}
+
+    def op() -> None:
+        conn.request("POST", "/jobs", body, headers)
+        r = conn.getresponse()
+        r.read()
+        if r.status != 202:
+            raise RuntimeError(f"POST /jobs: {r.status}")
+    return op
+
+
+def client_op(node_port: int):
+    c = Disque(f"127.0.0.1:{node_port}")
+    body = json.dumps(JOB["payload"])
+
+    def op() -> None:
+        c.add_job("bench:high", body)
+    return op
+
+
+def bench_post(node: Server, web_port: int, conc: int, seconds: float, rounds: int) -> dict:
+    web, cli = [], []
+    run_threads(conc, 1.0, lambda: http_op(web_port))  # warm-up: first requests, pools
+    for _ in range(rounds):
+        node.flush()
+        web.append(run_threads(conc, seconds, lambda: http_op(web_port)))
+        node.flush()
+        cli.append(run_threads(conc, seconds, lambda: client_op(node.port)))
+    w, c = statistics.median(web), statistics.median(cli)
+    return {"post_jobs_per_s": round(w), "add_job_per_s": round(c), "ratio": round(w / c, 2),
+            "rounds": {"post": [round(x) for x in web], "add_job": [round(x) for x in cli]}}
+
+
+def bench_render(node: Server, web_port: int, jobs: int, loads: int) -> dict:
+    sys.path.insert(0, str(ROOT / "tests" / "web"))
+    from conftest import make_driver  # the tests' headless Chromium
+
+    node.flush()
+    r = node.client()
+    p = r.pipeline(transaction=False)
+    for i in range(jobs):
+        q = ("bulk:high", "bulk", "bulk:low")[i % 3]
+        p.execute_command("ADDJOB", q, json.dumps({"n": i}), 0, "ASYNC")
+        if i % 2000 == 1999:
+            p.execute()
+    p.execute()
+    queued = sum(r.execute_command("QLEN", q) for q in ("bulk:high", "bulk", "bulk:low"))
+    r.close()
+    out: dict = {"queued": queued}
+    probe = """const done = arguments[arguments.length - 1], sel = arguments[0];
+      (function poll() {
+        const row = document.querySelector(sel);
+        if (row && row.offsetHeight) requestAnimationFrame(() => done(performance.now()));
+        else setTimeout(poll, 2);
+      })();"""
+    for view, sel in (("jobs", "#jobs-table tbody tr[data-id]"),
+                      ("overview", '#queues-table tr[data-queue="bulk"]')):
+        times = []
+        for k in range(loads + 1):  # the first load warms the disk cache: not counted
+            profile = tempfile.mkdtemp(prefix="disquepy-bench-chromium-")
+            d = make_driver(profile)
+            try:
+                d.set_script_timeout(30)
+                d.get("about:blank")
+                d.get(f"http://127.0.0.1:{web_port}/#{view}")
+                t = d.execute_async_script(probe, sel)
+                if k:
+                    times.append(t)
+            finally:
+                d.quit()
+                shutil.rmtree(profile, ignore_errors=True)
+        out[f"{view}_ms"] = round(statistics.median(times))
+        out[f"{view}_ms_all"] = [round(t) for t in times]
+    return out
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def verdict(what: str, passed: bool) -> bool:
+    """One target line, as bench/run.py reads them (PASS or FAIL in it)."""
+    print(f"{'PASS' if passed else 'FAIL'} {what}", flush=True)
+    return passed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="post,render")
+    ap.add_argument("--conc", type=int, default=8, help="threads on each side (post)")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--loads", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 s, 1 round, 20k jobs")
+    a = ap.parse_args()
+    if a.quick:
+        a.seconds, a.rounds, a.jobs, a.loads = 1.0, 1, 20_000, 1
+    ok = True
+    work = Path(tempfile.mkdtemp(prefix="disquepy-bench-web-"))
+    node = Server("ours", "disquepy", work / "node", []).start()
+    web = None
+    try:
+        web, web_port = start_web(node.port, work)
+        result: dict = {}
+        # the figures depend on what else the machine runs: printed with them
+        print("load average at start:", loadavg(), flush=True)
+        if "post" in a.only:
+            result["post"] = bench_post(node, web_port, a.conc, a.seconds, a.rounds)
+            print("post  ", json.dumps(result["post"]), flush=True)
+            ok &= verdict(f"POST /jobs at {result['post']['ratio']}x add_job with {a.conc} "
+                          "threads each (target >= 0.5x)", result["post"]["ratio"] >= 0.5)
+        if "render" in a.only:
+            result["render"] = bench_render(node, web_port, a.jobs, a.loads)
+            print("render", json.dumps(result["render"]), flush=True)
+            for view in ("jobs", "overview"):
+                ms = result["render"][f"{view}_ms"]
+                ok &= verdict(f"dashboard {view} view with {result['render']['queued']} "
+                              f"queued jobs drawn in {ms} ms (target < 1000 ms)", ms < 1000)
+        print("load average at end:", loadavg(), flush=True)
+        return 0 if ok else 1
+    finally:
+        if web is not None:
+            web.terminate()
+            web.wait(10)
+        node.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

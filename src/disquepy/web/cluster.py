@@ -1,0 +1,224 @@
+"""What the HTTP API, the dashboard and ``/metrics`` show of the cluster, gathered from
+the nodes through the client library and cached for a short time (``ttl``).
+
+One snapshot = per node: INFO (or "down"); per node and Disque queue: QSTAT, and the
+age of its oldest queued job (QPEEK 1 + SHOW). Queues are grouped into logical queues
+with their priority levels (:mod:`disquepy.client.priority`); dead-letter queues
+(``q:dead``) are shown as their logical queue's ``dead`` count. Rates (jobs in/out per
+second) come from the difference between two snapshots.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.exceptions as rexc
+
+from ..client import Disque
+from ..client._common import parse_info, parse_kv, parse_show
+from ..client.jobstatus import dead_letters_of, node_addresses, node_queues
+from ..client.priority import PRIORITIES, queue_for, split
+
+
+@dataclass
+class Snapshot:
+    at: float  # unix seconds
+    nodes: list[dict] = field(default_factory=list)
+    # (node address, Disque queue) -> QSTAT fields plus "oldest_age"
+    queues: dict[tuple[str, str], dict] = field(default_factory=dict)
+
+
+def take_snapshot(client: Disque) -> Snapshot:
+    """Ask every node (three round trips each, however many queues)."""
+    snap = Snapshot(time.time())
+    for addr in node_addresses(client):
+        node: dict[str, Any] = {"address": addr, "up": False}
+        snap.nodes.append(node)
+        try:
+            names = node_queues(client, addr)
+            replies = client.execute_many_on(
+                addr, [["INFO"], ["HELLO"]] + [["QSTAT", q] for q in names]
+                + [["QPEEK", q, 1] for q in names])
+        except rexc.RedisError as e:
+            node["error"] = str(e) or type(e).__name__
+            continue
+        info = parse_info(replies[0])
+        node.update(up=True, id=replies[1][1].decode(), info=info)
+        n = len(names)
+        oldest: dict[str, bytes] = {}
+        for q, stat, peek in zip(names, replies[2:2 + n], replies[2 + n:], strict=True):
+            if isinstance(stat, Exception) or stat is None:
+                continue
+            snap.queues[(addr, q)] = dict(parse_kv(stat), oldest_age=None)
+            if peek and not isinstance(peek, Exception):
+                oldest[q] = peek[0][1]
+        if oldest:
+            shows = client.execute_many_on(addr, [["SHOW", jid] for jid in oldest.values()])
+            for q, show in zip(oldest, shows, strict=True):
+                s = parse_show(show) if show and not isinstance(show, Exception) else None
+                if s and s.get("ctime"):
+                    age = snap.at - int(s["ctime"]) / 1e9
+                    snap.queues[(addr, q)]["oldest_age"] = max(0.0, round(age, 3))
+    return snap
+
+
+def _rate(new: float, old: float | None, dt: float) -> float | None:
+    if old is None or dt <= 0 or new < old:
+        return None
+    return round((new - old) / dt, 2)
+
+
+class ClusterView:
+    """A cached :func:`take_snapshot` with rates against the previous one. Thread-safe."""
+
+    def __init__(self, client: Disque, ttl: float = 1.0) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+        self._prev: Snapshot | None = None
+        self._stale = False
+
+    def snapshot(self) -> tuple[Snapshot, Snapshot | None]:
+        """The current snapshot (at most ``ttl`` seconds old) and the one before it."""
+        with self._lock:
+            if (self._snap is None or self._stale
+                    or time.time() - self._snap.at >= self.ttl):
+                self._stale = False
+                snap = take_snapshot(self.client)
+                self._prev, self._snap = self._snap, snap
+            return self._snap, self._prev
+
+    def invalidate(self) -> None:
+        """Forget the cached snapshot (after a change made through the API)."""
+        self._stale = True
+
+    # ------------------------------------------------------------------ views
+
+    def nodes(self) -> list[dict]:
+        snap, prev = self.snapshot()
+        before = {n["address"]: n for n in prev.nodes} if prev else {}
+        out = []
+        for n in snap.nodes:
+            d: dict[str, Any] = {"address": n["address"], "state": "up" if n["up"] else "down"}
+            if n["up"]:
+                info = n["info"]
+                old = before.get(n["address"], {}).get("info")
+                dt = snap.at - prev.at if prev else 0
+                d.update(
+                    id=n["id"], version=info.get("disque_version"),
+                    uptime_seconds=info.get("uptime_in_seconds"),
+                    used_memory=info.get("used_memory"), used_memory_rss=info.get("used_memory_rss"),
+                    maxmemory=info.get("maxmemory"),
+                    connected_clients=info.get("connected_clients"),
+                    blocked_clients=info.get("blocked_clients"),
+                    ops_per_sec=info.get("instantaneous_ops_per_sec"),
+                    registered_jobs=info.get("registered_jobs"),
+                    registered_queues=info.get("registered_queues"),
+                    jobs_added=info.get("jobs_added"), jobs_delivered=info.get("jobs_delivered"),
+                    jobs_acked=info.get("jobs_acked"), jobs_expired=info.get("jobs_expired"),
+                    added_per_sec=_rate(info.get("jobs_added", 0),
+                                        old.get("jobs_added") if old else None, dt),
+                    acked_per_sec=_rate(info.get("jobs_acked", 0),
+                                        old.get("jobs_acked") if old else None, dt),
+                )
+            else:
+                d["error"] = n.get("error")
+            out.append(d)
+        return out
+
+    def queues(self) -> list[dict]:
+        """Logical queues, each with its levels summed over the nodes."""
+        snap, prev = self.snapshot()
+        dt = snap.at - prev.at if prev else 0
+        logical: dict[str, dict] = {}
+
+        def entry(name: str) -> dict:
+            e = logical.get(name)
+            if e is None:
+                e = logical[name] = {
+                    "name": name, "depth": 0, "blocked": 0, "dead": 0, "jobs_in": 0,
+                    "jobs_out": 0, "in_per_sec": None, "out_per_sec": None,
+                    "oldest_age": None, "paused": "none",
+                    "levels": {p: {"queue": None, "depth": 0, "blocked": 0, "jobs_in": 0,
+                                   "jobs_out": 0, "oldest_age": None, "paused": "none"}
+                               for p in PRIORITIES}}
+            return e
+
+        old_by = prev.queues if prev else {}
+        rates: dict[str, list] = {}
+        blocked: dict[str, dict[str, int]] = {}
+        for (addr, q), st in sorted(snap.queues.items()):
+            of = dead_letters_of(q)
+            if of is not None:
+                entry(of)["dead"] += int(st["len"])
+                continue
+            name, prio = split(q)
+            e = entry(name)
+            lv = e["levels"][prio]
+            lv["queue"] = q
+            for k, src in (("depth", "len"), ("blocked", "blocked"), ("jobs_in", "jobs-in"),
+                           ("jobs_out", "jobs-out")):
+                lv[k] += int(st[src])
+                if k != "blocked":
+                    e[k] += int(st[src])
+            # a consumer of a prioritised queue blocks on its three levels at once: count
+            # it once (the most blocked on one level, per node)
+            per_node = blocked.setdefault(name, {})
+            per_node[addr] = max(per_node.get(addr, 0), int(st["blocked"]))
+            if st.get("pause", "none") != "none":
+                lv["paused"] = e["paused"] = st["pause"]
+            age = st.get("oldest_age")
+            if age is not None:
+                lv["oldest_age"] = max(lv["oldest_age"] or 0, age)
+                e["oldest_age"] = max(e["oldest_age"] or 0, age)
+            old = old_by.get((addr, q))
+            r = rates.setdefault(name, [0.0, 0.0, False])
+            if old is not None and dt > 0:
+                r[0] += max(0, int(st["jobs-in"]) - int(old["jobs-in"])) / dt
+                r[1] += max(0, int(st["jobs-out"]) - int(old["jobs-out"])) / dt
+                r[2] = True
+        for name, per_node in blocked.items():
+            logical[name]["blocked"] = sum(per_node.values())
+        for name, (rin, rout, known) in rates.items():
+            if known:
+                logical[name]["in_per_sec"] = round(rin, 2)
+                logical[name]["out_per_sec"] = round(rout, 2)
+        for e in logical.values():
+            for p in PRIORITIES:
+                lv = e["levels"][p]
+                if lv["queue"] is None:
+                    lv["queue"] = queue_for(e["name"], p)
+        return sorted(logical.values(), key=lambda e: e["name"])
+
+    def queue(self, name: str) -> dict | None:
+        return next((q for q in self.queues() if q["name"] == name), None)
+
+    def overview(self) -> dict:
+        nodes = self.nodes()
+        queues = self.queues()
+        snap, _ = self.snapshot()
+        up = [n for n in nodes if n["state"] == "up"]
+        rin = [q["in_per_sec"] for q in queues if q["in_per_sec"] is not None]
+        rout = [q["out_per_sec"] for q in queues if q["out_per_sec"] is not None]
+        return {
+            "at": snap.at,
+            "nodes": nodes,
+            "queues": queues,
+            "totals": {
+                "nodes": len(nodes), "nodes_up": len(up),
+                "queued": sum(q["depth"] for q in queues),
+                "dead": sum(q["dead"] for q in queues),
+                # the nodes' own count: a consumer blocked on several queues counts once
+                "blocked": sum(n.get("blocked_clients") or 0 for n in up),
+                "jobs": sum(n.get("registered_jobs") or 0 for n in up),
+                "memory": sum(n.get("used_memory") or 0 for n in up),
+                "ops_per_sec": sum(n.get("ops_per_sec") or 0 for n in up),
+                "in_per_sec": round(sum(rin), 2) if rin else None,
+                "out_per_sec": round(sum(rout), 2) if rout else None,
+            },
+        }
+

@@ -1,0 +1,141 @@
+"""``/metrics``: the cluster in Prometheus' text format, scraped from the nodes per request.
+
+A custom collector reads the :class:`~disquepy.web.cluster.ClusterView` snapshot (INFO
+and QSTAT of every node, cached ``cache_ttl`` seconds, so several scrapers cost the
+nodes one round of commands). Labels are ``node`` (``host:port``), ``queue`` (the
+logical queue) and ``priority``; never job IDs. Names follow the big brokers'
+exporters: ``disquepy_`` prefix, ``_total`` counters, base units (bytes, seconds).
+
+What the nodes do not expose yet (nacks, retries, cancellations and dead letters by
+reason per node) is not invented here: the worker's own ``/metrics`` has outcomes per
+queue (:mod:`disquepy.worker.metrics`), and this process counts the cancels it made.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..client.jobstatus import dead_letters_of
+from ..client.priority import split
+from .cluster import ClusterView
+
+NODE_GAUGES = [  # (metric, INFO field, help)
+    ("memory_used_bytes", "used_memory", "Memory the node accounts for its jobs and queues"),
+    ("memory_rss_bytes", "used_memory_rss", "Resident set size of the node process"),
+    ("memory_max_bytes", "maxmemory", "The node's maxmemory"),
+    ("connected_clients", "connected_clients", "Client connections"),
+    ("blocked_clients", "blocked_clients", "Clients blocked in GETJOB"),
+    ("jobs", "registered_jobs", "Jobs the node holds, in every state"),
+    ("queues", "registered_queues", "Queues the node holds"),
+    ("ops_per_second", "instantaneous_ops_per_sec", "Commands per second"),
+    ("uptime_seconds", "uptime_in_seconds", "Seconds since the node started"),
+]
+NODE_COUNTERS = [
+    ("jobs_added", "jobs_added", "Jobs added on the node (ADDJOB)"),
+    ("jobs_delivered", "jobs_delivered", "Jobs delivered to consumers (GETJOB)"),
+    ("jobs_acked", "jobs_acked", "Jobs acknowledged"),
+    ("jobs_expired", "jobs_expired", "Jobs whose TTL ended"),
+    ("jobs_evicted", "evicted_jobs", "Jobs evicted under memory pressure"),
+    ("commands_processed", "total_commands_processed", "Commands processed"),
+    ("connections_received", "total_connections_received", "Connections accepted"),
+]
+
+
+class ClusterCollector:
+    """Prometheus collector over a :class:`ClusterView`."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def describe(self):  # no describe-time scrape (would hit the nodes at registration)
+        return []
+
+    def collect(self):
+        t0 = time.monotonic()
+        snap, _ = self.view.snapshot()
+        p = "disquepy_"
+        up = GaugeMetricFamily(p + "up", "1 if the node answered the last scrape", labels=["node"])
+        gauges = {m: GaugeMetricFamily(p + m, h, labels=["node"]) for m, _, h in NODE_GAUGES}
+        counters = {m: CounterMetricFamily(p + m, h, labels=["node"])
+                    for m, _, h in NODE_COUNTERS}
+        for n in snap.nodes:
+            up.add_metric([n["address"]], 1 if n["up"] else 0)
+            if not n["up"]:
+                continue
+            info = n["info"]
+            for m, field, _ in NODE_GAUGES:
+                if isinstance(info.get(field), int | float):
+                    gauges[m].add_metric([n["address"]], info[field])
+            for m, field, _ in NODE_COUNTERS:
+                if isinstance(info.get(field), int | float):
+                    counters[m].add_metric([n["address"]], info[field])
+        yield up
+        yield from gauges.values()
+        yield from counters.values()
+
+        ql = ["node", "queue", "priority"]
+        depth = GaugeMetricFamily(p + "queue_jobs", "Jobs in a queue by state (queued: waiting "
+                                  "in the queue)", labels=ql + ["state"])
+        blocked = GaugeMetricFamily(p + "queue_blocked_consumers",
+                                    "Consumers blocked in GETJOB on the queue", labels=ql)
+        oldest = GaugeMetricFamily(p + "queue_oldest_job_age_seconds",
+                                   "Age of the oldest queued job", labels=ql)
+        paused = GaugeMetricFamily(p + "queue_paused",
+                                   "1 if the queue is paused (in, out or all)", labels=ql)
+        enq = CounterMetricFamily(p + "queue_enqueued", "Jobs queued (added, re-queued)",
+                                  labels=ql)
+        deq = CounterMetricFamily(p + "queue_delivered", "Jobs taken from the queue by "
+                                  "consumers", labels=ql)
+        dead = GaugeMetricFamily(p + "queue_dead_letters", "Dead letters waiting in the "
+                                 "queue's dead-letter queue", labels=["node", "queue"])
+        dead_in = CounterMetricFamily(p + "jobs_dead_lettered", "Jobs moved to the dead "
+                                      "letters", labels=["node", "queue"])
+        for (addr, q), st in sorted(snap.queues.items()):
+            name = dead_letters_of(q)
+            if name is not None:
+                dead.add_metric([addr, name], int(st["len"]))
+                dead_in.add_metric([addr, name], int(st["jobs-in"]))
+                continue
+            name, prio = split(q)
+            lab = [addr, name, prio]
+            depth.add_metric(lab + ["queued"], int(st["len"]))
+            blocked.add_metric(lab, int(st["blocked"]))
+            if st.get("oldest_age") is not None:
+                oldest.add_metric(lab, st["oldest_age"])
+            paused.add_metric(lab, 0 if st.get("pause", "none") == "none" else 1)
+            enq.add_metric(lab, int(st["jobs-in"]))
+            deq.add_metric(lab, int(st["jobs-out"]))
+        yield from (depth, blocked, oldest, paused, enq, deq, dead, dead_in)
+        scrape = GaugeMetricFamily(p + "scrape_duration_seconds",
+                                   "Time to collect these metrics (cached snapshot or not)")
+        scrape.add_metric([], round(time.monotonic() - t0, 6))
+        yield scrape
+
+
+def install_metrics(app, view: ClusterView) -> CollectorRegistry:
+    """Add ``GET /metrics`` to ``app``; returns the registry (cluster collector plus this
+    process's own counters: ``disquepy_web_jobs_submitted_total``,
+    ``disquepy_web_jobs_cancelled_total``)."""
+    disable_created_metrics()  # no *_created series: they double every counter's lines
+    registry = CollectorRegistry()
+    registry.register(ClusterCollector(view))
+    app.state.submitted = Counter("disquepy_web_jobs_submitted", "Jobs submitted through "
+                                  "POST /jobs", ["queue", "priority"], registry=registry)
+    app.state.cancelled = Counter("disquepy_web_jobs_cancelled", "Jobs cancelled through "
+                                  "this process", ["queue", "priority"], registry=registry)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return registry

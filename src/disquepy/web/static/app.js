@@ -1,0 +1,339 @@
+// The disquepy dashboard: polls /api/overview, pages jobs through /jobs (server-side
+// cursors), and calls the same REST API a user would (cancel, pause, dead letters).
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const PRIOS = ["high", "medium", "low"];
+const POLL_MS = 2000;
+
+async function api(method, path, body) {
+  const opts = { method, headers: {} };
+  if (body !== undefined) { opts.headers["Content-Type"] = "application/json"; opts.body = JSON.stringify(body); }
+  const r = await fetch(path, opts);
+  let data = null;
+  try { data = await r.json(); } catch (e) { data = null; }
+  if (!r.ok) throw new Error((data && (data.error || data.detail)) || `${r.status} ${r.statusText}`);
+  return data;
+}
+
+function toast(msg, bad) {
+  const t = document.createElement("div");
+  t.className = "toast" + (bad ? " bad" : "");
+  t.textContent = msg;
+  $("#toasts").appendChild(t);
+  setTimeout(() => t.remove(), 4000);
+}
+
+function num(v) { return v == null ? "–" : Number(v).toLocaleString("en-US", { maximumFractionDigits: 1 }); }
+function bytes(v) {
+  if (v == null) return "–";
+  const u = ["B", "KB", "MB", "GB", "TB"]; let i = 0;
+  while (v >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+  return `${v.toFixed(v >= 100 || i === 0 ? 0 : 1)} ${u[i]}`;
+}
+function dur(s) {
+  if (s == null) return "–";
+  if (s < 1) return "< 1 s";
+  // round to the unit shown last first, so 86,399 s reads "1 d 0 h", never "23 h 60 min"
+  const two = (v, big, small, a, b) => {
+    const n = Math.round(v / small), hi = Math.floor(n / (big / small)), lo = n % (big / small);
+    return lo ? `${hi} ${a} ${lo} ${b}` : `${hi} ${a}`;
+  };
+  if (s < 59.5) return `${Math.round(s)} s`;
+  if (s < 3570) return two(s, 60, 1, "min", "s");
+  if (s < 84600) return two(s, 3600, 60, "h", "min");
+  return two(s, 86400, 3600, "d", "h");
+}
+function when(ts) {
+  if (!ts) return "–";
+  const d = new Date(ts * 1000), today = new Date().toDateString() === d.toDateString();
+  return today ? d.toLocaleTimeString() : d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+}
+function shortId(id) { return id.length > 24 ? id.slice(0, 11) + "…" + id.slice(-10) : id; }
+
+// ------------------------------------------------------------------ views
+
+const views = ["overview", "jobs", "dead", "lookup"];
+function show(view, arg) {
+  for (const v of views) $(`#view-${v}`).hidden = v !== view;
+  for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.view === view);
+  if (view === "jobs") loadJobs(true);
+  if (view === "dead") loadDead();
+  if (view === "lookup" && arg) { $("#lookup-id").value = arg; lookup(arg); }
+}
+function route() {
+  const h = decodeURIComponent(location.hash.slice(1));
+  const [view, ...rest] = h.split("/");
+  show(views.includes(view) ? view : "overview", rest.join("/"));
+}
+window.addEventListener("hashchange", route);
+
+// ------------------------------------------------------------------ overview
+
+let overview = null;
+const chart = new LineChart($("#chart"), [{ name: "in", color: "#4f46e5" }, { name: "out", color: "#10b981" }], 300);
+
+async function poll() {
+  try {
+    overview = await api("GET", "/api/overview");
+    renderOverview(overview);
+    $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (e) {
+    $("#cluster-pill").className = "pill pill-bad";
+    $("#cluster-pill").textContent = "API unreachable";
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+function renderOverview(o) {
+  const t = o.totals;
+  const pill = $("#cluster-pill");
+  pill.className = "pill " + (t.nodes_up === t.nodes ? "pill-ok" : t.nodes_up ? "pill-bad" : "pill-bad");
+  pill.textContent = t.nodes_up === t.nodes ? `cluster ok · ${t.nodes} node${t.nodes > 1 ? "s" : ""}` : `${t.nodes_up}/${t.nodes} nodes up`;
+  $("#st-queued").textContent = num(t.queued);
+  $("#st-jobs").textContent = `${num(t.jobs)} jobs held in all states`;
+  $("#st-in").textContent = num(t.in_per_sec);
+  $("#st-out").textContent = num(t.out_per_sec);
+  $("#st-blocked").textContent = num(t.blocked);
+  $("#st-dead").textContent = num(t.dead);
+  $("#st-nodes").textContent = `${t.nodes_up} / ${t.nodes}`;
+  $("#st-mem").textContent = `${bytes(t.memory)} used · ${num(t.ops_per_sec)} ops/s`;
+  if (t.in_per_sec != null || t.out_per_sec != null) chart.push(o.at, [t.in_per_sec, t.out_per_sec]);
+  else chart.draw();
+  renderQueues(o.queues);
+  renderNodes(o.nodes);
+  fillQueueSelects(o.queues);
+}
+
+function renderQueues(queues) {
+  const tb = $("#queues-table tbody");
+  $("#queues-empty").hidden = queues.length > 0;
+  $("#queues-table").hidden = queues.length === 0;
+  const max = Math.max(1, ...queues.map((q) => q.depth));
+  tb.innerHTML = queues.map((q) => {
+    const lv = q.levels;
+    const bar = PRIOS.map((p) => `<span class="p-${p}" style="width:${(100 * lv[p].depth) / max}%"></span>`).join("");
+    const paused = q.paused !== "none";
+    return `<tr data-queue="${esc(q.name)}">
+      <td><span class="qname">${esc(q.name)}</span></td>
+      <td><div class="depth"><div class="bar">${bar}</div><span class="n">${num(q.depth)}</span></div>
+        <div class="levels"><span class="h">high <b>${num(lv.high.depth)}</b></span> · <span class="m">medium <b>${num(lv.medium.depth)}</b></span> · <span class="l">low <b>${num(lv.low.depth)}</b></span></div></td>
+      <td class="num">${num(q.in_per_sec)}</td><td class="num">${num(q.out_per_sec)}</td>
+      <td class="num">${num(q.blocked)}</td><td class="num">${dur(q.oldest_age)}</td>
+      <td class="num">${q.dead ? `<a href="#dead/${encodeURIComponent(q.name)}">${num(q.dead)}</a>` : "0"}</td>
+      <td>${paused ? `<span class="badge paused">paused ${esc(q.paused)}</span>` : `<span class="badge up">running</span>`}</td>
+      <td class="actions"><a class="btn btn-sm" href="#jobs/${encodeURIComponent(q.name)}">Jobs</a>
+        <button class="btn btn-sm" data-act="${paused ? "resume" : "pause"}">${paused ? "Resume" : "Pause"}</button></td></tr>`;
+  }).join("");
+}
+
+$("#queues-table").addEventListener("click", async (ev) => {
+  const b = ev.target.closest("button[data-act]");
+  if (!b) return;
+  const q = b.closest("tr").dataset.queue;
+  b.disabled = true;
+  try {
+    await api("POST", `/queues/${encodeURIComponent(q)}/${b.dataset.act}`);
+    toast(`Queue ${q} ${b.dataset.act === "pause" ? "paused" : "resumed"}`);
+    renderOverview(await api("GET", "/api/overview"));
+  } catch (e) { toast(e.message, true); b.disabled = false; }
+});
+
+function renderNodes(nodes) {
+  $("#nodes-table tbody").innerHTML = nodes.map((n) => `<tr>
+    <td><span class="mono">${esc(n.address)}</span>${n.id ? ` <span class="muted small mono">${esc(n.id.slice(0, 8))}</span>` : ""}</td>
+    <td><span class="badge ${n.state}">${n.state}</span>${n.error ? ` <span class="muted small">${esc(n.error)}</span>` : ""}</td>
+    <td class="num">${bytes(n.used_memory)}</td><td class="num">${num(n.ops_per_sec)}</td>
+    <td class="num">${num(n.connected_clients)}</td><td class="num">${num(n.registered_jobs)}</td>
+    <td class="num">${num(n.registered_queues)}</td><td class="num">${dur(n.uptime_seconds)}</td></tr>`).join("");
+}
+
+function fillQueueSelects(queues) {
+  const names = queues.map((q) => q.name);
+  for (const [sel, first] of [["#jobs-queue", "All queues"], ["#dead-queue", null]]) {
+    const s = $(sel);
+    const have = [...s.options].map((o) => o.value).filter((v) => v);
+    if (have.join("\n") === names.join("\n")) continue;
+    const cur = s.value;
+    s.innerHTML = (first ? `<option value="">${first}</option>` : "") + names.map((n) => `<option>${esc(n)}</option>`).join("");
+    if (names.includes(cur)) s.value = cur;
+    if (sel === "#dead-queue" && pendingDeadQueue && names.includes(pendingDeadQueue)) s.value = pendingDeadQueue;
+  }
+}
+
+// ------------------------------------------------------------------ jobs (server-side paging)
+
+const jobsState = { state: "queued", cursors: ["0"], page: 0, next: "0" };
+
+async function loadJobs(reset) {
+  const h = decodeURIComponent(location.hash.slice(1)).split("/");
+  if (h[0] === "jobs" && h[1] && reset) {
+    if (![...$("#jobs-queue").options].some((o) => o.value === h[1])) $("#jobs-queue").add(new Option(h[1], h[1]));
+    $("#jobs-queue").value = h[1];
+  }
+  if (reset) { jobsState.cursors = ["0"]; jobsState.page = 0; }
+  const q = $("#jobs-queue").value;
+  const params = new URLSearchParams({ state: jobsState.state, count: "50", cursor: jobsState.cursors[jobsState.page] });
+  if (q) params.set("queue", q);
+  try {
+    const d = await api("GET", `/jobs?${params}`);
+    jobsState.next = d.next_cursor;
+    renderJobs(d.jobs);
+  } catch (e) { toast(e.message, true); }
+}
+
+function renderJobs(jobs) {
+  $("#jobs-empty").hidden = jobs.length > 0;
+  $("#jobs-table tbody").innerHTML = jobs.map((j) => `<tr data-id="${esc(j.job_id)}">
+    <td><a class="mono" href="#lookup/${encodeURIComponent(j.job_id)}" title="${esc(j.job_id)}">${esc(shortId(j.job_id))}</a></td>
+    <td>${esc(j.queue)}</td><td><span class="chip ${j.priority}">${j.priority}</span></td>
+    <td><span class="badge ${j.state}">${j.state}</span></td>
+    <td class="num">${dur(j.age)}</td><td class="num">${num(j.nacks)}</td>
+    <td><div class="preview mono" title="${esc(j.payload_preview)}">${esc(j.payload_preview)}</div></td>
+    <td class="actions">${j.state === "queued" ? `<button class="btn btn-sm btn-danger" data-act="cancel">Cancel</button>` : ""}</td></tr>`).join("");
+  $("#jobs-page").textContent = `Page ${jobsState.page + 1} · ${jobs.length} job${jobs.length === 1 ? "" : "s"}`;
+  $("#jobs-prev").disabled = jobsState.page === 0;
+  $("#jobs-next").disabled = jobsState.next === "0";
+}
+
+$("#state-seg").addEventListener("click", (ev) => {
+  const b = ev.target.closest("button");
+  if (!b) return;
+  for (const x of $("#state-seg").children) x.classList.toggle("on", x === b);
+  jobsState.state = b.dataset.state;
+  loadJobs(true);
+});
+$("#jobs-queue").addEventListener("change", () => loadJobs(true));
+$("#jobs-refresh").addEventListener("click", () => loadJobs(false));
+$("#jobs-next").addEventListener("click", () => {
+  jobsState.cursors[jobsState.page + 1] = jobsState.next;
+  jobsState.page += 1;
+  loadJobs(false);
+});
+$("#jobs-prev").addEventListener("click", () => { jobsState.page = Math.max(0, jobsState.page - 1); loadJobs(false); });
+$("#jobs-table").addEventListener("click", async (ev) => {
+  const b = ev.target.closest("button[data-act=cancel]");
+  if (!b) return;
+  const id = b.closest("tr").dataset.id;
+  b.disabled = true;
+  try {
+    await api("POST", `/jobs/${encodeURIComponent(id)}/cancel`);
+    toast(`Job ${shortId(id)} cancelled`);
+    b.closest("tr").querySelector(".badge").outerHTML = `<span class="badge cancelled">cancelled</span>`;
+    b.remove();
+  } catch (e) { toast(e.message, true); b.disabled = false; }
+});
+
+// ------------------------------------------------------------------ dead letters
+
+let pendingDeadQueue = null;
+async function loadDead() {
+  const h = decodeURIComponent(location.hash.slice(1)).split("/");
+  if (h[0] === "dead" && h[1]) {
+    pendingDeadQueue = h[1];
+    if (![...$("#dead-queue").options].some((o) => o.value === h[1])) $("#dead-queue").add(new Option(h[1], h[1]));
+    $("#dead-queue").value = h[1];
+  }
+  const q = $("#dead-queue").value;
+  if (!q) { renderDead([]); return; }
+  try { renderDead(await api("GET", `/queues/${encodeURIComponent(q)}/dead-letters`)); } catch (e) { toast(e.message, true); }
+}
+
+function renderDead(items) {
+  $("#dead-empty").hidden = items.length > 0;
+  $("#dead-requeue-all").disabled = items.length === 0;
+  $("#dead-table tbody").innerHTML = items.map((d) => `<tr data-id="${esc(d.id)}" data-job="${esc(d.job_id)}">
+    <td><a class="mono" href="#lookup/${encodeURIComponent(d.job_id)}" title="${esc(d.job_id)}">${esc(shortId(d.job_id))}</a></td>
+    <td>${esc(d.queue)}</td><td><div class="err mono" title="${esc(d.error)}">${esc(d.error)}</div></td>
+    <td class="num">${num(d.attempts)}</td><td class="nowrap">${when(d.failed_at)}</td>
+    <td><div class="preview mono">${esc(JSON.stringify(d.payload))}</div></td>
+    <td class="actions"><button class="btn btn-sm" data-act="requeue">Requeue</button>
+      <button class="btn btn-sm btn-danger" data-act="delete">Delete</button></td></tr>`).join("");
+}
+
+$("#dead-queue").addEventListener("change", () => { pendingDeadQueue = null; loadDead(); });
+$("#dead-table").addEventListener("click", async (ev) => {
+  const b = ev.target.closest("button[data-act]");
+  if (!b) return;
+  const tr = b.closest("tr"), q = $("#dead-queue").value, id = tr.dataset.id;
+  b.disabled = true;
+  try {
+    if (b.dataset.act === "requeue") {
+      await api("POST", `/queues/${encodeURIComponent(q)}/dead-letters/${encodeURIComponent(id)}/requeue`);
+      toast(`Job ${shortId(tr.dataset.job)} queued again`);
+    } else {
+      await api("DELETE", `/queues/${encodeURIComponent(q)}/dead-letters/${encodeURIComponent(id)}`);
+      toast(`Dead letter deleted`);
+    }
+    loadDead();
+  } catch (e) { toast(e.message, true); b.disabled = false; }
+});
+$("#dead-requeue-all").addEventListener("click", async () => {
+  const q = $("#dead-queue").value;
+  try {
+    const r = await api("POST", `/queues/${encodeURIComponent(q)}/dead-letters/requeue`);
+    toast(`${r.requeued} job(s) queued again`);
+    loadDead();
+  } catch (e) { toast(e.message, true); }
+});
+
+// ------------------------------------------------------------------ job lookup
+
+$("#lookup-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const id = $("#lookup-id").value.trim();
+  if (id) location.hash = "lookup/" + encodeURIComponent(id);
+});
+
+async function lookup(id) {
+  const out = $("#lookup-result");
+  out.innerHTML = `<p class="muted">Looking up…</p>`;
+  let s;
+  try { s = await api("GET", `/jobs/${encodeURIComponent(id)}`); } catch (e) {
+    out.innerHTML = `<div class="notice">${esc(e.message)}</div>`;
+    return;
+  }
+  const cancellable = ["queued", "scheduled", "retrying"].includes(s.status);
+  out.innerHTML = `<div class="headline"><span class="mono">${esc(s.job_id)}</span>
+      <span class="badge ${s.status}" id="lookup-status">${s.status.replace("_", " ")}</span>
+      ${cancellable ? `<button class="btn btn-sm btn-danger" id="lookup-cancel">Cancel job</button>` : ""}</div>
+    <div class="detail"><div><dl>
+      <dt>Queue</dt><dd>${esc(s.queue ?? "–")}</dd>
+      <dt>Priority</dt><dd>${s.priority ? `<span class="chip ${s.priority}">${s.priority}</span>` : "–"}</dd>
+      <dt>Attempt</dt><dd>${num(s.attempt)}</dd>
+      <dt>Created</dt><dd>${when(s.created_at)}</dd>
+      <dt>Time to live</dt><dd>${s.ttl != null ? dur(s.ttl) : "–"}</dd>
+      <dt>Held by</dt><dd class="mono">${esc((s.nodes || []).join(", ") || "–")}</dd>
+      <dt>Detail</dt><dd>${esc(s.detail)}</dd>
+      ${s.error ? `<dt>Error</dt><dd class="err mono">${esc(s.error)}</dd>` : ""}
+    </dl></div>
+    <div><h3 class="small muted">HISTORY</h3><ul class="timeline">${history(s)}</ul>
+      <h3 class="small muted">PAYLOAD</h3><pre class="mono">${esc(JSON.stringify(s.payload, null, 2))}</pre></div></div>`;
+  const c = $("#lookup-cancel");
+  if (c) c.addEventListener("click", async () => {
+    c.disabled = true;
+    try { await api("POST", `/jobs/${encodeURIComponent(id)}/cancel`); toast("Job cancelled"); lookup(id); } catch (e) { toast(e.message, true); c.disabled = false; }
+  });
+}
+
+function history(s) {
+  const ev = [];
+  if (s.created_at) ev.push(["", "Created", when(s.created_at)]);
+  if (s.delay) ev.push(["", `Delayed ${dur(s.delay)}`, s.created_at ? `until ${when(s.created_at + s.delay)}` : ""]);
+  const again = (s.nacks || 0) + (s.additional_deliveries || 0);
+  if (s.status === "failed") {
+    ev.push(["bad", `Attempt ${s.attempt} failed`, s.error || ""]);
+    ev.push(["bad", "Moved to the dead letters", when(s.finished_at)]);
+    return ev.map(([cls, what, t]) => `<li class="${cls}"><div>${esc(what)}</div><div class="t">${esc(t)}</div></li>`).join("");
+  }
+  if (again) ev.push(["bad", `Failed or timed out ${again} time${again > 1 ? "s" : ""}`, "queued again"]);
+  const last = { completed: "good", failed: "bad", cancelled: "bad" }[s.status] ?? "";
+  ev.push([last, `Now: ${s.status.replace("_", " ")}`, s.detail]);
+  return ev.map(([cls, what, t]) => `<li class="${cls}"><div>${esc(what)}</div><div class="t">${esc(t)}</div></li>`).join("");
+}
+
+// ------------------------------------------------------------------ start
+
+route();
+poll();

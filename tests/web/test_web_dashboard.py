@@ -1,0 +1,157 @@
+"""The dashboard in a real headless Chromium (Debian's chromium + chromium-driver via
+selenium), served by a real disque-web process in front of a real node."""
+
+from __future__ import annotations
+
+import pytest
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+from disquepy.worker.deadletter import dead_letter_body
+
+
+def wait(browser, timeout: float = 15):
+    """A wait that retries a condition whose element was replaced by a re-render."""
+    return WebDriverWait(browser, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException,))
+
+
+def open_view(browser, web, fragment: str) -> None:
+    browser.get(f"{web.url}/#{fragment}")
+    wait(browser).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def no_console_errors(browser) -> None:
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+def test_overview_shows_queues_by_priority_and_nodes(browser, web, http):
+    for prio, n in (("high", 2), ("medium", 3), ("low", 4)):
+        for i in range(n):
+            assert http.post("/jobs", json={"payload": {"i": i}, "queue": "emails",
+                                            "priority": prio}).status_code == 202
+    open_view(browser, web, "overview")
+    row = wait(browser).until(EC.presence_of_element_located(
+        (By.CSS_SELECTOR, '#queues-table tr[data-queue="emails"]')))
+    wait(browser).until(lambda d: "high 2" in row.text and "low 4" in row.text)
+    assert "medium 3" in row.text and "9" in row.text and "running" in row.text
+    assert browser.find_element(By.ID, "st-queued").text == "9"
+    nodes = browser.find_element(By.CSS_SELECTOR, "#nodes-table tbody").text
+    assert "up" in nodes and str(web.port) not in nodes  # the node's port, not the web's
+    assert "cluster ok" in browser.find_element(By.ID, "cluster-pill").text
+    # the chart is drawn on a canvas of the page's own script (no library)
+    assert browser.execute_script("return document.getElementById('chart').width") > 0
+    no_console_errors(browser)
+
+
+def test_submit_over_rest_then_cancel_with_a_click(browser, web, http, dq):
+    jid = http.post("/jobs", json={"payload": {"to": "ann@example.net"}, "queue": "mail",
+                                   "priority": "high"}).json()["job_id"]
+    open_view(browser, web, "jobs")
+    row = wait(browser).until(EC.presence_of_element_located(
+        (By.CSS_SELECTOR, f'#jobs-table tr[data-id="{jid}"]')))
+    assert "mail" in row.text and "high" in row.text and "queued" in row.text
+    assert "ann@example.net" in row.text
+    row.find_element(By.CSS_SELECTOR, "button[data-act=cancel]").click()
+    wait(browser).until(lambda d: "cancelled" in d.find_element(
+        By.CSS_SELECTOR, f'#jobs-table tr[data-id="{jid}"]').text)
+    assert dq.show(jid) is None and dq.qlen("mail:high") == 0
+    assert http.get(f"/jobs/{jid}").json()["status"] == "cancelled"
+    no_console_errors(browser)
+
+
+def test_job_lookup_shows_status_and_cancels(browser, web, http):
+    jid = http.post("/jobs", json={"payload": {"n": 7}, "queue": "q", "delay": 600}).json()["job_id"]
+    open_view(browser, web, "lookup")
+    box = browser.find_element(By.ID, "lookup-id")
+    box.send_keys(jid)
+    browser.find_element(By.CSS_SELECTOR, "#lookup-form button").click()
+    status = wait(browser).until(EC.presence_of_element_located((By.ID, "lookup-status")))
+    assert status.text == "scheduled"
+    assert '"n": 7' in browser.find_element(By.ID, "lookup-result").text
+    browser.find_element(By.ID, "lookup-cancel").click()
+    wait(browser).until(lambda d: d.find_element(By.ID, "lookup-status").text == "cancelled")
+    open_view(browser, web, "lookup/D-00000000-zPCUrbeByrnG+JCK2hpi3/i4-05a1")
+    wait(browser).until(lambda d: "job not found" in d.find_element(By.ID, "lookup-result").text)
+
+
+def test_requeue_a_dead_letter_with_a_click(browser, web, http, dq):
+    body = dead_letter_body("payments:high", "D-8f2c2a9e-LpYimH7056uJHls97rUkgMY8-059f",
+                            b'{"amount": 12}', "RuntimeError('card declined')", 3, 0,
+                            attempts=3)
+    dl = dq.add_job("payments:dead", body)
+    other = dq.add_job("payments:dead", body.replace(b"12", b"99"))
+    open_view(browser, web, "dead/payments")
+    row = wait(browser).until(EC.presence_of_element_located(
+        (By.CSS_SELECTOR, f'#dead-table tr[data-id="{dl}"]')))
+    assert "card declined" in row.text and "payments:high" in row.text
+    row.find_element(By.CSS_SELECTOR, "button[data-act=requeue]").click()
+    wait(browser).until(EC.staleness_of(row))
+    wait(browser).until(lambda d: not d.find_elements(By.CSS_SELECTOR,
+                                                      f'#dead-table tr[data-id="{dl}"]'))
+    assert dq.qlen("payments:high") == 1 and dq.qlen("payments:dead") == 1
+    assert dq.get_jobs("payments:high", nohang=True)[0].body == b'{"amount": 12}'
+    # delete the other one
+    row = browser.find_element(By.CSS_SELECTOR, f'#dead-table tr[data-id="{other}"]')
+    row.find_element(By.CSS_SELECTOR, "button[data-act=delete]").click()
+    wait(browser).until(lambda d: d.find_element(By.ID, "dead-empty").is_displayed())
+    assert dq.qlen("payments:dead") == 0
+    no_console_errors(browser)
+
+
+def test_pause_and_resume_with_a_click(browser, web, http, dq):
+    http.post("/jobs", json={"payload": 1, "queue": "reports"})
+    open_view(browser, web, "overview")
+    sel = '#queues-table tr[data-queue="reports"] button[data-act]'
+    wait(browser).until(EC.element_to_be_clickable((By.CSS_SELECTOR, sel))).click()
+    wait(browser).until(lambda d: "paused" in d.find_element(
+        By.CSS_SELECTOR, '#queues-table tr[data-queue="reports"]').text)
+    assert dq.pause("reports", "state") == "all"
+    wait(browser).until(lambda d: d.find_element(By.CSS_SELECTOR, sel).text == "Resume")
+    browser.find_element(By.CSS_SELECTOR, sel).click()
+    wait(browser).until(lambda d: "running" in d.find_element(
+        By.CSS_SELECTOR, '#queues-table tr[data-queue="reports"]').text)
+    assert dq.pause("reports", "state") == "none"
+
+
+def test_jobs_pages_forward_and_back(browser, web, dq):
+    with dq.pipeline() as p:
+        for i in range(130):
+            p.add_job("many", f"job {i}")
+        p.execute()
+    open_view(browser, web, "jobs/many")
+    rows = "#jobs-table tbody tr"
+    wait(browser).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) >= 50)
+    seen = {r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, rows)}
+    for _ in range(10):
+        nxt = browser.find_element(By.ID, "jobs-next")
+        if not nxt.is_enabled():
+            break
+        first = browser.find_element(By.CSS_SELECTOR, rows)
+        nxt.click()
+        wait(browser).until(EC.staleness_of(first))
+        seen |= {r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, rows)}
+    assert len(seen) == 130
+    browser.find_element(By.ID, "jobs-prev").click()
+    wait(browser).until(lambda d: "Page" in d.find_element(By.ID, "jobs-page").text)
+
+
+def test_api_docs_render_from_local_assets(browser, web):
+    browser.get(f"{web.url}/docs")
+    wait(browser, 30).until(EC.presence_of_element_located(
+        (By.CSS_SELECTOR, ".opblock-summary-path")))
+    paths = {e.text for e in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    assert "/jobs" in paths
+    hosts = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => new URL(e.name).host)")
+    assert hosts and set(hosts) == {f"127.0.0.1:{web.port}"}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_page(browser):
+    """Each test starts from a blank page (no polling left from the previous one)."""
+    browser.get("about:blank")
+    browser.get_log("browser")

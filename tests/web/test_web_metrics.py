@@ -1,0 +1,120 @@
+"""``/metrics`` of a real disque-web in front of real nodes, parsed with
+prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from disquepy.client import Disque
+
+
+def scrape(url: str) -> tuple[dict, dict]:
+    """({(name, sorted labels): value}, {family name: type})."""
+    r = httpx.get(url + "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    fams = list(text_string_to_metric_families(r.text))
+    return ({(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in fams for s in f.samples}, {f.name: f.type for f in fams})
+
+
+def test_metrics_per_node_and_queue_by_priority(web, http, dq, server):
+    node = f"127.0.0.1:{server.port}"
+    # counters live as long as the node and the web process (shared by the session's
+    # tests): compared as increases over this test
+    before, _ = scrape(web.url)
+    for prio, n in (("high", 2), ("medium", 3), ("low", 1)):
+        for i in range(n):
+            assert http.post("/jobs", json={"payload": i, "queue": "mail",
+                                            "priority": prio}).status_code == 202
+    got = dq.get_jobs("mail:high", count=1, nohang=True)
+    dq.ack(got[0].id)
+    jid = http.post("/jobs", json={"payload": 9, "queue": "mail", "priority": "low"}).json()
+    assert http.post(f"/jobs/{jid['job_id']}/cancel").status_code == 200
+    dq.add_job("mail:dead", b'{"queue": "mail", "id": "D-x", "error": "e"}')
+    dq.pause("mail:low", "in")
+    time.sleep(0.3)  # the web's snapshot cache (0.2 s in the tests)
+    m, types = scrape(web.url)
+
+    def q(name, prio, **extra):
+        return (name, tuple(sorted({"node": node, "queue": "mail", "priority": prio,
+                                    **extra}.items())))
+
+    assert m[("disquepy_up", (("node", node),))] == 1
+    assert m[q("disquepy_queue_jobs", "high", state="queued")] == 1
+    assert m[q("disquepy_queue_jobs", "medium", state="queued")] == 3
+    assert m[q("disquepy_queue_jobs", "low", state="queued")] == 1
+    assert m[q("disquepy_queue_enqueued_total", "high")] == 2
+    assert m[q("disquepy_queue_delivered_total", "high")] == 1
+    assert m[q("disquepy_queue_paused", "low")] == 1 and m[q("disquepy_queue_paused", "high")] == 0
+    assert m[q("disquepy_queue_oldest_job_age_seconds", "medium")] >= 0
+    assert m[q("disquepy_queue_blocked_consumers", "medium")] == 0
+    dead = ("node", node), ("queue", "mail")
+    assert m[("disquepy_queue_dead_letters", dead)] == 1
+    assert m[("disquepy_jobs_dead_lettered_total", dead)] == 1
+    def grew(key):
+        return m[key] - before.get(key, 0)
+
+    assert grew(("disquepy_jobs_added_total", (("node", node),))) == 8
+    assert grew(("disquepy_jobs_delivered_total", (("node", node),))) == 1
+    assert grew(("disquepy_jobs_acked_total", (("node", node),))) == 1
+    assert m[("disquepy_memory_used_bytes", (("node", node),))] > 0
+    assert m[("disquepy_connected_clients", (("node", node),))] >= 1
+    assert grew(("disquepy_web_jobs_submitted_total", (("priority", "high"),
+                                                       ("queue", "mail")))) == 2
+    assert grew(("disquepy_web_jobs_cancelled_total", (("priority", "low"),
+                                                       ("queue", "mail")))) == 1
+    # conventions: counters are counters (exposed as *_total), gauges in base units,
+    # no *_created series, and never a job ID as a label
+    assert types["disquepy_jobs_added"] == "counter"
+    assert types["disquepy_queue_jobs"] == "gauge"
+    assert not any(name.endswith("_created") for name, _ in m)
+    assert not any(v.startswith("D-") for _, labels in m for _, v in labels)
+
+
+def test_a_down_node_reads_up_0_and_the_scrape_still_answers(make_cluster, web_factory):
+    servers, _ = make_cluster(2)
+    w = web_factory([f"127.0.0.1:{s.port}" for s in servers])
+    c = Disque(f"127.0.0.1:{servers[0].port}")
+    try:
+        c.add_job("q", "x")
+    finally:
+        c.close()
+    servers[1].kill()
+    time.sleep(0.3)
+    m, _ = scrape(w.url)
+    ups = {dict(labels)["node"].rsplit(":", 1)[1]: v for (name, labels), v in m.items()
+           if name == "disquepy_up"}
+    assert ups == {str(servers[0].port): 1, str(servers[1].port): 0}
+
+
+def test_grafana_dashboard_queries_only_metrics_that_exist(web, http, dq):
+    """docs/grafana-dashboard.json: valid JSON, and every disquepy_* series it queries is
+    one that disque-web's /metrics or a worker's metrics expose."""
+    import json
+    import re
+
+    from prometheus_client import generate_latest
+    from support import ROOT
+
+    from disquepy.worker.metrics import WorkerMetrics
+
+    dash = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
+    used = {n for e in exprs for n in re.findall(r"\bdisquepy_\w+", e)}
+    assert len(used) >= 15, used
+
+    http.post("/jobs", json={"payload": 1, "queue": "mail"})
+    dq.add_job("mail:dead", b"{}")
+    time.sleep(0.3)
+    web_names = {name for name, _ in scrape(web.url)[0]}
+    wm = WorkerMetrics()
+    wm.started("mail", 1)
+    wm.observe("mail", "dead-lettered", 0.1, "attempts")
+    worker_names = {s.name for f in text_string_to_metric_families(
+        generate_latest(wm.registry).decode()) for s in f.samples}
+    missing = used - web_names - worker_names
+    assert not missing, missing
