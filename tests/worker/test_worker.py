@@ -89,43 +89,44 @@ def test_failure_nacks_and_the_job_comes_back(dq):
 
 
 def test_backoff_delays_grow(dq, r):
-    delays = []
-    attempts = []
+    """Back-off retries are NACK ... DELAY: the same job (one ID through its retries)
+    comes back after 1, 2 and 4 s."""
+    ids, attempts, times = [], [], []
 
     def h(p):
-        job = current_job()
+        ids.append(current_job().id)
         attempts.append(current_attempt())
-        # the DELAY the re-added job was created with, as the server reports it
-        shown = r.execute_command("SHOW", job.id)
-        delays.append(dict(zip(shown[::2], shown[1::2], strict=True))[b"delay"])
+        times.append(time.monotonic())
         if current_attempt() < 4:
             raise RuntimeError("not yet")
 
-    dq.add_job("q", json.dumps({"x": 1}))
+    jid = dq.add_job("q", json.dumps({"x": 1}))
     w = Worker(dq, ["q"], 1, h, backoff=Backoff.exponential(base=1, factor=2, jitter=0),
                poll_timeout_ms=100).start()
     wait_for(lambda: w.stats["acked"] == 1, timeout=30)
     w.stop(5)
-    assert attempts == [1, 2, 3, 4]
-    assert delays == [0, 1, 2, 4]
+    assert attempts == [1, 2, 3, 4] and ids == [jid] * 4
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    for gap, delay in zip(gaps, [1, 2, 4], strict=True):
+        assert delay - 0.3 <= gap < delay + 1.5, gaps
     assert w.stats["retry-later"] == 3 and w.stats["nacked"] == 0
+    assert dq.status(jid).status == "completed"
 
 
 def test_retry_later_exception_sets_the_delay(dq, r):
     seen = []
 
     def h(p):
-        job = current_job()
-        shown = r.execute_command("SHOW", job.id)
-        seen.append((p, dict(zip(shown[::2], shown[1::2], strict=True))[b"delay"]))
+        seen.append((p, current_job().id, time.monotonic()))
         if len(seen) == 1:
-            raise RetryLater(delay=1)
+            raise RetryLater(delay=2)
 
-    dq.add_job("q", json.dumps({"k": "v"}))
+    jid = dq.add_job("q", json.dumps({"k": "v"}))
     w = Worker(dq, ["q"], 1, h, poll_timeout_ms=100).start()  # no back-off policy
     wait_for(lambda: w.stats["acked"] == 1, timeout=20)
     w.stop(5)
-    assert seen == [({"k": "v"}, 0), ({"k": "v"}, 1)]  # the payload survives the envelope
+    assert [(p, i) for p, i, _ in seen] == [({"k": "v"}, jid)] * 2  # same job, same body
+    assert 1.7 <= seen[1][2] - seen[0][2] < 3.5
 
 
 def test_dead_letter_after_n_failures_then_requeue(dq):
@@ -391,8 +392,9 @@ def test_backoff_keeps_retry_and_remaining_ttl(dq, r):
     w.start()
     wait_for(lambda: w.stats["acked"] == 1, timeout=20)
     w.stop(5)
-    assert [s[b"retry"] for s in shown] == [7, 7]  # not the 300 s default
-    assert shown[1][b"ttl"] <= 600 and shown[1][b"delay"] == 1
+    assert [s[b"retry"] for s in shown] == [7, 7]  # the same job: its own retry and TTL
+    assert [s[b"id"] for s in shown] == [shown[0][b"id"]] * 2 and shown[1][b"nacks"] == 1
+    assert shown[1][b"ttl"] <= 600
 
 
 def test_backoff_past_the_ttl_dead_letters(dq):
@@ -468,7 +470,8 @@ def test_backoff_chain_keeps_the_first_id_to_the_dead_letter(dq):
                poll_timeout_ms=100).start()
     wait_for(lambda: w.stats["dead-lettered"] == 1, timeout=30)
     w.stop(5)
-    assert len(ids) == 3 and ids[0] == jid and len(set(ids)) == 3  # re-added twice
+    assert ids == [jid] * 3  # one job through its retries (NACK ... DELAY)
     (dl,) = list_dead(dq, "q")
-    # the third attempt's envelope still names the first ID: the dead letter answers for it
-    assert dl.original_id == jid and dl.extra["last_id"] == ids[2]
+    assert dl.original_id == jid and "last_id" not in dl.extra
+    st = dq.status(jid)  # the job itself ended as failed, with the error
+    assert st.status == "failed" and "always" in st.error and st.attempt == 3

@@ -79,9 +79,22 @@ class Commands:
         """FASTACK: best-effort cluster-wide delete; returns how many were known here."""
         return self._run(["FASTACK", *ids], parse_int)
 
-    def nack(self, *ids: str) -> int:
-        """NACK: put jobs back in their queue now, counting a nack; returns how many."""
-        return self._run(["NACK", *ids], parse_int)
+    def nack(self, *ids: str, delay: int | None = None) -> int:
+        """NACK: put jobs back in their queue, counting a nack; with ``delay`` (seconds,
+        disquepy's NACK ... DELAY) only after it, under the same ID (a retry with
+        back-off). Returns how many."""
+        return self._run(["NACK", *ids, *(["DELAY", delay] if delay else [])], parse_int)
+
+    def fail(self, id: str, error: str = "") -> int:
+        """FAILJOB (disquepy): give up on a job: its outcome is ``failed`` with ``error``
+        on every node that holds it, and it is acknowledged. Returns 1, or 0 if it had
+        ended already; raises :class:`NoJobError` if this node does not know it."""
+        return self._run(["FAILJOB", id, *(["ERROR", error] if error else [])], parse_int)
+
+    def job_status(self, id: str) -> list:
+        """JOBSTATUS (disquepy) on one node: the raw field/value list; see :meth:`status`
+        for the cluster-wide answer."""
+        return self._run(["JOBSTATUS", id], lambda r: r)
 
     def working(self, id: str) -> int:
         """WORKING: postpone the next delivery; returns the seconds postponed (the retry).

@@ -5,30 +5,15 @@
 and the CLI call them, so a server-side status command can replace this module's
 implementation without changing any caller.
 
-How the status is found now (no node remembers outcomes yet):
-
-- ``SHOW`` on every node the cluster knows (the creating node first). A copy ``acked``
-  anywhere: ``completed``. ``queued`` anywhere: ``queued`` (``retrying`` once it was
-  nacked or re-delivered). Otherwise ``active`` everywhere: ``scheduled`` while its
-  DELAY runs, ``retrying`` if it is a worker's back-off re-add (an envelope with attempt
-  > 1) waiting for its delay, else ``in_progress``. ``wait-repl``: ``queued``.
-- No node holds it: a dead letter naming it (in the dead-letter queues, see
-  :mod:`disquepy.worker.deadletter`) makes it ``failed`` with the error; a cancel made
-  through this client makes it ``cancelled``; otherwise, when its creating node answered,
-  ``completed`` — the same inference as :meth:`wait_for_ack`: the creating node keeps a
-  copy until the job is acknowledged, so "gone" is read as done, although an expired or
-  DELJOB'd job looks the same. An ID whose creating node is not known is ``unknown``.
-
-Known gaps until the core keeps outcomes: a job retried by the worker's back-off is
-re-added under a new ID (the original then reads ``completed``); ``cancelled`` is
-remembered by the cancelling client process only (bounded), not cluster-wide.
+The nodes answer: JOBSTATUS on each (a job's state while it lives, its outcome for
+``job-outcome-retention`` seconds after, on every node that held a copy) and CANCEL on
+the node that queues it (the server's ``commands/status.py``). A failed job's dead
+letter (the worker's ``*:dead`` queues) is looked up for its ID.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,11 +26,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .sync import Disque
 
 STATES = ("queued", "scheduled", "in_progress", "retrying", "completed", "failed",
-          "cancelled", "unknown")
+          "cancelled", "expired", "unknown")
 DEAD_SUFFIX = ":dead"  # the worker's default dead-letter queue pattern, "{queue}:dead"
 DEAD_SCAN_LIMIT = 1000  # dead letters looked at per dead-letter queue and node
-CANCEL_MEMORY = 10000  # cancelled IDs a client remembers
-DELAY_MARGIN_MS = 500  # a delayed job this close to its start is not cancelled
 
 
 def dead_letters_of(queue: str) -> str | None:
@@ -114,14 +97,6 @@ def _payload(body: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")
-
-
-def _attempt(body: bytes | None) -> int:
-    if body is None:
-        return 1
-    from ..worker.envelope import unwrap
-
-    return unwrap(body).attempt
 
 
 # ---------------------------------------------------------------------------- gathering
@@ -196,137 +171,107 @@ def node_queues(client: Disque, addr: str) -> list[str]:
 
 # ---------------------------------------------------------------------------- status
 
+FINAL = ("failed", "cancelled", "completed", "expired")  # which one wins if copies differ
+LIVE = ("in_progress", "retrying", "queued", "scheduled")  # a copy that knows more first
 
-def _from_copies(job_id: str, copies: dict[str, dict], now_ms: int) -> JobStatus:
-    states = {s["state"] for s in copies.values()}
-    # the copy that says most: acked, then queued, then any other
-    best = next((s for s in copies.values() if s["state"] == "acked"), None) \
-        or next((s for s in copies.values() if s["state"] == "queued"), None) \
-        or next(iter(copies.values()))
-    body = next((s["body"] for s in copies.values() if s.get("body") is not None), None)
-    queue = next((s["queue"] for s in copies.values() if s.get("queue")), None)
-    nacks = max(int(s.get("nacks") or 0) for s in copies.values())
-    adeliv = max(int(s.get("additional-deliveries") or 0) for s in copies.values())
-    attempt = _attempt(body)
-    ctime_ms = int(best.get("ctime") or 0) // 1_000_000
-    delay = int(best.get("delay") or 0)
-    if "acked" in states:
-        status, detail = "completed", "acknowledged"
-    elif "queued" in states:
-        again = nacks or adeliv
-        status = "retrying" if again else "queued"
-        detail = "queued again after a failure or a timeout" if again else "waiting for a worker"
-    elif states == {"wait-repl"}:
-        status, detail = "queued", "being replicated"
-    elif delay and now_ms < ctime_ms + delay * 1000:
-        status = "retrying" if attempt > 1 else "scheduled"
-        detail = f"delayed: starts in {(ctime_ms + delay * 1000 - now_ms) / 1000:.0f} s"
-    else:
-        status, detail = "in_progress", "delivered to a worker"
-    logical, prio = split(queue) if queue else (None, None)
-    return JobStatus(job_id, status, logical, prio, attempt + nacks + adeliv, nacks, adeliv,
-                     ctime_ms / 1000 if ctime_ms else None, best.get("ttl"), best.get("retry"),
-                     delay, sorted(copies), detail=detail, body=body)
+
+def _statuses(client: Disque, job_id: str) -> tuple[dict[str, dict], list[str]]:
+    """JOBSTATUS on every node, the creating node first: ({address: fields} of the nodes
+    that know the job, unreachable addresses)."""
+    known: dict[str, dict] = {}
+    down: list[str] = []
+    for addr in _ordered_nodes(client, job_id):
+        try:
+            r = client.execute_on(addr, "JOBSTATUS", job_id)
+        except rexc.ResponseError:  # NOJOB: this node knows nothing of it
+            continue
+        except rexc.RedisError:
+            down.append(addr)
+            continue
+        known[addr] = {k.decode(): v for k, v in zip(r[::2], r[1::2], strict=True)}
+    return known, down
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else v.decode("utf-8", "replace")
 
 
 def job_status(client: Disque, job_id: str) -> JobStatus:
-    """See the module's docstring: the status of ``job_id`` from SHOW on every node, the
-    dead-letter queues and this client's cancellations."""
-    copies, down = _shows(client, job_id)
-    if copies:
-        st = _from_copies(job_id, copies, int(time.time() * 1000))
-        if st.status == "completed":  # a dead-lettered job was acked by the worker
-            dl = find_dead_letter(client, job_id, st.queue)
-            if dl is not None:
-                _failed(st, dl)
-        return st
-    cancelled = client._cancelled.get(job_id)
-    if cancelled is not None:
-        return JobStatus(job_id, "cancelled", cancelled[0], cancelled[1],
-                         detail="cancelled through this client")
-    dl = find_dead_letter(client, job_id)
-    if dl is not None:
-        logical, prio = split(dl.queue)
-        st = JobStatus(job_id, "failed", logical, prio, body=dl.body)
-        _failed(st, dl)
-        return st
-    owner = client.topology.address_of(job_node_prefix(job_id))
-    if owner is not None and fmt_addr(owner) not in down:
-        return JobStatus(job_id, "completed",
-                         detail="no node holds it any more: acknowledged (or expired or "
-                                "deleted: the nodes do not keep outcomes yet)")
-    why = ("its creating node is unreachable" if owner is not None
-           else "no known node created it")
-    return JobStatus(job_id, "unknown", detail=f"no node holds this job and {why}")
-
-
-def _failed(st: JobStatus, dl) -> None:
-    st.status = "failed"
-    st.error = dl.error
-    st.dead_letter_id = dl.id
-    st.finished_at = dl.failed_at / 1000
-    st.attempt = int(dl.extra.get("attempts") or st.attempt or 1)
-    st.nacks = dl.nacks
-    st.additional_deliveries = dl.additional_deliveries
-    st.detail = "moved to the dead letters after its last attempt failed"
+    """The status of ``job_id`` from JOBSTATUS on every node (see the server's
+    ``commands/status.py``): an outcome on any node wins (failed, cancelled, completed,
+    expired), else the copy that knows most (in progress, retrying, queued, scheduled);
+    copies that only hold it (``active``) mean a worker has it on a node that did not
+    answer, or it is queued there."""
+    known, down = _statuses(client, job_id)
+    if not known:
+        owner = client.topology.address_of(job_node_prefix(job_id))
+        why = ("its creating node is unreachable" if owner is not None and fmt_addr(owner)
+               in down else "no node knows it (never created, or its outcome's "
+               "retention ended)")
+        return JobStatus(job_id, "unknown", detail=why)
+    states = {f["state"].decode(): addr for addr, f in known.items()}
+    status = next((s for s in FINAL if s in states), None) \
+        or next((s for s in LIVE if s in states), "in_progress")
+    f = known[states.get(status) or next(iter(known))]
+    queue = _text(f.get("queue"))
+    logical, prio = split(queue) if queue else (None, None)
+    created = f.get("created")
+    finished = f.get("finished")
+    nacks, adeliv = int(f.get("nacks") or 0), int(f.get("additional-deliveries") or 0)
+    # the attempt running or coming (1 for a new job); a finished job's last one
+    attempt = 1 + nacks + adeliv if f.get("finished") is None \
+        else max(1, int(f.get("attempts") or 0))
+    st = JobStatus(job_id, status, logical, prio, attempt, nacks, adeliv,
+                   created / 1000 if created else None, nodes=sorted(known),
+                   finished_at=finished / 1000 if finished else None,
+                   detail=f"reported by {states.get(status) or next(iter(known))}")
+    if status == "failed":
+        st.error = _text(f.get("detail"))
+        dl = find_dead_letter(client, job_id, queue)
+        if dl is not None:
+            st.dead_letter_id = dl.id
+    if status in LIVE or status == "in_progress":
+        addr = states.get(status) or next(iter(known))
+        try:
+            s = parse_show(client.execute_on(addr, "SHOW", job_id))
+        except rexc.RedisError:
+            s = None
+        if s is not None:
+            st.body, st.ttl, st.retry, st.delay = (s.get("body"), s.get("ttl"),
+                                                   s.get("retry"), s.get("delay"))
+    return st
 
 
 # ---------------------------------------------------------------------------- cancel
 
 
 def cancel_job(client: Disque, job_id: str) -> CancelResult:
-    """Cancel a queued, scheduled or retrying job: DEQUEUE it on every node holding a
-    copy, then DELJOB every copy. A job a worker already holds, or one that ended, is not
-    cancelled (``reason`` says why).
-
-    Not cluster-safe yet: a node holding a copy that cannot be reached keeps it and may
-    queue it again after its RETRY (``unreachable`` lists such nodes: try again once it
-    is back), and a worker can take the job on a node between the check and the DEQUEUE
-    there (the job is then reported in progress and not deleted).
-    """
-    copies, down = _shows(client, job_id)
-    if not copies:
-        st = job_status(client, job_id)
-        if st.status == "cancelled":  # cancelling twice is not an error
-            return CancelResult(job_id, True, "cancelled", "already cancelled", [], down,
-                                st.queue, st.priority)
-        return CancelResult(job_id, False, st.status,
-                            "the job is not held by any node: " + (st.detail or st.status),
-                            [], down)
-    now_ms = int(time.time() * 1000)
-    st = _from_copies(job_id, copies, now_ms)
-    if st.status in ("completed", "in_progress"):
-        return CancelResult(job_id, False, st.status,
-                            f"the job is {st.status.replace('_', ' ')}: only queued, "
-                            "scheduled or retrying jobs can be cancelled", sorted(copies), down)
-    dequeued = 0
-    for addr in copies:
+    """Cancel a queued, scheduled or retrying job with the server's CANCEL, on the node
+    that queues it (it ends as ``cancelled`` on every copy). A job a worker holds, or one
+    that ended, is not cancelled, and ``reason`` says why (the node's own words)."""
+    known, down = _statuses(client, job_id)
+    reason = ""
+    for addr, f in known.items():
+        if f["state"] == b"active":  # a copy: the job is queued or worked on elsewhere
+            continue
         try:
-            dequeued += int(client.execute_on(addr, "DEQUEUE", job_id))
+            client.execute_on(addr, "CANCEL", job_id)
+        except rexc.ResponseError as e:
+            reason = str(e)
+            continue
         except rexc.RedisError:
             down.append(addr)
-    if not dequeued:
-        # nothing was queued: fine for a job still in its delay, else a worker took it
-        ctime_ms = int(st.created_at * 1000) if st.created_at else 0
-        still_delayed = st.delay and now_ms + DELAY_MARGIN_MS < ctime_ms + st.delay * 1000
-        if not still_delayed:
-            return CancelResult(job_id, False, "in_progress",
-                                "a worker took the job before it could be cancelled",
-                                sorted(copies), down)
-    for addr in copies:
-        try:
-            client.execute_on(addr, "DELJOB", job_id)
-        except rexc.RedisError:
-            down.append(addr)
-    mem = client._cancelled
-    mem[job_id] = (st.queue, st.priority)
-    while len(mem) > CANCEL_MEMORY:
-        mem.popitem(last=False)
-    reason = "" if not down else ("copies on unreachable nodes may come back: "
-                                  + ", ".join(sorted(set(down))))
-    return CancelResult(job_id, True, "cancelled", reason, sorted(copies), sorted(set(down)),
-                        st.queue, st.priority)
+            continue
+        queue = _text(f.get("queue"))
+        logical, prio = split(queue) if queue else (None, None)
+        return CancelResult(job_id, True, "cancelled", "", sorted(known), down, logical, prio)
+    st = job_status(client, job_id)
+    if st.status == "cancelled":  # cancelling twice is not an error
+        return CancelResult(job_id, True, "cancelled", "already cancelled", st.nodes, down,
+                            st.queue, st.priority)
+    if not reason:
+        reason = (f"the job is {st.status.replace('_', ' ')}: only queued, scheduled or "
+                  "retrying jobs can be cancelled")
+    return CancelResult(job_id, False, st.status, reason, st.nodes, down, st.queue,
+                        st.priority)
 
-
-def new_cancel_memory() -> OrderedDict:
-    return OrderedDict()

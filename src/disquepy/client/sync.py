@@ -37,7 +37,7 @@ from ._common import (
     qscan_args,
     wait_backoff,
 )
-from .jobstatus import CancelResult, JobStatus, cancel_job, job_status, new_cancel_memory
+from .jobstatus import CancelResult, JobStatus, cancel_job, job_status
 
 log = logging.getLogger("disquepy.client")
 
@@ -89,7 +89,6 @@ class Disque(Commands):
         self._my_id: str | None = None
         self._pending_move: Address | None = None
         self.moves = 0  # how many times the client changed node (failover or affinity)
-        self._cancelled = new_cancel_memory()  # job ID -> (queue, priority), see cancel()
 
     # ------------------------------------------------------------------ connections
 
@@ -347,17 +346,15 @@ class Disque(Commands):
 
     def status(self, id: str) -> JobStatus:
         """What became of job ``id``: ``queued``, ``scheduled``, ``in_progress``,
-        ``retrying``, ``completed``, ``failed`` (with the error of its dead letter),
-        ``cancelled`` or ``unknown``. Built from SHOW on every node and the dead-letter
-        queues for now (see :mod:`disquepy.client.jobstatus` for what that cannot tell);
-        a server-side status command will answer it later behind the same method."""
+        ``retrying``, ``completed``, ``failed`` (with its error), ``cancelled``,
+        ``expired`` or ``unknown``, from the nodes' JOBSTATUS (outcomes are kept
+        ``job-outcome-retention`` seconds, on every node that held a copy)."""
         return job_status(self, id)
 
     def cancel(self, id: str) -> CancelResult:
-        """Cancel job ``id`` if it is queued, scheduled or retrying (DEQUEUE, then DELJOB
-        on every node holding a copy); an in-progress or finished job is not cancelled and
-        the result says why. Not yet cluster-safe: see
-        :func:`disquepy.client.jobstatus.cancel_job`."""
+        """Cancel job ``id`` if it is queued, scheduled or retrying (the server's CANCEL:
+        it ends as cancelled on every copy); an in-progress or finished job is not
+        cancelled and the result says why."""
         return cancel_job(self, id)
 
     def execute_on(self, node: NodeSpec, *args: Any) -> Any:

@@ -19,7 +19,7 @@ from ..client._common import NodeSpec, parse_show
 from ..client.priority import DEFAULT_LOW_SHARE, PriorityOrder, split
 from .backoff import Backoff
 from .deadletter import DEAD_TTL, DEFAULT_DLQ, dead_letter_body, dead_queue_name
-from .envelope import unwrap, wrap
+from .envelope import unwrap
 
 log = logging.getLogger("disquepy.worker")
 
@@ -395,8 +395,10 @@ class Worker:
         env = unwrap(raw)
         if env.policy is not None:
             route = policy_route(route, env.policy)
-        attempt = env.attempt
-        prior_failures = (attempt - 1) + (job.nacks or 0)
+        # a NACK ... DELAY retry keeps the job's ID and counts a nack; older back-off
+        # re-adds carried their attempt in the envelope
+        attempt = env.attempt + (job.nacks or 0)
+        prior_failures = attempt - 1
         if (route.dead_letter_deliveries is not None
                 and (job.additional_deliveries or 0) >= route.dead_letter_deliveries):
             err = (f"delivered {job.additional_deliveries} extra times without an "
@@ -449,32 +451,21 @@ class Worker:
             delay = route.backoff.delay(attempt)
         if delay is not None:
             delay = max(1, int(round(delay)))
-            opts = dict(route.add_options)
-            if "retry" not in opts or "ttl" not in opts:
-                # the next attempt keeps the job's RETRY and what is left of its TTL
-                shown = self._show(job)
-                if shown is not None:
-                    opts.setdefault("retry", shown.get("retry"))
-                    left = shown.get("ttl")
-                    if "ttl" not in opts and isinstance(left, int) and left > 0:
-                        if delay + 1 >= left:
-                            self._dead_letter(job, route, body, err + " (its TTL ends before"
-                                              " the next attempt)", failures, attempt, t0,
-                                              "ttl", exc=tb)
-                            return
-                        opts["ttl"] = left
-            try:
-                new_id = self.client.add_job(job.queue,
-                                             wrap(body, attempt + 1, _first_id(job),
-                                                  route.policy),
-                                             delay=delay, **opts)
-                self._ack(job.id)
+            shown = self._show(job)
+            left = shown.get("ttl") if shown is not None else None
+            if isinstance(left, int) and 0 < left <= delay + 1:
+                self._dead_letter(job, route, body, err + " (its TTL ends before the next "
+                                  "attempt)", failures, attempt, t0, "ttl", exc=tb)
+                return
+            try:  # back to its queue after the delay, under the same ID (NACK ... DELAY)
+                requeued = self.client.nack(job.id, delay=delay)
             except DisqueError as e:
                 self.log.warning("event=retry-error job=%s error=%r", job.id, e)
             else:
-                self._emit(job, attempt, "retry-later", t0, delay=delay, new_id=new_id,
-                           error=err, level=level, exc=tb)
-                return
+                if requeued:
+                    self._emit(job, attempt, "retry-later", t0, delay=delay, error=err,
+                               level=level, exc=tb)
+                    return
         try:
             self.client.nack(job.id)
         except DisqueError as e:
@@ -495,7 +486,10 @@ class Worker:
                               job.additional_deliveries or 0, attempts=attempt, **extra)
         try:
             dead_id = self.client.add_job(dq, dl, ttl=DEAD_TTL)
-            self._ack(job.id)
+            try:  # the job's outcome: failed with the error, on every node holding it
+                self.client.fail(job.id, err[:1024])
+            except DisqueError:
+                self._ack(job.id)  # a node without FAILJOB, or one that lost the job
         except DisqueError as e:
             self.log.warning("event=dead-letter-error job=%s error=%r", job.id, e)
             with contextlib.suppress(DisqueError):
