@@ -13,6 +13,8 @@ from spark_support import wait_for
 from disquepy.spark._nodes import discover, lower_options
 from disquepy.spark.source import (
     DisqueBatchWriter,
+    DisqueSnapshotReader,
+    DisqueStreamReader,
     _AddJobSpec,
     chunk_tokens,
     marker_batch,
@@ -92,6 +94,37 @@ def test_options_are_case_insensitive_and_validated(single):
         _AddJobSpec.from_options({"queue": "q", "bodycolumn": "nope"}, schema)
 
 
+def test_unknown_options_are_refused_naming_the_valid_ones(single):
+    """A misspelled option is an error (it used to be ignored), for every use."""
+    from pyspark.sql.types import StringType, StructType
+
+    schema = StructType().add("body", StringType())
+    with pytest.raises(ValueError, match=r"the disque sink: unknown option 'replicat' "
+                       r"\(did you mean 'replicate'\?\); valid options: nodes, password, "
+                       r"queue, .*batchSize"):
+        _AddJobSpec.from_options(lower_options({"queue": "q", "Replicat": "2"}), schema)
+    with pytest.raises(ValueError, match="the disque batch source: unknown option "
+                       "'qeue'.*did you mean 'queue'"):
+        DisqueSnapshotReader({"nodes": single.nodes, "qeue": "q"}, schema)
+    with pytest.raises(ValueError, match="the disque stream source: unknown option "
+                       "'maxjobsperbatch'.*maxJobsPerTrigger"):
+        DisqueStreamReader({"queue": "q", "maxjobsperbatch": "10"}, schema)
+    # a write option makes no sense on a read, and the other way round
+    with pytest.raises(ValueError, match="unknown option 'replicate'"):
+        DisqueSnapshotReader({"queue": "q", "replicate": "2"}, schema)
+    with pytest.raises(ValueError, match="unknown option 'fetchsize'"):
+        _AddJobSpec.from_options({"queue": "q", "fetchsize": "2"}, schema)
+
+
+def test_a_batch_read_needs_a_queue_like_a_stream_read(single):
+    from pyspark.sql.types import StringType, StructType
+
+    schema = StructType().add("body", StringType())
+    for cls, what in ((DisqueSnapshotReader, "batch"), (DisqueStreamReader, "stream")):
+        with pytest.raises(ValueError, match=f"the disque {what} source needs option queue"):
+            cls({"nodes": single.nodes}, schema)
+
+
 # ------------------------------------------------------------------ batch write / read
 
 
@@ -111,7 +144,8 @@ def test_batch_write_each_partition_to_its_node_then_snapshot_read(spark, cluste
     by_id = cluster3.by_id()
     assert [int(by_id[nid].execute_command("QLEN", "orders")) for nid in order] == [400] * 3
 
-    snap = spark.read.format("disque").option("nodes", cluster3.nodes).load()
+    snap = (spark.read.format("disque").option("nodes", cluster3.nodes)
+            .option("queues", "orders").load())
     assert snap.rdd.getNumPartitions() == 3
     rows = snap.collect()
     # one row per copy: at least two copies of each job (a slow replica may leave a

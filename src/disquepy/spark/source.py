@@ -21,8 +21,9 @@ Batch and streaming write (``df.write`` / ``writeStream``)
     that option is set).
 
 Batch read (``spark.read``)
-    A non-consuming snapshot: one partition per node, each scanning its node with
-    ``JSCAN ... REPLY all`` (optionally per queue and per state). A job replicated to
+    A non-consuming snapshot of the queues named by ``queue``/``queues`` (required, as
+    for a stream read): one partition per node, each scanning its node with
+    ``JSCAN ... QUEUE q REPLY all`` (optionally per state). A job replicated to
     three nodes has three copies: ``copies=all`` (default) returns one row per copy
     (the ``node`` column says where; ``dropDuplicates(["id"])`` gives one per job),
     ``copies=primary`` keeps only the copy held by the node that created the job
@@ -116,8 +117,12 @@ from pyspark.sql.types import StructType
 
 from ._nodes import (
     PROBE_QUEUE,
+    READ_OPTIONS,
+    STREAM_READ_OPTIONS,
+    WRITE_OPTIONS,
     AddJobPacker,
     NodeAddr,
+    check_options,
     connect,
     discover,
     lower_options,
@@ -215,9 +220,10 @@ class _AddJobSpec:
 
     @classmethod
     def from_options(cls, opts: dict[str, str], schema: StructType) -> _AddJobSpec:
+        check_options(opts, "the disque sink", WRITE_OPTIONS)
         names = [f.name for f in schema.fields]
         lower = {n.lower(): n for n in names}
-        queues = opt_list(opts, "queue", "queues")
+        queues = opt_list(opts, "queue")
         queue_col = opts.get("queuecolumn")
         if queue_col is not None:
             queue_col = lower.get(queue_col.lower(), queue_col)
@@ -438,10 +444,13 @@ class DisqueSnapshotReader(DataSourceReader):
     """``spark.read.format("disque")``: every job on every node, nothing consumed."""
 
     def __init__(self, opts: dict[str, str], schema: StructType) -> None:
+        check_options(opts, "the disque batch source", READ_OPTIONS)
         self.opts = opts
         self.schema = schema
         self.queues = opt_list(opts, "queue", "queues")
-        self.states = opt_list(opts, "states", "state")
+        if not self.queues:
+            raise ValueError("the disque batch source needs option queue (or queues)")
+        self.states = opt_list(opts, "states")
         self.fmt = _body_type(opts)
         copies = opts.get("copies", "all").lower()
         if copies not in ("all", "primary"):
@@ -461,12 +470,10 @@ class DisqueSnapshotReader(DataSourceReader):
         prefix = node.id[:8]
         seen: set[bytes] = set()
         try:
-            for queue in self.queues or [None]:
+            for queue in self.queues:
                 cursor = b"0"
                 while True:
-                    args: list = ["JSCAN", cursor, "COUNT", 1000]
-                    if queue is not None:
-                        args += ["QUEUE", queue]
+                    args: list = ["JSCAN", cursor, "COUNT", 1000, "QUEUE", queue]
                     for s in self.states:
                         args += ["STATE", s]
                     args += ["REPLY", "all"]
@@ -592,6 +599,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("disque")``: consume jobs, ack after the batch commits."""
 
     def __init__(self, opts: dict[str, str], schema: StructType) -> None:
+        check_options(opts, "the disque stream source", STREAM_READ_OPTIONS)
         self.opts = opts
         self.schema = schema
         self.queues = opt_list(opts, "queue", "queues")
