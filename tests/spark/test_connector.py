@@ -92,6 +92,14 @@ def test_options_are_case_insensitive_and_validated(single):
         _AddJobSpec.from_options({}, schema)
     with pytest.raises(ValueError, match="not a column"):
         _AddJobSpec.from_options({"queue": "q", "bodycolumn": "nope"}, schema)
+    spec = _AddJobSpec.from_options({"queue": "q"}, schema)
+    assert (spec.sync_connections(1), spec.sync_connections(3)) == (1, 16)
+    for one_copy in ({"replicate": "1"}, {"async": "true"}):
+        spec = _AddJobSpec.from_options({"queue": "q", **one_copy}, schema)
+        assert spec.sync_connections(3) == 1
+    for bad in ("0", "257"):
+        with pytest.raises(ValueError, match="connections must be between 1 and 256"):
+            _AddJobSpec.from_options({"queue": "q", "connections": bad}, schema)
 
 
 def test_unknown_options_are_refused_naming_the_valid_ones(single):
@@ -170,12 +178,22 @@ def test_same_partition_written_twice_with_the_same_keys_enqueues_once(single):
     from pyspark.sql.types import StringType, StructType
 
     schema = StructType().add("body", StringType())
-    opts = lower_options({"nodes": single.nodes, "queue": "retry", "batchSize": "64"})
+    opts = lower_options({"nodes": single.nodes, "queue": "retry", "batchSize": "64",
+                          "connections": "5"})
     writer = DisqueBatchWriter(opts, schema)
     batch = pa.RecordBatch.from_pydict({"body": [f"r{i}" for i in range(300)]})
     prefix = f"{writer.write_id}:4:"
+    c = single.servers[0].client()
+
+    def connections() -> int:
+        return int(c.info("stats")["total_connections_received"])
+
+    before = connections()
     node, n1 = write_partition(writer.nodes, writer.spec, prefix, 4, [batch])
     assert (node.id, n1) == (single.ids[0], 300)
+    # the rows went out over 5 connections at once: one alone moves one replicated
+    # job per round trip
+    assert connections() - before == 5
     # the retry fails half-way in the first attempt's shoes: write a prefix again...
     _, n2 = write_partition(writer.nodes, writer.spec, prefix, 4, [batch.slice(0, 150)])
     # ...and the whole partition again
