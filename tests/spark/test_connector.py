@@ -117,6 +117,9 @@ def test_unknown_options_are_refused_naming_the_valid_ones(single):
     with pytest.raises(ValueError, match="the disque stream source: unknown option "
                        "'maxjobsperbatch'.*maxJobsPerTrigger"):
         DisqueStreamReader({"queue": "q", "maxjobsperbatch": "10"}, schema)
+    # what Spark itself passes along (writeStream's checkpoint, save(path)) is no typo
+    spark_set = lower_options({"queue": "q", "checkpointLocation": "/ck", "path": "p"})
+    assert _AddJobSpec.from_options(spark_set, schema).queue == "q"
     # a write option makes no sense on a read, and the other way round
     with pytest.raises(ValueError, match="unknown option 'replicate'"):
         DisqueSnapshotReader({"queue": "q", "replicate": "2"}, schema)

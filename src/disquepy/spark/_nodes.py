@@ -29,6 +29,9 @@ WRITE_OPTIONS = ("queue", "queueColumn", "bodyColumn", "keyColumn", "idempotent"
 READ_OPTIONS = ("queue", "queues", "bodyFormat", "states", "copies")
 STREAM_READ_OPTIONS = (*READ_OPTIONS, "maxJobsPerTrigger", "fetchSize", "readersPerNode",
                        "workingInterval")
+#: options Spark itself sets or reads, which reach the data source with the user's
+#: (writeStream's checkpointLocation; save(path)/load(path) as "path")
+SPARK_OPTIONS = ("checkpointlocation", "path")
 
 
 def lower_options(options: Any) -> dict[str, str]:
@@ -43,7 +46,7 @@ def check_options(opts: dict[str, str], what: str, known: tuple[str, ...]) -> No
 
     valid = (*COMMON_OPTIONS, *known)
     by_lower = {k.lower(): k for k in valid}
-    unknown = sorted(k for k in opts if k not in by_lower)
+    unknown = sorted(k for k in opts if k not in by_lower and k not in SPARK_OPTIONS)
     if not unknown:
         return
     close = difflib.get_close_matches(unknown[0], list(by_lower), n=1)
