@@ -18,7 +18,7 @@ COMPAT := .venv-compat
 PORT ?= 7711
 WEB_PORT ?= 8000
 
-.PHONY: run cluster test lint bench deps builddeps clean
+.PHONY: run cluster test lint bench deps builddeps java clean
 
 $(BASE): pyproject.toml setup.py | builddeps
 	$(PY) -m venv $(VENV)
@@ -56,6 +56,16 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools \
 	    chromium chromium-driver >/dev/null; }
 
+# Spark (pyspark 4: the Spark tests, `disque analytics`) runs on a Java 17+ JVM: Debian's
+# headless JRE (17 on bookworm, 21 where 17 is gone)
+java:
+	@$(PY) src/disquepy/spark/_java.py 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && { \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless || \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-21-jre-headless; \
+	  } >/dev/null; }
+
 # one node on $(PORT) and disque-web on $(WEB_PORT) (the dashboard's URL is printed);
 # Ctrl-C stops both
 run: $(BASE) $(EXT)
@@ -65,7 +75,7 @@ run: $(BASE) $(EXT)
 cluster: $(BASE) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
 
-test: $(STAMP) $(EXT) $(COMPAT)/.installed deps
+test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java
 	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/python -m pytest -p no:cacheprovider tests
 

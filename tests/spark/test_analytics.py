@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 import struct
 import time
-import zlib
 
 import pytest
 from spark_support import wait_for
 
-from disquepy.spark import png
-from disquepy.spark.analytics import pick_bucket, run_analytics
+from disquepy.spark.analytics import dead_letter_regex, pick_bucket, run_analytics
 
 N1 = "a" * 40
 N2 = "b" * 40
-T0 = 1_700_000_000_000
+# a minute ago, on a second: the hand-made log and the real node's share 1 s buckets
+T0 = (int(time.time()) - 60) * 1000
 
 
 def ev(ts, event, job, queue, node=N1, **extra):
@@ -45,6 +44,22 @@ def fixture_lines() -> list[str]:
         # j4: never consumed, expired on both nodes holding a copy
         ev(1000, "added", "j4", "reports", **added), ev(1000, "queued", "j4", "reports"),
         ev(9000, "expired", "j4", "reports"), ev(9001, "expired", "j4", "reports", node=N2),
+        # j5: queued on N1 at 0, moved by federation to N2 (queued there at 30000),
+        # delivered at 30100: it waited 30.1 s, not 100 ms
+        ev(0, "added", "j5", "moved", **added), ev(0, "queued", "j5", "moved"),
+        ev(30000, "queued", "j5", "moved", node=N2),
+        ev(30100, "delivered", "j5", "moved", node=N2, **d),
+        ev(30200, "acked", "j5", "moved", node=N2),
+        # s1-s3: added, never delivered: a backlog of 3 jobs still queued at the end
+        *(x for i in (1, 2, 3) for x in (ev(2000, "added", f"s{i}", "stuck", **added),
+                                         ev(2000, "queued", f"s{i}", "stuck"))),
+        # a worker with back-off: w1 failed, re-added as w2 (delayed 1 s) and acked; w2
+        # failed too and went to the dead-letter queue "work:dead"
+        ev(0, "added", "w1", "work", **added), ev(0, "queued", "w1", "work"),
+        ev(10, "delivered", "w1", "work", **d), ev(20, "added", "w2", "work", **added),
+        ev(20, "acked", "w1", "work"), ev(1020, "queued", "w2", "work"),
+        ev(1030, "delivered", "w2", "work", **d), ev(1040, "added", "d1", "work:dead", **added),
+        ev(1040, "queued", "d1", "work:dead"), ev(1041, "acked", "w2", "work"),
         # the Spark source's bookkeeping: not a user queue
         ev(50, "added", "m1", "__disquepy_spark_marks__:abc", **added),
     ]
@@ -56,31 +71,29 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_png_writer_produces_a_valid_image():
-    cv = png.Canvas(40, 20)
-    cv.line(0, 0, 39, 19, png.BLACK)
-    cv.text(2, 2, "Q1", png.PALETTE[0])
-    data = cv.png()
-    assert png_size(data) == (40, 20)
-    # decode IDAT and check the diagonal's pixels are black, a corner is white
-    idat_len = struct.unpack(">I", data[33:37])[0]
-    raw = zlib.decompress(data[41:41 + idat_len])
-    stride = 1 + 40 * 3
-    assert raw[19 * stride + 1 + 39 * 3: 19 * stride + 1 + 40 * 3] == b"\x00\x00\x00"
-    assert raw[19 * stride + 1: 19 * stride + 4] == b"\xff\xff\xff"
-    assert png.nice_ticks(0, 95)[-1] >= 95 and png.fmt_num(12345) == "12.3K"
-
-
 def test_bucket_keeps_the_history_within_120_points():
     assert pick_bucket(60_000) == 1
     assert pick_bucket(3_600_000) == 30
     assert pick_bucket(40 * 86_400_000) == 86400
 
 
+def test_dead_letter_queue_names_map_to_their_queue():
+    import re
+
+    assert re.match(dead_letter_regex(), "emails:dead").group(1) == "emails"
+    assert re.match(dead_letter_regex(), "emails") is None
+    assert re.match(dead_letter_regex("dlq.{queue}.x"), "dlq.a:b.x").group(1) == "a:b"
+    with pytest.raises(ValueError, match="no {queue} field"):
+        dead_letter_regex("dead")
+
+
 def real_server_events(base) -> None:
     """A real node with the event log on: queue "fast" (40 jobs acked), queue "flaky"
-    (5 jobs nacked three times each, never acked)."""
+    (5 jobs nacked three times each, never acked), queue "failing" (3 jobs a real worker
+    retries once with back-off, then dead-letters to "failing:dead")."""
     from support import Server
+
+    from disquepy.worker import Backoff, Worker
 
     s = Server(base, "--event-log", "yes").start()
     try:
@@ -94,6 +107,18 @@ def real_server_events(base) -> None:
         for _ in range(3):
             got = c.execute_command("GETJOB", "COUNT", 5, "FROM", "flaky")
             c.execute_command("NACK", *[j[1] for j in got])
+        for i in range(3):
+            c.execute_command("ADDJOB", "failing", json.dumps({"n": i}), 0)
+
+        def fail(payload):
+            raise RuntimeError(f"cannot handle {payload}")
+
+        w = Worker(f"127.0.0.1:{s.port}", queues=["failing"], handler=fail, backoff=Backoff.fixed(1, jitter=0),
+                   dead_letter_after=2).start()
+        try:
+            wait_for(lambda: w.stats["dead-lettered"] == 3, timeout=30, what="dead letters")
+        finally:
+            w.stop(5)
         time.sleep(0.3)  # one more loop iteration writes the last events
     finally:
         s.stop()
@@ -117,7 +142,8 @@ def test_analytics_on_hand_made_and_real_event_logs(spark, tmp_path, capsys):
     out = tmp_path / "out"
     res = run_analytics(str(d), str(out), spark=spark)
     assert res["events"] == len(lines) - 1 + real_lines
-    assert sorted(res["queues"]) == ["emails", "fast", "flaky", "reports"]
+    assert sorted(res["queues"]) == ["emails", "failing", "failing:dead", "fast", "flaky",
+                                     "moved", "reports", "stuck", "work", "work:dead"]
     em, rep = res["queues"]["emails"], res["queues"]["reports"]
     assert (em["added"], em["acked"], em["deliveries"], em["nacks"]) == (3, 2, 6, 2)
     assert em["attempts_max"] == 3 and em["attempts_mean"] == pytest.approx(2.0)
@@ -125,12 +151,27 @@ def test_analytics_on_hand_made_and_real_event_logs(spark, tmp_path, capsys):
     assert em["proc_ms_max"] == 1000 and em["proc_ms_p50"] == 200
     assert em["nack_rate"] == pytest.approx(2 / 6) and em["expiry_rate"] == 0
     assert rep["expired"] == 1 and rep["expiry_rate"] == 1.0  # two copies, one job
+    # the wait counts from the first `queued`, not from the federation move
+    assert res["queues"]["moved"]["wait_ms_max"] == 30100
+    # backlog: added and not done; queued: still waiting in a queue at the end
+    assert [(res["queues"][q]["backlog"], res["queues"][q]["queued"])
+            for q in ("emails", "reports", "moved", "stuck")] == [(1, 0), (0, 0), (0, 0), (3, 3)]
+    work = res["queues"]["work"]
+    assert (work["added"], work["acked"], work["dead_lettered"]) == (2, 2, 1)
+    assert work["dead_letter_rate"] == 0.5 and work["wait_ms_max"] == 10  # w2 from queued
+    assert res["queues"]["work:dead"]["backlog"] == 1
     assert em["likely_dead_letters"] == 1 and rep["likely_dead_letters"] == 0
     fast, flaky = res["queues"]["fast"], res["queues"]["flaky"]
     assert (fast["added"], fast["acked"], fast["deliveries"], fast["nacks"]) == (40, 40, 40, 0)
     assert fast["proc_ms_p50"] is not None and fast["proc_ms_max"] >= 0
     assert (flaky["added"], flaky["acked"], flaky["deliveries"], flaky["nacks"]) == (5, 0, 15, 15)
     assert flaky["likely_dead_letters"] == 5 and fast["likely_dead_letters"] == 0
+    assert (flaky["backlog"], flaky["queued"], fast["backlog"], fast["queued"]) == (5, 5, 0, 0)
+    # a real worker: 3 jobs, each re-added once by the back-off then dead-lettered
+    failing = res["queues"]["failing"]
+    assert (failing["added"], failing["acked"], failing["dead_lettered"]) == (6, 6, 3)
+    assert failing["dead_letter_rate"] == 0.5 and failing["backlog"] == 0
+    assert failing["likely_dead_letters"] == 0  # what the old "dead?" column showed
     assert sorted(r["job"] for r in res["dead_letters_sample"])[-1] == "j3"
     assert len(res["dead_letters_sample"]) == 6
     printed = capsys.readouterr().out
@@ -140,5 +181,16 @@ def test_analytics_on_hand_made_and_real_event_logs(spark, tmp_path, capsys):
     assert thr.groupBy().sum("acked").first()[0] == 2
     assert thr.groupBy().sum("delivered").first()[0] == 6
     assert spark.read.parquet(str(out / "dead_letters")).count() == 6
-    assert png_size((out / "queues.png").read_bytes()) == (1000, 760)
+    # over time: the stuck queue's backlog and depth end at 3; the moved job is one job
+    # queued on two nodes, never two
+    thr_rows = spark.read.parquet(str(out / "throughput")).orderBy("bucket").collect()
+
+    def col(q, c):
+        return [r[c] for r in thr_rows if r["queue"] == q]
+
+    assert col("stuck", "backlog")[-1] == 3 and col("stuck", "queued")[-1] == 3
+    assert max(col("moved", "queued")) == 1 and col("moved", "queued")[-1] == 0
+    assert sum(col("failing", "dead_lettered")) == 3 and sum(col("flaky", "nacked")) == 15
+    assert sum(col("emails", "added")) == 3 and sum(col("emails", "nacked")) == 2
+    assert png_size((out / "queues.png").read_bytes()) == (1400, 950)
     assert json.loads((out / "summary.json").read_text())["queues"]["emails"]["acked"] == 2

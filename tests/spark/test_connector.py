@@ -13,6 +13,8 @@ from spark_support import wait_for
 from disquepy.spark._nodes import discover, lower_options
 from disquepy.spark.source import (
     DisqueBatchWriter,
+    DisqueSnapshotReader,
+    DisqueStreamReader,
     _AddJobSpec,
     chunk_tokens,
     marker_batch,
@@ -90,6 +92,48 @@ def test_options_are_case_insensitive_and_validated(single):
         _AddJobSpec.from_options({}, schema)
     with pytest.raises(ValueError, match="not a column"):
         _AddJobSpec.from_options({"queue": "q", "bodycolumn": "nope"}, schema)
+    spec = _AddJobSpec.from_options({"queue": "q"}, schema)
+    assert (spec.sync_connections(1), spec.sync_connections(3)) == (1, 16)
+    for one_copy in ({"replicate": "1"}, {"async": "true"}):
+        spec = _AddJobSpec.from_options({"queue": "q", **one_copy}, schema)
+        assert spec.sync_connections(3) == 1
+    for bad in ("0", "257"):
+        with pytest.raises(ValueError, match="connections must be between 1 and 256"):
+            _AddJobSpec.from_options({"queue": "q", "connections": bad}, schema)
+
+
+def test_unknown_options_are_refused_naming_the_valid_ones(single):
+    """A misspelled option is an error (it used to be ignored), for every use."""
+    from pyspark.sql.types import StringType, StructType
+
+    schema = StructType().add("body", StringType())
+    with pytest.raises(ValueError, match=r"the disque sink: unknown option 'replicat' "
+                       r"\(did you mean 'replicate'\?\); valid options: nodes, password, "
+                       r"queue, .*batchSize"):
+        _AddJobSpec.from_options(lower_options({"queue": "q", "Replicat": "2"}), schema)
+    with pytest.raises(ValueError, match="the disque batch source: unknown option "
+                       "'qeue'.*did you mean 'queue'"):
+        DisqueSnapshotReader({"nodes": single.nodes, "qeue": "q"}, schema)
+    with pytest.raises(ValueError, match="the disque stream source: unknown option "
+                       "'maxjobsperbatch'.*maxJobsPerTrigger"):
+        DisqueStreamReader({"queue": "q", "maxjobsperbatch": "10"}, schema)
+    # what Spark itself passes along (writeStream's checkpoint, save(path)) is no typo
+    spark_set = lower_options({"queue": "q", "checkpointLocation": "/ck", "path": "p"})
+    assert _AddJobSpec.from_options(spark_set, schema).queue == "q"
+    # a write option makes no sense on a read, and the other way round
+    with pytest.raises(ValueError, match="unknown option 'replicate'"):
+        DisqueSnapshotReader({"queue": "q", "replicate": "2"}, schema)
+    with pytest.raises(ValueError, match="unknown option 'fetchsize'"):
+        _AddJobSpec.from_options({"queue": "q", "fetchsize": "2"}, schema)
+
+
+def test_a_batch_read_needs_a_queue_like_a_stream_read(single):
+    from pyspark.sql.types import StringType, StructType
+
+    schema = StructType().add("body", StringType())
+    for cls, what in ((DisqueSnapshotReader, "batch"), (DisqueStreamReader, "stream")):
+        with pytest.raises(ValueError, match=f"the disque {what} source needs option queue"):
+            cls({"nodes": single.nodes}, schema)
 
 
 # ------------------------------------------------------------------ batch write / read
@@ -111,7 +155,8 @@ def test_batch_write_each_partition_to_its_node_then_snapshot_read(spark, cluste
     by_id = cluster3.by_id()
     assert [int(by_id[nid].execute_command("QLEN", "orders")) for nid in order] == [400] * 3
 
-    snap = spark.read.format("disque").option("nodes", cluster3.nodes).load()
+    snap = (spark.read.format("disque").option("nodes", cluster3.nodes)
+            .option("queues", "orders").load())
     assert snap.rdd.getNumPartitions() == 3
     rows = snap.collect()
     # one row per copy: at least two copies of each job (a slow replica may leave a
@@ -136,12 +181,22 @@ def test_same_partition_written_twice_with_the_same_keys_enqueues_once(single):
     from pyspark.sql.types import StringType, StructType
 
     schema = StructType().add("body", StringType())
-    opts = lower_options({"nodes": single.nodes, "queue": "retry", "batchSize": "64"})
+    opts = lower_options({"nodes": single.nodes, "queue": "retry", "batchSize": "64",
+                          "connections": "5"})
     writer = DisqueBatchWriter(opts, schema)
     batch = pa.RecordBatch.from_pydict({"body": [f"r{i}" for i in range(300)]})
     prefix = f"{writer.write_id}:4:"
+    c = single.servers[0].client()
+
+    def connections() -> int:
+        return int(c.info("stats")["total_connections_received"])
+
+    before = connections()
     node, n1 = write_partition(writer.nodes, writer.spec, prefix, 4, [batch])
     assert (node.id, n1) == (single.ids[0], 300)
+    # the rows went out over 5 connections at once: one alone moves one replicated
+    # job per round trip
+    assert connections() - before == 5
     # the retry fails half-way in the first attempt's shoes: write a prefix again...
     _, n2 = write_partition(writer.nodes, writer.spec, prefix, 4, [batch.slice(0, 150)])
     # ...and the whole partition again

@@ -21,13 +21,18 @@ def load(name: str):
 
 
 @pytest.mark.timeout(180)
-def test_fanout_then_stream_worker_processes_every_job_once(spark, cluster3, tmp_path):
+def test_fanout_then_stream_worker_processes_every_job_once(spark, cluster3, tmp_path,
+                                                           capsys):
     fanout = load("spark_fanout")
     worker = load("spark_stream_worker")
-    res = fanout.run(spark, cluster3.nodes, queue="emails", rows=1500, partitions=3)
-    assert res["written"] == 1500
+    # the default partitions: a multiple of the nodes, so all 3 get jobs (with the
+    # session's 2 cores, 2 partitions used to leave one node out)
+    res = fanout.run(spark, cluster3.nodes, queue="emails", rows=1500, progress=0.2)
+    assert res["written"] == 1500 and res["partitions"] % 3 == 0
+    assert sorted(res["per_node"].values()) == [500, 500, 500]
     assert cluster3.qlen("emails") == 1500
 
+    assert "jobs queued" in capsys.readouterr().out  # progress lines
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     q = worker.start(spark, cluster3.nodes, "emails", out, ck, once=True, max_jobs=750)
     q.awaitTermination(150)

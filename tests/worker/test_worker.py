@@ -106,7 +106,7 @@ def test_backoff_delays_grow(dq, r):
     wait_for(lambda: w.stats["acked"] == 1, timeout=30)
     w.stop(5)
     assert attempts == [1, 2, 3, 4] and ids == [jid] * 4
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     for gap, delay in zip(gaps, [1, 2, 4], strict=True):
         assert delay - 0.3 <= gap < delay + 1.5, gaps
     assert w.stats["retry-later"] == 3 and w.stats["nacked"] == 0

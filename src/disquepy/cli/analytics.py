@@ -10,11 +10,17 @@ from .conn import CliError, Target
 
 
 def load_analytics():  # -> module
-    """Import ``disquepy.spark.analytics``, or raise CliError saying what is missing."""
+    """Import ``disquepy.spark.analytics``, or raise CliError saying what is missing
+    (PySpark, or the Java 17+ it runs on)."""
     try:
         importlib.import_module("pyspark")
     except ImportError:
         raise CliError("disque analytics needs PySpark: pip install 'disquepy[spark]'") from None
+    from disquepy.spark._java import java_problem
+
+    problem = java_problem()
+    if problem:  # else PySpark dies in a long traceback when it starts the JVM
+        raise CliError(problem)
     try:
         return importlib.import_module("disquepy.spark.analytics")
     except ImportError as e:

@@ -21,9 +21,38 @@ DEFAULT_NODES = "127.0.0.1:7711"
 PROBE_QUEUE = "__disquepy_spark_probe__"
 
 
+#: every option the "disque" format knows, by use (the spelling shown in errors)
+COMMON_OPTIONS = ("nodes", "password")
+WRITE_OPTIONS = ("queue", "queueColumn", "bodyColumn", "keyColumn", "idempotent", "replicate",
+                 "retry", "ttl", "delay", "maxlen", "async", "timeout", "batchSize",
+                 "connections", "reportFile")
+READ_OPTIONS = ("queue", "queues", "bodyFormat", "states", "copies")
+STREAM_READ_OPTIONS = (*READ_OPTIONS, "maxJobsPerTrigger", "fetchSize", "readersPerNode",
+                       "workingInterval")
+#: options Spark itself sets or reads, which reach the data source with the user's
+#: (writeStream's checkpointLocation; save(path)/load(path) as "path")
+SPARK_OPTIONS = ("checkpointlocation", "path")
+
+
 def lower_options(options: Any) -> dict[str, str]:
     """Options with lower-cased keys (Spark already passes a case-insensitive map)."""
     return {str(k).lower(): str(v) for k, v in dict(options or {}).items()}
+
+
+def check_options(opts: dict[str, str], what: str, known: tuple[str, ...]) -> None:
+    """Refuse an option ``what`` (e.g. "the disque sink") does not know, naming it, the
+    closest known spelling and every valid option: a typo must not be ignored."""
+    import difflib
+
+    valid = (*COMMON_OPTIONS, *known)
+    by_lower = {k.lower(): k for k in valid}
+    unknown = sorted(k for k in opts if k not in by_lower and k not in SPARK_OPTIONS)
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], list(by_lower), n=1)
+    hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+    raise ValueError(f"{what}: unknown option {unknown[0]!r}{hint}; valid options: "
+                     + ", ".join(valid))
 
 
 def opt_bool(opts: dict[str, str], key: str, default: bool) -> bool:

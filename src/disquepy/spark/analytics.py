@@ -6,22 +6,28 @@ unix ms, ``event``, ``node``, ``job``, ``queue`` and per-event fields) from a fi
 directory (searched recursively; an unparsable line, such as the partial last line of
 a file being written, is skipped) and computes, per queue:
 
-- throughput over time: jobs added, delivered and acked per time bucket (the bucket
-  is chosen so the history spans at most ~120 buckets);
-- wait time: from the job being queued (the latest ``queued`` event before the
-  delivery; ``added`` when no ``queued`` was logged) to each delivery;
+- throughput over time: jobs added, delivered, acked and nacked, and dead letters, per
+  time bucket (the bucket is chosen so the history spans at most ~120 buckets);
+- backlog over time and at the end: jobs added and not yet acked, expired or deleted,
+  and the queued depth (jobs waiting in a queue: each job's state after each of its
+  events, so a job queued on two nodes after a federation move counts once);
+- wait time: from the job being queued (the FIRST ``queued`` event after the previous
+  delivery, so a federation move does not restart it; ``added`` when no ``queued`` was
+  logged) to each delivery;
 - processing time: from the last delivery before the ack to the ack;
-- p50/p90/p99/max of both, delivery attempts per job (mean, max), nack rate
-  (nacks per delivery) and expiry rate (expired jobs per job added);
-- likely dead letters: jobs delivered at least ``dead_deliveries`` times or nacked at
-  least ``dead_nacks`` times and never acked (nor deleted).
+- p50/p90/p99/max of both, delivery attempts per job (mean, max), nack rate (nacks per
+  delivery), dead-letter rate (jobs a worker added to the queue's dead-letter queue,
+  ``Q:dead`` by default, per job added: a worker's back-off re-adds a failing job as a
+  new job, so only the dead-letter queue shows that it gave up) and expiry rate;
+- likely stuck jobs (``likely_dead_letters``): delivered at least ``dead_deliveries``
+  times or nacked at least ``dead_nacks`` times and never acked (nor deleted).
 
 Queues named ``__disquepy_spark_*`` (the Spark source's markers) are left out.
 ``expired`` is logged by every node holding a copy and ``acked`` possibly by several:
 events are deduplicated per job before counting. The results go to ``out`` as
-Parquet (``summary``, ``throughput``, ``dead_letters``), ``summary.json``, and a PNG
-chart ``queues.png`` (throughput lines and latency bars, drawn by
-:mod:`disquepy.spark.png`); a summary is printed and returned as a dict.
+Parquet (``summary``, ``throughput``, ``dead_letters``), ``summary.json``, and a
+matplotlib chart ``queues.png`` (throughput in and out, backlog, wait and processing
+percentiles, nack and dead-letter rates); a summary is printed and returned as a dict.
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import png
+from ..worker.deadletter import DEFAULT_DLQ
 
 log = logging.getLogger("disquepy.spark.analytics")
 
@@ -80,10 +87,21 @@ def pick_bucket(span_ms: int, max_buckets: int = 120) -> int:
     return BUCKETS_S[-1]
 
 
+def dead_letter_regex(pattern: str = DEFAULT_DLQ) -> str:
+    """A regex whose group 1 is the queue a dead-letter queue name belongs to
+    (``pattern`` as the worker's ``dead_letter_queue``: ``"{queue}:dead"``)."""
+    head, sep, tail = pattern.partition("{queue}")
+    if not sep:
+        raise ValueError(f"dead-letter queue pattern {pattern!r} has no {{queue}} field")
+    return f"^{re.escape(head)}(.+){re.escape(tail)}$"
+
+
 def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: int = 2,
-                  spark: Any = None, quiet: bool = False) -> dict:
+                  dead_letter_queue: str = DEFAULT_DLQ, spark: Any = None,
+                  quiet: bool = False) -> dict:
     """Analyse the event log under ``path``; write Parquet, JSON and a PNG to ``out``;
     print a summary (unless ``quiet``) and return it as a dict."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     own = False
@@ -93,7 +111,9 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
         files = _event_files(path)
         raw = (spark.read.schema(EVENT_SCHEMA).option("mode", "DROPMALFORMED")
                .json(files))
-        ev = raw.where(F.col("ts").isNotNull() & F.col("event").isNotNull()
+        # seq: the line order, which breaks ties between one node's events in one ms
+        # (NACK, queued and GETJOB's delivered often share it)
+        ev = raw.withColumn("seq", F.monotonically_increasing_id()).where(F.col("ts").isNotNull() & F.col("event").isNotNull()
                        & F.col("job").isNotNull() & F.col("queue").isNotNull()
                        # the Spark source's own bookkeeping queues are not the user's
                        & ~F.col("queue").startswith(INTERNAL_PREFIX)).cache()
@@ -114,22 +134,37 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
         def first(kind: str):
             return F.min(F.when(e == kind, ts)).alias(kind)
 
-        def times(*kinds: str):
-            return F.array_sort(F.collect_list(F.when(e.isin(*kinds), ts)))
+        def times(kind: str):
+            return F.array_sort(F.collect_list(F.when(e == kind, ts)))
 
         jobs = (ev.groupBy("queue", "job").agg(
             first("added"), first("acked"), first("expired"), first("deleted"),
             F.count(F.when(e == "nacked", 1)).alias("nacks"),
-            times("delivered").alias("dts"), times("queued", "added").alias("qts"))
+            times("delivered").alias("dts"), times("queued").alias("qts"),
+            times("nacked").alias("nts"))
             .withColumn("deliveries", F.size("dts"))
-            # wait: each delivery minus the latest queued/added at or before it
+            # wait: from the FIRST time the job was queued after the previous delivery (a
+            # federation move or a second copy queues it again, on another node, while it
+            # still waits) to the delivery; the job's `added` when no `queued` was logged
+            .withColumn("prev", F.concat(F.array(F.lit(-1).cast("long")), "dts"))
             .withColumn("waits", F.expr(
-                "filter(transform(dts, d -> d - array_max(filter(qts, q -> q <= d))), "
-                "w -> w is not null)"))
+                "filter(transform(dts, (d, i) -> d - coalesce("
+                "array_min(filter(qts, q -> q <= d and q > prev[i])), "
+                "array_max(filter(qts, q -> q <= d)), "
+                "if(added <= d, added, null))), w -> w is not null)"))
             # processing: the ack minus the last delivery at or before it
             .withColumn("proc", F.expr(
                 "acked - array_max(filter(dts, d -> d <= acked))"))
-            .drop("qts")).cache()
+            # when the job stopped counting in the backlog: acked, expired or deleted
+            .withColumn("done", F.least("acked", "expired", "deleted"))
+            .drop("qts", "prev")).cache()
+
+        # dead letters: jobs a worker added to a queue's dead-letter queue ("Q:dead"),
+        # counted for Q (the worker re-adds a retried job as a new job and acks the
+        # original, so only the dead-letter queue tells that a job gave up)
+        origin = F.regexp_extract("queue", dead_letter_regex(dead_letter_queue), 1)
+        dlq = (jobs.where(F.col("added").isNotNull() & (origin != ""))
+               .select(origin.alias("queue"), F.col("added").alias("dead_ts")).cache())
 
         def pct(col: str):
             return [F.percentile_approx(col, p, 1000).alias(f"{col}_p{int(p * 100)}")
@@ -140,6 +175,9 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
             F.count(F.col("acked")).alias("acked"),
             F.count(F.col("expired")).alias("expired"),
             F.count(F.col("deleted")).alias("deleted"),
+            # jobs added and not yet acked, expired nor deleted at the end of the log
+            F.count(F.when(F.col("added").isNotNull() & F.col("done").isNull(), 1))
+            .alias("backlog"),
             F.sum("deliveries").alias("deliveries"),
             F.avg(F.when(F.col("deliveries") > 0, F.col("deliveries"))).alias("attempts_mean"),
             F.max("deliveries").alias("attempts_max"),
@@ -150,17 +188,39 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
                  .groupBy("queue").agg(*pct("wait_ms")))
         span = ev.groupBy("queue").agg(F.min("ts").alias("first_ts"),
                                       F.max("ts").alias("last_ts"))
-        summary = span.join(per_queue, "queue", "left").join(waits, "queue", "left")
-        summary = summary.withColumn(
-            "nack_rate", F.when(F.col("deliveries") > 0,
-                                F.col("nacks") / F.col("deliveries")).otherwise(0.0)
-        ).withColumn(
-            "expiry_rate", F.when(F.col("added") > 0,
-                                  F.col("expired") / F.col("added")).otherwise(0.0)
-        ).withColumn(
-            "acked_per_s", F.when(F.col("last_ts") > F.col("first_ts"),
-                                  F.col("acked") * 1000.0
-                                  / (F.col("last_ts") - F.col("first_ts"))).otherwise(None))
+
+        # queued depth: each job's state after each of its events (1 = waiting in a
+        # queue), its changes summed per bucket; the depth is their running sum
+        bucket = pick_bucket(hi - lo)
+        w_job = Window.partitionBy("queue", "job").orderBy("ts", "seq")
+        bcol = (F.floor(F.col("ts") / (bucket * 1000)) * bucket).cast("long").alias("bucket")
+        depth = (ev.select(
+                     "queue", "job", "ts", "seq",
+                     F.when(e == "queued", 1).otherwise(0).alias("state"))
+                 .withColumn("change", F.col("state")
+                             - F.coalesce(F.lag("state").over(w_job), F.lit(0)))
+                 .where(F.col("change") != 0)
+                 .groupBy("queue", bcol).agg(F.sum("change").alias("queued_change")))
+        last_depth = (depth.groupBy("queue").agg(F.sum("queued_change").alias("queued")))
+        dead_per_queue = dlq.groupBy("queue").agg(F.count("*").alias("dead_lettered"))
+
+        summary = (span.join(per_queue, "queue", "left").join(waits, "queue", "left")
+                   .join(last_depth, "queue", "left").join(dead_per_queue, "queue", "left")
+                   .fillna(0, ["queued", "dead_lettered"]))
+
+        def rate(num: str, den: str):
+            return F.when(F.col(den) > 0, F.col(num) / F.col(den)).otherwise(0.0)
+
+        def per_s(col: str):
+            return F.when(F.col("last_ts") > F.col("first_ts"),
+                          F.col(col) * 1000.0 / (F.col("last_ts") - F.col("first_ts")))
+
+        summary = summary.withColumns({
+            "nack_rate": rate("nacks", "deliveries"),  # nacks per delivery
+            "dead_letter_rate": rate("dead_lettered", "added"),  # dead letters per job added
+            "expiry_rate": rate("expired", "added"),
+            "added_per_s": per_s("added"),
+            "acked_per_s": per_s("acked")})
 
         dead = (jobs.where(F.col("acked").isNull() & F.col("deleted").isNull()
                            & ((F.col("deliveries") >= dead_deliveries)
@@ -168,21 +228,33 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
                 .select("queue", "job", "deliveries", "nacks",
                         F.col("expired").isNotNull().alias("expired")))
 
-        bucket = pick_bucket(hi - lo)
+        # per queue and bucket: jobs added, delivered, acked, nacked, dead-lettered, the
+        # backlog (added and not done) and the queued depth at the bucket's end
+        kinds = ["added", "delivered", "acked", "nacked", "dead_lettered", "done"]
+
+        def stamps(col: str, kind: str):
+            return F.transform(F.when(F.col(col).isNotNull(), F.array(col))
+                               .otherwise(F.array().cast("array<long>")),
+                               lambda t: F.struct(t.alias("ts"), F.lit(kind).alias("ev")))
+
+        def each(col: str, kind: str):
+            return F.transform(col, lambda t: F.struct(t.alias("ts"), F.lit(kind).alias("ev")))
+
         thr_events = jobs.select("queue", F.explode(F.concat(
-            F.when(F.col("added").isNotNull(),
-                   F.array(F.struct(F.col("added").alias("ts"), F.lit("added").alias("ev"))))
-            .otherwise(F.array().cast("array<struct<ts:long,ev:string>>")),
-            F.when(F.col("acked").isNotNull(),
-                   F.array(F.struct(F.col("acked").alias("ts"), F.lit("acked").alias("ev"))))
-            .otherwise(F.array().cast("array<struct<ts:long,ev:string>>")),
-            F.transform("dts", lambda d: F.struct(d.alias("ts"), F.lit("delivered").alias("ev")))
-        )).alias("x")).select("queue", "x.ts", "x.ev")
-        thr = (thr_events
-               .withColumn("bucket", (F.floor(F.col("ts") / (bucket * 1000)) * bucket)
-                           .cast("long"))
-               .groupBy("queue", "bucket").pivot("ev", ["added", "delivered", "acked"])
-               .count().fillna(0).orderBy("queue", "bucket"))
+            stamps("added", "added"), stamps("acked", "acked"), each("dts", "delivered"),
+            each("nts", "nacked"),
+            F.when(F.col("added").isNotNull(), stamps("done", "done"))
+            .otherwise(F.array().cast("array<struct<ts:long,ev:string>>")))).alias("x")
+        ).select("queue", "x.ts", "x.ev").unionByName(
+            dlq.select("queue", F.col("dead_ts").alias("ts"), F.lit("dead_lettered").alias("ev")))
+        w_q = Window.partitionBy("queue").orderBy("bucket").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow)
+        thr = (thr_events.select("queue", bcol, "ev")
+               .groupBy("queue", "bucket").pivot("ev", kinds).count()
+               .join(depth, ["queue", "bucket"], "full").fillna(0)
+               .withColumn("backlog", F.sum(F.col("added") - F.col("done")).over(w_q))
+               .withColumn("queued", F.sum("queued_change").over(w_q))
+               .drop("done", "queued_change").orderBy("queue", "bucket"))
 
         summary.write.mode("overwrite").parquet(str(outp / "summary"))
         thr.write.mode("overwrite").parquet(str(outp / "throughput"))
@@ -203,7 +275,7 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
             queues[d.pop("queue")] = d
         thr_rows = thr.collect()
         chart = outp / "queues.png"
-        _chart(chart, queues, thr_rows, bucket, lo)
+        _chart(chart, queues, thr_rows, bucket, dead_letter_queue)
         result = {"events": n_events, "files": len(files), "bucket_s": bucket,
                   "first_ts": lo, "last_ts": hi, "queues": queues,
                   "dead_letters_sample": [r.asDict() for r in dead_rows[:20]],
@@ -234,49 +306,133 @@ def format_summary(result: dict) -> str:
     """The printed summary: one line per queue."""
     lines = [f"{result['events']} events from {result['files']} file(s), "
              f"throughput bucket {result.get('bucket_s', '-')} s"]
-    head = (f"{'queue':<20} {'added':>8} {'acked':>8} {'deliv':>8} {'wait p50':>9} "
-            f"{'wait p99':>9} {'proc p50':>9} {'proc p99':>9} {'nack%':>6} {'exp%':>6} "
-            f"{'dead?':>6}")
+    head = (f"{'queue':<20} {'added':>8} {'acked':>8} {'backlog':>8} {'queued':>7} "
+            f"{'deliv':>8} {'wait p50':>9} {'wait p99':>9} {'proc p50':>9} {'proc p99':>9} "
+            f"{'nack%':>6} {'dead%':>6} {'exp%':>6} {'stuck?':>6}")
     lines += [head, "-" * len(head)]
     for q, d in result["queues"].items():
         lines.append(
-            f"{q[:20]:<20} {d['added']:>8} {d['acked']:>8} {d['deliveries']:>8} "
+            f"{q[:20]:<20} {d['added']:>8} {d['acked']:>8} {d['backlog']:>8} "
+            f"{d['queued']:>7} {d['deliveries']:>8} "
             f"{_ms(d.get('wait_ms_p50')):>9} {_ms(d.get('wait_ms_p99')):>9} "
             f"{_ms(d.get('proc_ms_p50')):>9} {_ms(d.get('proc_ms_p99')):>9} "
-            f"{100 * d['nack_rate']:>5.1f}% {100 * d['expiry_rate']:>5.1f}% "
-            f"{d['likely_dead_letters']:>6}")
+            f"{100 * d['nack_rate']:>5.1f}% {100 * d['dead_letter_rate']:>5.1f}% "
+            f"{100 * d['expiry_rate']:>5.1f}% {d['likely_dead_letters']:>6}")
+    lines.append("backlog: added, not yet acked/expired/deleted; queued: waiting in a queue "
+                 "at the end; dead%: dead letters (Q:dead) per job added; stuck?: delivered "
+                 "3+ times or nacked 2+ times, never acked")
     if "outputs" in result:
         lines.append(f"chart: {result['outputs']['chart']}")
     return "\n".join(lines)
 
 
-def _chart(path: Path, queues: dict, thr_rows: list, bucket: int, t0: int) -> None:
-    """Two panels: acked jobs/s over time per queue; wait and processing p90 per queue."""
-    top = sorted(queues, key=lambda q: -(queues[q]["added"] + queues[q]["acked"]))[:6]
-    cv = png.Canvas(1000, 760)
-    cv.text(20, 12, "DISQUE QUEUES", png.BLACK, 3)
-    series = []
-    all_buckets = [r["bucket"] for r in thr_rows]
-    x_label = "SECONDS"
-    if all_buckets:
-        first, last = min(all_buckets), max(all_buckets)
-        t0 = first * 1000
-        x_label = "SECONDS SINCE " + time.strftime("%Y-%m-%d %H:%M:%S UTC",
-                                                   time.gmtime(first))
-        for q in top:  # buckets without acks are zeros, not gaps to interpolate over
-            acked = {r["bucket"]: r["acked"] or 0 for r in thr_rows if r["queue"] == q}
-            pts = [((b * 1000 - t0) / 1000.0, acked.get(b, 0) / bucket)
-                   for b in range(first, last + bucket, bucket)]
-            series.append((q, pts))
-    png.line_panel(cv, (20, 50, 980, 400), f"ACKED JOBS/S ({bucket} S BUCKETS)",
-                   x_label, series)
-    groups = []
+def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
+           dead_letter_queue: str = DEFAULT_DLQ) -> None:
+    """The chart ``queues.png``, one colour per queue (the 6 busiest; dead-letter queues
+    count in their queue's dead-letter rate): jobs in and out per second, backlog and
+    queued depth over time, wait and processing percentiles, nack and dead-letter rates."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter
+
+    dlq = re.compile(dead_letter_regex(dead_letter_queue))
+    own = [q for q in queues if not dlq.match(q)] or list(queues)
+    top = sorted(own, key=lambda q: -(queues[q]["added"] + queues[q]["acked"]))[:6]
+    colors = dict(zip(top, ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                            "#8c564b"), strict=False))
+    fig = Figure(figsize=(14, 9.5), dpi=100, layout="constrained")
+    (a_thr, a_back), (a_lat, a_fail) = fig.subplots(2, 2)
+    buckets = sorted({r["bucket"] for r in thr_rows if r["queue"] in colors})
+    first = buckets[0] if buckets else 0
+    start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(first))
+    length = (buckets[-1] - first + bucket) if buckets else 0
+    fig.suptitle(f"Disque queues: {start}, {length} s", fontsize=15, fontweight="bold")
+    fig.legend(handles=[Patch(color=colors[q], label=q) for q in top], loc="outside lower center",
+               ncol=len(top) or 1, fontsize=11, frameon=False)
+    # each bucket's value held over the bucket, the last one drawn to its end
+    grid = list(range(first, buckets[-1] + 2 * bucket, bucket)) if buckets else []
+    xs = [b - first for b in grid]
     for q in top:
-        d = queues[q]
-        groups.append((q, [float(d.get("wait_ms_p90") or 0), float(d.get("proc_ms_p90") or 0)]))
-    png.bar_panel(cv, (20, 420, 980, 750), "LATENCY P90 (MS)", groups,
-                  ["WAIT (QUEUED TO DELIVERED)", "PROCESSING (DELIVERED TO ACKED)"])
-    path.write_bytes(cv.png())
+        by_bucket = {r["bucket"]: r for r in thr_rows if r["queue"] == q}
+
+        def series(col: str, carry: bool = False, by_bucket=by_bucket) -> list:
+            out, last = [], 0  # a bucket without events: no jobs, the same depth
+            for b in grid:
+                r = by_bucket.get(b)
+                last = (r[col] or 0) if r is not None else (last if carry else 0)
+                out.append(last)
+            return out
+
+        c = colors[q]
+        a_thr.step(xs, [v / bucket for v in series("added")], where="post", color=c, lw=2)
+        a_thr.step(xs, [v / bucket for v in series("acked")], where="post", color=c, lw=2,
+                   ls="--")
+        a_back.step(xs, series("backlog", carry=True), where="post", color=c, lw=2)
+        a_back.step(xs, series("queued", carry=True), where="post", color=c, lw=1.5, ls=":")
+    for ax, title, ylabel, styles in (
+            (a_thr, f"Throughput ({bucket} s buckets)", "jobs/s",
+             (("-", "in: added"), ("--", "out: acked"))),
+            (a_back, "Backlog", "jobs",
+             (("-", "added, not yet acked"), (":", "waiting in the queue")))):
+        ax.set_title(title, fontsize=12, loc="left", fontweight="bold")
+        ax.set_xlabel("seconds since the start")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(handles=[Line2D([], [], color="black", ls=ls, label=lab)
+                           for ls, lab in styles], fontsize=9, loc="upper left")
+
+    # wait and processing p50 / p90 / p99: one row per queue and kind
+    labels, rows = [], []
+    for q in top:
+        for kind, key in (("wait", "wait_ms"), ("processing", "proc_ms")):
+            labels.append((q, kind))
+            rows.append([queues[q].get(f"{key}_p{p}") for p in (50, 90, 99)])
+    h, shades = 0.27, (1.0, 0.6, 0.3)
+    hi = max([float(v) for r in rows for v in r if v is not None] + [1.0])
+    for i, alpha in enumerate(shades):
+        for k, ((q, _kind), r) in enumerate(zip(labels, rows, strict=True)):
+            y = k + (i - 1) * h
+            if r[i] is None:  # no delivery (wait) or no ack (processing)
+                if i == 1:
+                    a_lat.text(0.6, y, "no data", va="center", fontsize=8, color="gray")
+                continue
+            v = max(float(r[i]), 0.5)  # 0 ms on a log axis
+            a_lat.barh(y, v, height=h, alpha=alpha, color=colors[q])
+            a_lat.text(v * 1.1, y, _ms(r[i]), va="center", fontsize=7)
+    a_lat.set_yticks(range(len(labels)), [f"{q}: {kind}" for q, kind in labels], fontsize=9)
+    a_lat.invert_yaxis()
+    a_lat.set_xscale("log")
+    a_lat.set_xlim(0.5, hi * 4)
+    a_lat.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _ms(v)))
+    a_lat.set_title("Wait (queued to delivered), processing (delivered to acked)",
+                    fontsize=12, loc="left", fontweight="bold")
+    a_lat.legend(handles=[Patch(color="black", alpha=a, label=f"p{p}")
+                          for p, a in zip((50, 90, 99), shades, strict=True)],
+                 fontsize=9, loc="lower right")
+    a_lat.grid(alpha=0.3, axis="x")
+
+    # failures per queue: nacks per delivery, dead letters per job added
+    k = range(len(top))
+    nack = [100 * queues[q]["nack_rate"] for q in top]
+    dead = [100 * queues[q]["dead_letter_rate"] for q in top]
+    a_fail.bar([x - 0.2 for x in k], nack, width=0.4, color=[colors[q] for q in top])
+    a_fail.bar([x + 0.2 for x in k], dead, width=0.4, color=[colors[q] for q in top],
+               hatch="//", edgecolor="black", alpha=0.5)
+    for x, v in [*zip([x - 0.2 for x in k], nack, strict=True),
+                 *zip([x + 0.2 for x in k], dead, strict=True)]:
+        a_fail.text(x, v, f"{v:.1f}%" if v else "0", ha="center", va="bottom", fontsize=8)
+    a_fail.set_xticks(list(k), top, fontsize=9)
+    a_fail.set_ylabel("% of deliveries / of jobs added")
+    a_fail.set_ylim(0, max([*nack, *dead, 1.0]) * 1.2)
+    a_fail.set_title("Failures", fontsize=12, loc="left", fontweight="bold")
+    a_fail.legend(handles=[Patch(color="gray", label="nacks per delivery"),
+                           Patch(facecolor="white", edgecolor="black", hatch="//",
+                                 label="dead letters per job added")],
+                  fontsize=9, loc="upper left")
+    a_fail.grid(alpha=0.3, axis="y")
+    fig.savefig(path)
 
 
 def main(argv: list[str] | None = None) -> int:

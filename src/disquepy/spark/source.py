@@ -15,14 +15,17 @@ Batch and streaming write (``df.write`` / ``writeStream``)
     same id), so a replayed micro-batch does not enqueue twice either. With
     ``keyColumn`` a column supplies the key instead of the row index: use it when the
     rows of a partition do not come back in the same order on recomputation (e.g.
-    after an unsorted shuffle). ADDJOBs are pipelined ``batchSize`` at a time on one
-    connection per task. Every task reports how many jobs it wrote in its commit
-    message; the driver logs the total (and writes it as JSON to ``reportFile`` when
-    that option is set).
+    after an unsorted shuffle). ADDJOBs are pipelined ``batchSize`` at a time, spread
+    over ``connections`` connections per task (default 16 when jobs are replicated
+    synchronously: a node runs a connection's next command only once the previous job
+    is replicated; else 1). Every task reports how many
+    jobs it wrote in its commit message; the driver logs the total (and writes it as
+    JSON to ``reportFile`` when that option is set).
 
 Batch read (``spark.read``)
-    A non-consuming snapshot: one partition per node, each scanning its node with
-    ``JSCAN ... REPLY all`` (optionally per queue and per state). A job replicated to
+    A non-consuming snapshot of the queues named by ``queue``/``queues`` (required, as
+    for a stream read): one partition per node, each scanning its node with
+    ``JSCAN ... QUEUE q REPLY all`` (optionally per state). A job replicated to
     three nodes has three copies: ``copies=all`` (default) returns one row per copy
     (the ``node`` column says where; ``dropDuplicates(["id"])`` gives one per job),
     ``copies=primary`` keeps only the copy held by the node that created the job
@@ -93,6 +96,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -116,8 +120,12 @@ from pyspark.sql.types import StructType
 
 from ._nodes import (
     PROBE_QUEUE,
+    READ_OPTIONS,
+    STREAM_READ_OPTIONS,
+    WRITE_OPTIONS,
     AddJobPacker,
     NodeAddr,
+    check_options,
     connect,
     discover,
     lower_options,
@@ -211,13 +219,26 @@ class _AddJobSpec:
     timeout_ms: int
     extra: tuple = ()
     batch_size: int = 1000
+    connections: int | None = None  # None: see sync_connections
     password: str | None = None
+
+    def sync_connections(self, n_nodes: int) -> int:
+        """Connections per task: the ``connections`` option, else 16 when the jobs are
+        replicated synchronously (a cluster, without ASYNC or REPLICATE 1: each job
+        holds its connection for a replication round trip), else 1 (the node answers
+        at once; more connections would only add threads)."""
+        if self.connections is not None:
+            return self.connections
+        extra = list(self.extra)
+        one_copy = "REPLICATE" in extra and extra[extra.index("REPLICATE") + 1] == 1
+        return 16 if n_nodes > 1 and "ASYNC" not in extra and not one_copy else 1
 
     @classmethod
     def from_options(cls, opts: dict[str, str], schema: StructType) -> _AddJobSpec:
+        check_options(opts, "the disque sink", WRITE_OPTIONS)
         names = [f.name for f in schema.fields]
         lower = {n.lower(): n for n in names}
-        queues = opt_list(opts, "queue", "queues")
+        queues = opt_list(opts, "queue")
         queue_col = opts.get("queuecolumn")
         if queue_col is not None:
             queue_col = lower.get(queue_col.lower(), queue_col)
@@ -249,7 +270,14 @@ class _AddJobSpec:
                    idempotent=opt_bool(opts, "idempotent", True),
                    timeout_ms=opt_int(opts, "timeout", 10000), extra=tuple(extra),
                    batch_size=max(1, opt_int(opts, "batchsize", 1000)),
-                   password=opts.get("password"))
+                   connections=_connections(opts), password=opts.get("password"))
+
+
+def _connections(opts: dict[str, str]) -> int | None:
+    n = opt_int(opts, "connections", None)
+    if n is not None and not 1 <= n <= 256:
+        raise ValueError(f"connections must be between 1 and 256, not {n}")
+    return n
 
 
 def _column_values(batch: Any, name: str) -> list:
@@ -296,15 +324,25 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
                     partition: int, batches: Any) -> tuple[NodeAddr, int]:
     """Write every row of ``batches`` (Arrow record batches) to the partition's node with
     pipelined ADDJOBs; returns (node, jobs written). Raises on any error reply, so Spark
-    retries the task, on the same node, with the same keys."""
+    retries the task, on the same node, with the same keys.
+
+    A node answers a synchronously replicated ADDJOB once its copies are made, and runs
+    a connection's next command only then (as Disque does): one connection moves one job
+    per replication round trip, however deep its pipeline. So each ``batchSize`` rows
+    are spread over several connections sending at once (``connections``; see
+    :meth:`_AddJobSpec.sync_connections`); the node replicates the jobs that arrive
+    together in one message per peer."""
     node = nodes[partition % len(nodes)]
     keyed = spec.idempotent and key_prefix is not None
     packer = AddJobPacker(spec.timeout_ms, spec.extra, keyed)
     prefix = (key_prefix or "").encode()
-    conn = connect(node.host, node.port, spec.password)
+    n_conns = spec.sync_connections(len(nodes))
+    conns: list = []
+    pool = ThreadPoolExecutor(n_conns) if n_conns > 1 else None
     written = 0
     row = 0
     try:
+        conns.append(connect(node.host, node.port, spec.password))
         for batch in batches:
             n = batch.num_rows
             if n == 0:
@@ -325,11 +363,21 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
             cmd = packer.command
             for lo in range(0, n, spec.batch_size):
                 hi = min(n, lo + spec.batch_size)
-                written += _add_all(conn, node, [cmd(queues[i], bodies[i], keys[i])
-                                                 for i in range(lo, hi)])
+                cmds = [cmd(queues[i], bodies[i], keys[i]) for i in range(lo, hi)]
+                if pool is None:
+                    written += _add_all(conns[0], node, cmds)
+                    continue
+                k = min(n_conns, len(cmds))
+                while len(conns) < k:
+                    conns.append(connect(node.host, node.port, spec.password))
+                written += sum(pool.map(lambda c, part: _add_all(c, node, part), conns[:k],
+                                        [cmds[j::k] for j in range(k)]))
             row += n
     finally:
-        conn.close()
+        if pool is not None:
+            pool.shutdown()
+        for c in conns:
+            c.close()
     return node, written
 
 
@@ -438,10 +486,13 @@ class DisqueSnapshotReader(DataSourceReader):
     """``spark.read.format("disque")``: every job on every node, nothing consumed."""
 
     def __init__(self, opts: dict[str, str], schema: StructType) -> None:
+        check_options(opts, "the disque batch source", READ_OPTIONS)
         self.opts = opts
         self.schema = schema
         self.queues = opt_list(opts, "queue", "queues")
-        self.states = opt_list(opts, "states", "state")
+        if not self.queues:
+            raise ValueError("the disque batch source needs option queue (or queues)")
+        self.states = opt_list(opts, "states")
         self.fmt = _body_type(opts)
         copies = opts.get("copies", "all").lower()
         if copies not in ("all", "primary"):
@@ -461,12 +512,10 @@ class DisqueSnapshotReader(DataSourceReader):
         prefix = node.id[:8]
         seen: set[bytes] = set()
         try:
-            for queue in self.queues or [None]:
+            for queue in self.queues:
                 cursor = b"0"
                 while True:
-                    args: list = ["JSCAN", cursor, "COUNT", 1000]
-                    if queue is not None:
-                        args += ["QUEUE", queue]
+                    args: list = ["JSCAN", cursor, "COUNT", 1000, "QUEUE", queue]
                     for s in self.states:
                         args += ["STATE", s]
                     args += ["REPLY", "all"]
@@ -592,6 +641,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("disque")``: consume jobs, ack after the batch commits."""
 
     def __init__(self, opts: dict[str, str], schema: StructType) -> None:
+        check_options(opts, "the disque stream source", STREAM_READ_OPTIONS)
         self.opts = opts
         self.schema = schema
         self.queues = opt_list(opts, "queue", "queues")
