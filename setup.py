@@ -12,6 +12,7 @@ Python and behaves the same, only slower.
   ``DISQUEPY_REQUIRE_MYPYC=1`` (set by ``make``), which makes that an error.
 """
 
+import hashlib
 import os
 import sys
 import tempfile
@@ -39,6 +40,12 @@ MYPYC_MODULES = [
     "src/disquepy/core/commands/jobs.py",
     "src/disquepy/core/commands/queues.py",
     "src/disquepy/core/commands/server.py",
+    # the cluster: bus messages and the node's parts by topic
+    "src/disquepy/core/messages.py",
+    "src/disquepy/core/membership.py",
+    "src/disquepy/core/replication.py",
+    "src/disquepy/core/acks.py",
+    "src/disquepy/core/federation.py",
 ]
 
 
@@ -90,30 +97,51 @@ def mypyc_extensions() -> list[Extension]:
     return exts
 
 
+# beside the package's __init__.py: "<sha1> <path>" of each .py the build compiled, so
+# that an edited source is never shadowed by its stale extension (disquepy/__init__.py)
+MANIFEST = "_mypyc_sources.txt"
+
+
 class BuildExt(build_ext):
     """The mypyc modules import one shared library: they are built all or none, so a
-    half-built set never shadows the .py files."""
+    half-built set never shadows the .py files; the manifest lists what was built."""
+
+    def mypyc_outputs(self) -> list[str]:
+        """Where this build puts (or an earlier build put) the mypyc modules."""
+        names = ["disquepy__mypyc"] + [
+            src.removeprefix("src/").removesuffix(".py").replace("/", ".")
+            for src in MYPYC_MODULES]
+        return [self.get_ext_fullpath(n) for n in names]
 
     def run(self):
-        super().run()
+        manifest = os.path.join(os.path.dirname(self.get_ext_fullpath("disquepy.x")), MANIFEST)
+        if os.path.exists(manifest):
+            os.remove(manifest)
         mypyc = [e for e in self.extensions if e.name != "disquepy.codec._creader"]
+        if not mypyc:  # not compiled this time: no module of an earlier build may remain
+            self.remove(self.mypyc_outputs())
+            saved, self.inplace = self.inplace, 0  # and none in build/ to be installed
+            self.remove(self.mypyc_outputs())
+            self.inplace = saved
+        super().run()
         missing = [e for e in mypyc if not os.path.exists(self.get_ext_fullpath(e.name))]
         if mypyc and missing:
-            for e in mypyc:
-                path = self.get_ext_fullpath(e.name)
-                if os.path.exists(path):
-                    os.remove(path)
+            self.remove(self.mypyc_outputs())
             if os.environ.get("DISQUEPY_REQUIRE_MYPYC") == "1":
                 raise SystemExit("disquepy setup: compiling the mypyc modules failed")
             note("compiling the mypyc modules failed: the core stays interpreted")
+        elif mypyc:
+            with open(manifest, "w") as f:
+                for src in MYPYC_MODULES:
+                    with open(src, "rb") as s:
+                        digest = hashlib.sha1(s.read()).hexdigest()
+                    f.write(f"{digest} {os.path.relpath(src, 'src/disquepy')}\n")
 
-    def build_extension(self, ext):
-        # an optional extension that fails is reported and skipped by build_ext; drop a
-        # stale file from an earlier build so it cannot be imported instead
-        path = self.get_ext_fullpath(ext.name)
-        if os.path.exists(path):
-            os.remove(path)
-        super().build_extension(ext)
+    @staticmethod
+    def remove(paths: list[str]) -> None:
+        for path in paths:
+            if os.path.exists(path):
+                os.remove(path)
 
 
 setup(

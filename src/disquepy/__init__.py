@@ -9,8 +9,15 @@ sees inside the core. It must be set before disquepy is first imported, and it i
 inherited by the processes started from this one.
 """
 
+from __future__ import annotations
+
 import os as _os
 import sys as _sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
 
 __version__ = "0.1.0"
 
@@ -23,7 +30,8 @@ class _SourcesFirst:
     reader, have no ``.py`` and are left to the normal import)."""
 
     @staticmethod
-    def find_spec(fullname, path, target=None):
+    def find_spec(fullname: str, path: Sequence[str] | None,
+                  target: object = None) -> ModuleSpec | None:
         if path is None or not fullname.startswith(__name__ + "."):
             return None
         from importlib.util import spec_from_file_location
@@ -39,6 +47,40 @@ class _SourcesFirst:
                 return spec_from_file_location(fullname, source)
         return None
 
+
+def _stale_source() -> str | None:
+    """The first compiled module whose .py changed since the build (setup.py lists the
+    sources it compiled, with their SHA1), or None. An edited tree built in place must
+    run its edits, not the extension of the previous version."""
+    here = _os.path.dirname(__file__)
+    try:
+        with open(_os.path.join(here, "_mypyc_sources.txt")) as f:
+            lines = f.read().split("\n")
+    except OSError:
+        return None  # nothing compiled
+    from hashlib import sha1
+
+    for line in lines:
+        digest, _, rel = line.partition(" ")
+        if rel:
+            try:
+                with open(_os.path.join(here, rel), "rb") as src:
+                    if sha1(src.read()).hexdigest() != digest:
+                        return rel
+            except OSError:
+                return rel
+    return None
+
+
+if not INTERPRETED:
+    _stale = _stale_source()
+    if _stale is not None:
+        import warnings
+
+        warnings.warn(f"disquepy: {_stale} changed since the core was compiled: running "
+                      "the .py sources (rebuild: pip install -e ., or setup.py build_ext "
+                      "--inplace)", RuntimeWarning, stacklevel=2)
+        INTERPRETED = True
 
 if INTERPRETED and not any(isinstance(f, _SourcesFirst) for f in _sys.meta_path):
     _sys.meta_path.insert(0, _SourcesFirst())

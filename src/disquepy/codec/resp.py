@@ -586,7 +586,7 @@ class HiredisRequestReader(PyRequestReader):
                         hr = self._hr
                         if hr is None:
                             hr = self._hr = _hiredis.Reader()
-                            hr.feed(buf, pos)  # type: ignore[arg-type]  # a bytearray is fine
+                            hr.feed(buf, pos)
                         try:
                             req = hr.gets()
                         except _hiredis.ProtocolError:
