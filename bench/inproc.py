@@ -12,7 +12,8 @@ optimisation of the shell or the core changes.
 - ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, with a
   fake transport (parse, execute, reply; the core's ADDJOB included), on one connection
   and on 50 taking turns (the job store grows over the rounds, as under load); then the
-  consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call).
+  consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call),
+  then each of the two alone (a run of GETJOBs, then their ACKJOBs).
 - ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
   every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of
@@ -156,6 +157,26 @@ def bench_consume(n: int, rounds: int) -> None:
         out.append((time.perf_counter() - t0) / n * 1e6)
     assert node.jobs.count == 0, node.jobs.count
     print(f"protocol  GETJOB + ACKJOB (consume)     {min(out):6.2f} us per job")
+
+    # the same two requests apart: n GETJOBs (their IDs kept), then the n ACKJOBs
+    gets, acks = [], []
+    for _ in range(rounds):
+        load(n)
+        ids = []
+        t0 = time.perf_counter()
+        for _ in range(n):
+            dr(getjob)
+            ids.append(last[0][20:60])
+        t1 = time.perf_counter()
+        reqs = [b"*2\r\n$6\r\nACKJOB\r\n$40\r\n" + jid + b"\r\n" for jid in ids]
+        t2 = time.perf_counter()
+        for a in reqs:
+            dr(a)
+        gets.append((t1 - t0) / n * 1e6)
+        acks.append((time.perf_counter() - t2) / n * 1e6)
+    assert node.jobs.count == 0, node.jobs.count
+    print(f"protocol  GETJOB NOHANG FROM q (1 job)  {min(gets):6.2f} us")
+    print(f"protocol  ACKJOB <its id>               {min(acks):6.2f} us")
     loop.close()
 
 
