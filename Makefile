@@ -12,13 +12,18 @@ BIN := $(VENV)/bin
 # spark extras, ~750 MB with pyspark)
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
-# the C request reader (see setup.py), rebuilt when its source changes
+# the compiled parts (see setup.py): the C request reader and the hot path compiled by
+# mypyc, rebuilt when their sources change. Here a mypyc failure is an error
+# (DISQUEPY_REQUIRE_MYPYC); a plain `pip install` without a compiler goes on interpreted.
 EXT := $(VENV)/.ext-built
+EXT_SRC := src/disquepy/codec/_creader.c src/disquepy/codec/resp.py setup.py \
+	$(wildcard src/disquepy/core/*.py src/disquepy/core/commands/*.py)
+export DISQUEPY_REQUIRE_MYPYC ?= 1
 COMPAT := .venv-compat
 PORT ?= 7711
 WEB_PORT ?= 8000
 
-.PHONY: run cluster test lint bench deps builddeps java clean
+.PHONY: run cluster test test-interpreted typecheck lint bench deps builddeps java clean
 
 $(BASE): pyproject.toml setup.py | builddeps
 	$(PY) -m venv $(VENV)
@@ -30,7 +35,8 @@ $(STAMP): $(BASE)
 	$(BIN)/pip install -q -e '.[dev,spark]'
 	touch $(STAMP) $(EXT)
 
-$(EXT): src/disquepy/codec/_creader.c | $(BASE)
+# (mypy, for mypyc, comes with the isolated build's requirements: `make run` stays light)
+$(EXT): $(EXT_SRC) | $(BASE)
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
@@ -75,9 +81,21 @@ run: $(BASE) $(EXT)
 cluster: $(BASE) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
 
+# against the compiled core; the simulator's sabotage tests switch their workers to the
+# .py sources (DISQUEPY_INTERPRETED=1), as compiled classes cannot be monkeypatched
 test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java
 	$(BIN)/ruff check src tests bench scripts setup.py
+	$(BIN)/python -c "import disquepy.core.node, disquepy, sys; \
+	  sys.exit(not disquepy.compiled_modules() and 'the core is not compiled (setup.py)')"
 	$(BIN)/python -m pytest -p no:cacheprovider tests
+
+# the same core interpreted (the .py files), on the suites that drive it in process
+test-interpreted: $(STAMP) $(EXT)
+	DISQUEPY_INTERPRETED=1 $(BIN)/python -m pytest -p no:cacheprovider tests/unit tests/sim
+
+# mypy --strict on the core (README, "Type checking")
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src/disquepy/core src/disquepy/codec/resp.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts setup.py
@@ -87,7 +105,8 @@ bench: $(STAMP) $(EXT) deps
 
 clean:
 	rm -rf $(VENV) $(COMPAT) bench/loadgen build
-	rm -f src/disquepy/codec/_creader.*.so
+	rm -f src/disquepy/codec/_creader.*.so src/disquepy/*.so src/disquepy/_mypyc_sources.txt
+	find src/disquepy/core src/disquepy/codec -name '*.so' -delete
 
 # Real-process fault suite (docs/RELIABILITY.md): 3 seeded runs x 60 s of faults on a
 # 5-node cluster behind the bus proxy; summary in var/chaos-summary.json.

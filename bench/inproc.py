@@ -12,13 +12,16 @@ optimisation of the shell or the core changes.
 - ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, with a
   fake transport (parse, execute, reply; the core's ADDJOB included), on one connection
   and on 50 taking turns (the job store grows over the rounds, as under load); then the
-  consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call).
+  consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call),
+  then each of the two alone (a run of GETJOBs, then their ACKJOBs).
 - ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
   every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of
   Python per replicated job, summed over the three nodes.
 
-Each figure is the best of ``--rounds`` rounds.
+Each figure is the best of ``--rounds`` rounds. A/B of the compiled core (setup.py) and
+the same code interpreted: run once with ``DISQUEPY_INTERPRETED=1`` and once without,
+alternating, with ``--cpu`` on a busy machine.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ADDJOB = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$16\r\n0123456789abcdef\r\n$1\r\n0\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
+clock = time.perf_counter  # --cpu: time.process_time
 
 
 def best(fn, n: int, rounds: int) -> float:
@@ -44,9 +48,9 @@ def best(fn, n: int, rounds: int) -> float:
     fn(min(n, 1000))
     out = []
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = clock()
         done = fn(n) or n
-        out.append((time.perf_counter() - t0) / done * 1e6)
+        out.append((clock() - t0) / done * 1e6)
     return min(out)
 
 
@@ -151,11 +155,31 @@ def bench_consume(n: int, rounds: int) -> None:
     out = []
     for _ in range(rounds):
         load(n)
-        t0 = time.perf_counter()
+        t0 = clock()
         run(n)
-        out.append((time.perf_counter() - t0) / n * 1e6)
+        out.append((clock() - t0) / n * 1e6)
     assert node.jobs.count == 0, node.jobs.count
     print(f"protocol  GETJOB + ACKJOB (consume)     {min(out):6.2f} us per job")
+
+    # the same two requests apart: n GETJOBs (their IDs kept), then the n ACKJOBs
+    gets, acks = [], []
+    for _ in range(rounds):
+        load(n)
+        ids = []
+        t0 = clock()
+        for _ in range(n):
+            dr(getjob)
+            ids.append(last[0][20:60])
+        t1 = clock()
+        reqs = [b"*2\r\n$6\r\nACKJOB\r\n$40\r\n" + jid + b"\r\n" for jid in ids]
+        t2 = clock()
+        for a in reqs:
+            dr(a)
+        gets.append((t1 - t0) / n * 1e6)
+        acks.append((clock() - t2) / n * 1e6)
+    assert node.jobs.count == 0, node.jobs.count
+    print(f"protocol  GETJOB NOHANG FROM q (1 job)  {min(gets):6.2f} us")
+    print(f"protocol  ACKJOB <its id>               {min(acks):6.2f} us")
     loop.close()
 
 
@@ -212,7 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=100_000, help="calls per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--src", help="measure the package in this source tree (A/B)")
+    ap.add_argument("--cpu", action="store_true", help="time this process's CPU, not the "
+                    "wall clock: steadier when other processes share the cores")
     args = ap.parse_args(argv)
+    global clock
+    if args.cpu:
+        clock = time.process_time
     sys.path.insert(0, os.path.abspath(args.src or str(ROOT / "src")))
     gc.set_threshold(10_000, 50, 100)  # the server's policy (driver.start_gc_policy)
     import disquepy

@@ -4,6 +4,20 @@ initializer), never in the test process itself."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+import pytest
+
+
+@contextmanager
+def interpreted():
+    """Workers started inside this block import the core's .py sources: compiled (mypyc)
+    classes refuse monkeypatching, and the simulator spawns its workers fresh, with this
+    environment (DISQUEPY_INTERPRETED: disquepy/__init__.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DISQUEPY_INTERPRETED", "1")
+        yield
+
 
 def gotjob_without_copy() -> None:
     """Replicas confirm REPLJOB with GOTJOB but keep no copy."""

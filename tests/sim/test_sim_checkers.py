@@ -29,13 +29,14 @@ CASES = [
 @pytest.mark.parametrize(("broken", "check"), CASES, ids=[f"{b}-{c}" for b, c in CASES])
 def test_checker_reports_broken_core(broken, check):
     configs = [SimConfig(seed=s, nodes=5, faults=ALL) for s in FIVE_NODE_CI_SEEDS]
-    results = run_many(
-        configs,
-        jobs=2,
-        initializer=sabotage.apply,
-        initargs=(broken,),
-        stop_when=lambda r: check in r.fail_counts,
-    )
+    with sabotage.interpreted():
+        results = run_many(
+            configs,
+            jobs=2,
+            initializer=sabotage.apply,
+            initargs=(broken,),
+            stop_when=lambda r: check in r.fail_counts,
+        )
     found = [r for r in results if check in r.fail_counts]
     assert found, f"{broken}: no '{check}' failure in {[r.summary_line() for r in results]}"
     example = next(f for f in found[0].failures if f.kind == check)

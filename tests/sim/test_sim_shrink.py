@@ -23,15 +23,17 @@ BROKEN = ("gotjob_without_copy",)  # replicas confirm copies they do not keep
 
 
 def run_broken(cfg: SimConfig):
-    return run_many([cfg], 1, initializer=sabotage.apply, initargs=BROKEN)[0]
+    with sabotage.interpreted():
+        return run_many([cfg], 1, initializer=sabotage.apply, initargs=BROKEN)[0]
 
 
 @pytest.fixture(scope="module")
 def shrunk():
     original = run_broken(SimConfig(seed=7, nodes=5, faults=ALL))
     assert "lost" in original.fail_counts, original.report()
-    return shrink(original, target="lost", jobs=2, initializer=sabotage.apply,
-                  initargs=BROKEN, max_runs=80)
+    with sabotage.interpreted():
+        return shrink(original, target="lost", jobs=2, initializer=sabotage.apply,
+                      initargs=BROKEN, max_runs=80)
 
 
 @pytest.mark.timeout(600)

@@ -514,7 +514,7 @@ def _diagnose_head(data: bytes, pos: int, end: int) -> AofFormatError:
     if name is not None and name not in (b"LOADJOB", b"DELJOB"):
         return AofFormatError(f"unknown command '{_show(name)}'")
     want = 3 if name == b"LOADJOB" else 2 if name == b"DELJOB" else None
-    if want is not None and count != want:
+    if name is not None and want is not None and count != want:
         return AofFormatError(
             f"wrong number of arguments for '{name.decode()}' (got {count - 1}, expected {want - 1})"
         )

@@ -65,10 +65,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-try:  # hiredis is optional: the pure reader is always available.
-    import hiredis as _hiredis
+from mypy_extensions import mypyc_attr
+
+_hiredis: Any = None  # hiredis is optional: the pure reader is always available.
+try:
+    import hiredis
+
+    _hiredis = hiredis
 except ImportError:  # pragma: no cover - depends on the environment
-    _hiredis = None
+    pass
 
 __all__ = [
     "EMPTY_ARRAY",
@@ -546,7 +551,7 @@ class HiredisRequestReader(PyRequestReader):
         d, dpos = self._direct, self._dpos
         self._direct = None
         self._hr = None  # rebuilt from the buffer by the general path
-        if dpos < len(d):
+        if d is not None and dpos < len(d):
             self._buf += d[dpos:] if dpos else d
 
     def gets(self) -> list[bytes] | Literal[False]:
@@ -682,7 +687,7 @@ RequestReader: Any = (
 )
 
 
-def make_reader(pure: bool = False, **limits: int) -> PyRequestReader:
+def make_reader(pure: bool = False, **limits: int) -> Any:  # any of the three readers
     """Return a new request reader: the fastest available (``RequestReader``) unless
     ``pure`` asks for the Python reference.
 
@@ -712,6 +717,7 @@ _FALSE3 = b"#f\r\n"
 _SMALL_INTS = tuple(b":%d\r\n" % i for i in range(1024))
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no bytes subclass
 class Status(bytes):
     """A RESP simple string, e.g. ``Status(b"OK")`` encodes as ``+OK``."""
 
@@ -720,9 +726,10 @@ class Status(bytes):
     def __new__(cls, value: bytes | str = b"") -> Status:
         if isinstance(value, str):
             value = value.encode("utf-8", "surrogateescape")
-        return super().__new__(cls, value)
+        return bytes.__new__(cls, value)
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no bytes subclass
 class Err(bytes):
     """A RESP error including its code, e.g. ``Err("NOJOB Job not known ...")``."""
 
@@ -731,7 +738,7 @@ class Err(bytes):
     def __new__(cls, value: bytes | str = b"") -> Err:
         if isinstance(value, str):
             value = value.encode("utf-8", "surrogateescape")
-        return super().__new__(cls, value)
+        return bytes.__new__(cls, value)
 
 
 def _line(s: bytes | str) -> bytes:

@@ -67,7 +67,7 @@ class AwakeIndex:
                 heapq.heappush(self._heap, b)
                 t = b * GRANULARITY + GRANULARITY - 1
                 if t < self.hint:
-                    self.hint = t
+                    self.hint = float(t)  # mypyc: a float attribute takes no int
             else:
                 lst.append(job)
 
@@ -83,7 +83,7 @@ class AwakeIndex:
         heapq.heappush(self._heap, b)
         t = b * GRANULARITY + GRANULARITY - 1
         if t < self.hint:
-            self.hint = t
+            self.hint = float(t)
 
     def cancel(self, job) -> None:
         if job.awake:

@@ -10,6 +10,8 @@ tuples of node IDs (small and immutable: most jobs live on one to three nodes).
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 WAIT_REPL = 0
 ACTIVE = 1
 QUEUED = 2
@@ -33,6 +35,7 @@ TRANSITIONS: dict[tuple[int, int], str] = {
 _ALLOWED = frozenset(TRANSITIONS)
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no AssertionError subclass
 class IllegalTransition(AssertionError):
     """A state change TRANSITIONS does not allow: a bug of the core."""
 

@@ -8,6 +8,11 @@ partition to visit. The split costs no memory per job and one index per lookup.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .job import Job
+
 PARTS = 1 << 14
 
 
@@ -43,7 +48,7 @@ class JobTable:
         self.count += 1
         return True
 
-    def remove(self, job) -> bool:
+    def remove(self, job: Job) -> bool:
         part = self.parts[_part(job.id)]
         if part.get(job.id) is job:
             del part[job.id]

@@ -73,9 +73,17 @@ class Stats:
         "bus_malformed",
     )
 
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
+    def __init__(self) -> None:  # each named (not a setattr loop): mypyc needs them seen
+        self.connections = 0
+        self.rejected_connections = 0
+        self.jobs_added = 0
+        self.jobs_acked = 0
+        self.jobs_expired = 0
+        self.jobs_evicted = 0
+        self.queues_evicted = 0
+        self.oom_refusals = 0
+        self.jobs_delivered = 0
+        self.bus_malformed = 0
 
 
 class Node:
@@ -120,7 +128,7 @@ class Node:
         from .commands import COMMANDS  # here, not at import: the commands import this module
 
         self._cmds = COMMANDS
-        self.oom_limit: float = 0
+        self.oom_limit: float = 0.0
         # how jobs ended, for JOBSTATUS after they are gone (see outcomes.py)
         self.outcomes = Outcomes(config.job_outcome_retention * 1000,
                                  config.job_outcome_max_memory)
@@ -620,10 +628,10 @@ class Node:
         h = self._token_heap
         while h and h[0][0] <= now:
             exp, token = heapq.heappop(h)
-            e = self.tokens.get(token)
-            if e is not None and e[0] == exp:
+            t = self.tokens.get(token)
+            if t is not None and t[0] == exp:
                 del self.tokens[token]
-                self.used_memory -= TOKEN_OVERHEAD + len(token) + 8 * len(e[1])
+                self.used_memory -= TOKEN_OVERHEAD + len(token) + 8 * len(t[1])
 
     def jitter(self) -> int:
         return int(self.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS

@@ -17,6 +17,7 @@ import heapq
 from collections import deque
 from itertools import islice
 from operator import attrgetter
+from typing import Any
 
 from sortedcontainers import SortedKeyList
 
@@ -44,7 +45,7 @@ class JobQueue:
 
     def __init__(self) -> None:
         self.tail: deque = deque()
-        self.overflow: SortedKeyList | None = None
+        self.overflow: Any = None  # SortedKeyList (untyped) or None
 
     def __len__(self) -> int:
         return len(self.tail) + (len(self.overflow) if self.overflow else 0)
