@@ -65,6 +65,13 @@ class Disque(Commands):
     ``get_jobs`` a ``timeout_ms`` below it, or a quiet queue reads as a dead node.
     A seed that HELLO shows with a worse priority than another node (a leaving node)
     is left for the better one at connect time.
+
+    ``ssl=True`` connects over TLS (the servers' ``tls-port``; a cluster with
+    ``tls-cluster yes`` lists those ports in HELLO): ``ssl_ca_certs`` is the CA file
+    that verifies the servers (the system's CAs when None), ``ssl_certfile`` and
+    ``ssl_keyfile`` the client certificate a server with ``tls-auth-clients yes``
+    asks for; ``ssl_check_hostname=False`` skips the host-name check of the
+    server's certificate (the chain is still verified).
     """
 
     def __init__(self, nodes: NodeSpec | Sequence[NodeSpec] | None = None, *,
