@@ -163,10 +163,10 @@ def test_bad_tls_configuration_refuses_to_start(server_factory, ca, args, messag
 
 
 # ------------------------------------------------------------------ tls-cluster
-def tls_cluster_node(server_factory, ca: CA, name: str):
+def tls_cluster_node(server_factory, ca: CA, name: str, *extra: str):
     tls_port = free_port()
     s = server_factory("--cluster-node-timeout", str(CLUSTER_TIMEOUT_MS), "--tls-cluster",
-                       "yes", *tls_args(ca, name, tls_port))
+                       "yes", *tls_args(ca, name, tls_port), *extra)
     s.tls_port = tls_port
     return s
 
@@ -211,3 +211,23 @@ def test_three_nodes_over_tls_cluster_converge_replicate_and_refuse_a_stranger(
     time.sleep(1.5)
     assert hello_nodes(rc) == 1 and hello_nodes(clients[1]) == 3
     assert all(s.alive() for s in [rogue, *nodes])
+
+
+def test_tls_cluster_with_a_secret_refuses_a_node_with_the_ca_but_not_the_secret(
+        server_factory, ca):
+    """A certificate from the cluster's CA is not enough when the nodes also share a
+    cluster-secret (docs/SECURITY.md): the handshake runs inside TLS."""
+    secret = ["--cluster-secret", "tls-and-a-secret-0123456789"]
+    a = tls_cluster_node(server_factory, ca, "a", *secret)
+    b = tls_cluster_node(server_factory, ca, "b", *secret)
+    x = tls_cluster_node(server_factory, ca, "x")  # the right CA, no secret
+    ca_, cb, cx = a.client(), b.client(), x.client()
+    assert ca_.execute_command("CLUSTER", "MEET", "127.0.0.1", b.tls_port) == b"OK"
+    wait_for(lambda: hello_nodes(ca_) == 2 and hello_nodes(cb) == 2, what="a and b")
+    jid = ca_.execute_command("ADDJOB", "q", "x", 5000, "REPLICATE", 2)
+    assert cb.execute_command("SHOW", jid) is not None
+    assert cx.execute_command("CLUSTER", "MEET", "127.0.0.1", a.tls_port) == b"OK"
+    wait_for(lambda: "Refused cluster bus connection from 127.0.0.1: no cluster-secret "
+             "handshake" in a.log(), what="a to refuse x inside TLS")
+    time.sleep(1)
+    assert hello_nodes(cx) == 1 and hello_nodes(ca_) == 2 and hello_nodes(cb) == 2

@@ -113,3 +113,36 @@ def test_garbage_never_authenticates(data):
     except HandshakeError:
         return
     assert not a.done
+
+
+def test_refusal_log_is_rate_limited_per_key():
+    import logging
+
+    from disquepy.server.log import RateLimited
+
+    class Capture(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    logger = logging.getLogger("test-ratelimit")
+    logger.propagate = False
+    cap = Capture()
+    logger.addHandler(cap)
+    now = [100.0]
+    rl = RateLimited(logger, interval=10.0, max_keys=3, clock=lambda: now[0])
+    assert rl.warning("a", "refused %s", "a") is True
+    for _ in range(5):
+        now[0] += 1
+        assert rl.warning("a", "refused %s", "a") is False
+    assert rl.warning("b", "refused %s", "b") is True  # another key: its own budget
+    now[0] += 10
+    assert rl.warning("a", "refused %s", "a") is True
+    assert cap.lines == ["refused a", "refused b",
+                         "refused a (5 more like this in the last 10s)"]
+    for k in "cdefg":  # bounded: never more than max_keys remembered
+        rl.warning(k, "x")
+    assert len(rl._next) <= 3
