@@ -4,6 +4,7 @@ a CA and certificates made by the test (tests/tlscerts.py)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import subprocess
@@ -73,9 +74,12 @@ def test_tls_and_plain_clients_side_by_side(server_factory, ca):
 
 def test_client_without_certificate_refused_under_tls_auth_clients_yes(server_factory, ca):
     tls_port = free_port()
-    server_factory(*tls_args(ca, "node", tls_port))  # tls-auth-clients yes: the default
-    with pytest.raises(redis.ConnectionError):
+    s = server_factory(*tls_args(ca, "node", tls_port), "--loglevel", "verbose")
+    with pytest.raises(redis.ConnectionError):  # tls-auth-clients yes: the default
         tls_client(ca, tls_port, None).ping()
+    wait_for(lambda: re.search(r"Error accepting a TLS client connection from 127\.0\.0\.1: "
+                               r"PEER_DID_NOT_RETURN_A_CERTIFICATE", s.log()),
+             what="the refusal logged")
     other = CA(ca.dir / "other", "other")  # a certificate from another CA: refused too
     with pytest.raises(redis.ConnectionError):
         tls_client(ca, tls_port, other.issue("intruder")).ping()
@@ -84,6 +88,26 @@ def test_client_without_certificate_refused_under_tls_auth_clients_yes(server_fa
     with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
         redis.Redis(port=tls_port, ssl=True, ssl_ca_certs=str(other.cert_path),
                     protocol=2).ping()
+
+
+def test_big_requests_and_long_pipelines_over_tls(server_factory, ca):
+    """Records split across reads, a pipeline long enough to pause reading, a body of
+    several TLS records: every reply arrives, in order."""
+    tls_port = free_port()
+    server_factory(*tls_args(ca, "node", tls_port))
+    c = tls_client(ca, tls_port, ca.issue("app"))
+    big = b"x" * (3 << 20)
+    jid = c.execute_command("ADDJOB", "big", big, 0)
+    assert c.execute_command("GETJOB", "FROM", "big")[0][2] == big
+    c.execute_command("ACKJOB", jid)
+    pipe = c.pipeline(transaction=False)
+    for n in range(3000):
+        pipe.execute_command("ADDJOB", "q", b"%04d" % n + b"y" * 1000, 0)
+    ids = pipe.execute()
+    assert len(ids) == 3000 and all(i.startswith(b"D-") for i in ids)
+    jobs = c.execute_command("GETJOB", "COUNT", 3000, "FROM", "q")
+    assert [j[1] for j in jobs] == ids
+    assert [j[2][:4] for j in jobs] == [b"%04d" % n for n in range(3000)]
 
 
 @pytest.mark.parametrize("mode,without_cert_ok", [("no", True), ("optional", True)])

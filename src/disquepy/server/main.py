@@ -234,12 +234,19 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     listeners = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
     if cfg.tls_port:
         listeners.append((cfg.tls_port, client_tls))
+    tls_refusals = logmod.RateLimited(log)
+
+    def factory(ctx):
+        if ctx is None:
+            return lambda: ClientProtocol(driver)
+        return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver), loop,
+                                             tls_refusals)
+
     try:
         for port, ctx in listeners:
             for addr in cfg.bind:
                 srv = await loop.create_server(
-                    lambda: ClientProtocol(driver), addr, port, backlog=cfg.tcp_backlog,
-                    reuse_address=True, ssl=ctx,
+                    factory(ctx), addr, port, backlog=cfg.tcp_backlog, reuse_address=True,
                 )
                 driver.servers.append(srv)
     except OSError as e:
