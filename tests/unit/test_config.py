@@ -624,7 +624,8 @@ def test_get_renders_values():
     assert got["requirepass"] == ""
     assert got["appendfsync"] == "everysec"
     assert "rename-command" not in got
-    assert len(got) == len(DIRECTIVES) - 1
+    assert "cluster-secret" not in got  # a secret: never shown by CONFIG GET
+    assert len(got) == len(DIRECTIVES) - 2
 
 
 def test_get_patterns():
@@ -1077,3 +1078,42 @@ def test_property_set_then_get_reflects_value(ops):
         cfg.set(name, value)
         d = directive(name)
         assert cfg.get(name) == [(d.name, d.render(d.type.parse_set(value)))]
+
+
+def test_tls_and_bus_secret_directives():
+    cfg = Config.from_text(
+        'tls-port 7443\ntls-cert-file /c.pem\ntls-key-file /k.pem\ntls-ca-cert-file /ca.pem\n'
+        'tls-auth-clients OPTIONAL\ntls-cluster yes\ntls-protocols "tlsv1.3 TLSv1.2"\n'
+        'tls-ciphers HIGH\ncluster-secret 0123456789abcdef0123\n'
+    )
+    assert (cfg.tls_port, cfg.tls_auth_clients, cfg.tls_cluster) == (7443, "optional", True)
+    assert cfg.tls_protocols == "TLSv1.2 TLSv1.3"
+    assert cfg.cluster_secret == "0123456789abcdef0123"
+    assert Config.from_text(cfg.to_text()) == cfg  # round trip, the secret included
+    assert Config().tls_auth_clients == "yes"  # Redis's default: mutual TLS
+    assert Config().tls_protocols == "TLSv1.2 TLSv1.3"
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("tls-auth-clients maybe", "argument must be 'yes', 'no' or 'optional'"),
+    ('tls-protocols "TLSv1 TLSv1.3"', "Invalid tls-protocols: the versions must be contiguous"),
+    ("tls-protocols SSLv3", "Invalid tls-protocols: expected some of TLSv1 TLSv1.1 TLSv1.2 "
+     "TLSv1.3"),
+    ("cluster-secret short", "cluster-secret must be at least 16 characters (or empty for "
+     "none)"),
+    ("tls-port 70000", "Invalid tls-port"),
+])
+def test_tls_and_bus_secret_bad_values(line, reason):
+    with pytest.raises(ConfigError) as e:
+        Config.from_text(line)
+    assert e.value.reason == reason
+
+
+def test_unauthenticated_bus_violations():
+    assert Config.from_text("bind 127.0.0.1 ::1").unauthenticated_bus_violations() == []
+    exposed = Config.from_text("bind 127.0.0.1 10.0.0.1")
+    assert exposed.unauthenticated_bus_violations() == ["10.0.0.1"]
+    for fix in ("cluster-secret 0123456789abcdef", "tls-cluster yes",
+                "cluster-allow-unauthenticated-bus yes"):
+        cfg = Config.from_text("bind 10.0.0.1\n" + fix)
+        assert cfg.unauthenticated_bus_violations() == []

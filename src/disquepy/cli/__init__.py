@@ -90,7 +90,8 @@ def raw_command(target: Target, argv: tuple[str, ...]) -> None:
     """Send a command as typed and print the reply like redis-cli."""
     from .repl import to_wire
 
-    session = RawSession(target.host, target.port, target.password)
+    session = RawSession(target.host, target.port, target.password,
+                         target.tls_options)
     try:
         reply = session.call(*[to_wire(a) for a in argv])
     finally:
@@ -121,6 +122,12 @@ GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("-a", "password"), dict(default=None, envvar="DISQUE_AUTH",
                               help="Password (AUTH); also from $DISQUE_AUTH.")),
     (("--raw",), dict(is_flag=True, help="Print raw values, without quotes and types.")),
+    (("--tls",), dict(is_flag=True, help="Connect over TLS (the server's tls-port).")),
+    (("--cacert",), dict(default=None, help="CA certificate file that verifies the server "
+                                           "(default: the system's CAs).")),
+    (("--cert",), dict(default=None, help="Client certificate file, for a server with "
+                                         "tls-auth-clients yes.")),
+    (("--key",), dict(default=None, help="Private key file of --cert.")),
 ]
 
 
@@ -155,11 +162,13 @@ def _global_options(fn: Any) -> Any:
 @_global_options
 @click.version_option(package_name="disquepy", message="disque %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, host: str, port: int, password: str | None, raw: bool) -> None:
+def cli(ctx: click.Context, host: str, port: int, password: str | None, raw: bool, tls: bool,
+        cacert: str | None, cert: str | None, key: str | None) -> None:
     """redis-cli for Disque, plus friendly commands.
 
     \b
     disque [-h HOST] [-p PORT] [-a PASSWORD] CMD [ARG...]   one command, reply printed
+    disque --tls --cacert CA [--cert C --key K] -p PORT ...  the same over TLS
     disque                                                   interactive prompt
     disque cluster create H:P H:P ...                        join nodes into a cluster
     disque top | jobs QUEUE | dead QUEUE | bench | analytics PATH
@@ -168,9 +177,11 @@ def cli(ctx: click.Context, host: str, port: int, password: str | None, raw: boo
     Lower-case friendly command names take precedence; any other word (ADDJOB, info,
     CLUSTER INFO, ...) is sent to the server as typed, unless it looks like a typo of a
     friendly command (and is no server command): then the closest names are suggested.
-    -h, -p, -a and --raw may also follow a friendly command (disque jobs q -p 7712).
+    -h, -p, -a, --raw and the TLS options may also follow a friendly command
+    (disque jobs q -p 7712).
     """
-    ctx.obj = Target(host=host, port=port, password=password, raw=raw)
+    ctx.obj = Target(host=host, port=port, password=password, raw=raw, tls=tls,
+                     cacert=cacert, cert=cert, key=key)
     if ctx.invoked_subcommand is None:
         from .repl import run_repl
 

@@ -64,11 +64,22 @@ class Target:
     port: int = 7711
     password: str | None = None
     raw: bool = False
+    tls: bool = False  # --tls, with --cacert, --cert, --key as redis-cli
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
     _clients: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def addr(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def tls_options(self) -> dict:
+        """redis-py's TLS keyword arguments for --tls (empty without it)."""
+        from disquepy.client._common import tls_options
+
+        return tls_options(self.tls, self.cacert, self.cert, self.key, True)
 
     def redis(self, host: str | None = None, port: int | None = None,
               socket_timeout: float | None = 10.0,
@@ -77,7 +88,8 @@ class Target:
         c = redis.Redis(host=host or self.host, port=port or self.port,
                         password=self.password, protocol=2,
                         socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
-                        retry=Retry(NoBackoff(), 0))  # report failures at once, no retries
+                        retry=Retry(NoBackoff(), 0),  # report failures at once, no retries
+                        **self.tls_options)
         self._clients.append(c)
         return c
 
@@ -90,7 +102,8 @@ class Target:
 
         self.redis(host, port, socket_timeout=CONNECT_TIMEOUT).ping()
         c = Disque([f"{host or self.host}:{port or self.port}"], password=self.password,
-                   socket_timeout=10.0, socket_connect_timeout=CONNECT_TIMEOUT)
+                   socket_timeout=10.0, socket_connect_timeout=CONNECT_TIMEOUT,
+                   **self.tls_options)
         self._clients.append(c)
         return c
 
@@ -108,11 +121,14 @@ class RawSession:
     noticed before the next command and opened again, so a command is never sent twice.
     """
 
-    def __init__(self, host: str, port: int, password: str | None = None) -> None:
+    def __init__(self, host: str, port: int, password: str | None = None,
+                 tls: dict | None = None) -> None:
         self.host, self.port = host, port
-        self.conn = redis.Connection(host=host, port=port, password=password, protocol=2,
-                                     parser_class=ReplyParser,
-                                     socket_connect_timeout=CONNECT_TIMEOUT)
+        tls = dict(tls or {})
+        cls = redis.SSLConnection if tls.pop("ssl", False) else redis.Connection
+        self.conn = cls(host=host, port=port, password=password, protocol=2,
+                        parser_class=ReplyParser, socket_connect_timeout=CONNECT_TIMEOUT,
+                        **tls)
 
     @property
     def connected(self) -> bool:

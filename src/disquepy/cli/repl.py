@@ -137,7 +137,8 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
     stdin = stdin or sys.stdin
     interactive = stdin.isatty()
     history = _History(interactive and stdin is sys.stdin)
-    session = RawSession(target.host, target.port, target.password)
+    session = RawSession(target.host, target.port, target.password,
+                         target.tls_options)
     failed = False
     try:
         session.connect()

@@ -160,6 +160,18 @@ class Hello:
 # ---------------------------------------------------------------------------- helpers
 
 
+def tls_options(ssl: bool, ssl_ca_certs: str | None, ssl_certfile: str | None,
+                ssl_keyfile: str | None, ssl_check_hostname: bool) -> dict:
+    """redis-py's keyword arguments for a TLS connection (empty without ``ssl``): the
+    server's certificate is verified against ``ssl_ca_certs`` (the system's CAs when
+    None), and ``ssl_certfile``/``ssl_keyfile`` are shown to a server that asks for a
+    client certificate (``tls-auth-clients yes``)."""
+    if not ssl:
+        return {}
+    return {"ssl": True, "ssl_ca_certs": ssl_ca_certs, "ssl_certfile": ssl_certfile,
+            "ssl_keyfile": ssl_keyfile, "ssl_check_hostname": ssl_check_hostname}
+
+
 def parse_node(spec: NodeSpec) -> Address:
     """``"host:port"``, ``"port"``, ``":port"`` or ``(host, port)`` as ``(host, port)``."""
     if isinstance(spec, tuple):

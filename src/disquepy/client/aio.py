@@ -34,6 +34,7 @@ from ._common import (
     parse_nodes,
     parse_show,
     qscan_args,
+    tls_options,
     wait_backoff,
 )
 from .sync import TRYAGAIN_LIMIT
@@ -57,9 +58,13 @@ class AsyncDisque(Commands):
                  affinity: bool = False, decode_bodies: bool = False,
                  socket_connect_timeout: float = 2.0, shuffle: bool = True,
                  affinity_window: int = 32, affinity_ratio: float = 2.0,
-                 max_connections: int | None = None) -> None:
+                 max_connections: int | None = None, ssl: bool = False,
+                 ssl_ca_certs: str | None = None, ssl_certfile: str | None = None,
+                 ssl_keyfile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self._seeds = parse_nodes(nodes)
         self._password = password
+        self._tls = tls_options(ssl, ssl_ca_certs, ssl_certfile, ssl_keyfile,
+                                ssl_check_hostname)
         self._socket_timeout = socket_timeout
         self._connect_timeout = socket_connect_timeout
         self._decode_bodies = decode_bodies
@@ -89,7 +94,7 @@ class AsyncDisque(Commands):
                              socket_timeout=self._socket_timeout,
                              socket_connect_timeout=self._connect_timeout, protocol=2,
                              retry=Retry(NoBackoff(), 0),
-                             max_connections=self._max_connections)
+                             max_connections=self._max_connections, **self._tls)
             r.response_callbacks.pop("INFO", None)
             self._clients[addr] = r
         return r

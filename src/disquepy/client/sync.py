@@ -35,6 +35,7 @@ from ._common import (
     parse_nodes,
     parse_show,
     qscan_args,
+    tls_options,
     wait_backoff,
 )
 from .jobstatus import CancelResult, JobStatus, cancel_job, job_status
@@ -65,6 +66,13 @@ class Disque(Commands):
     ``get_jobs`` a ``timeout_ms`` below it, or a quiet queue reads as a dead node.
     A seed that HELLO shows with a worse priority than another node (a leaving node)
     is left for the better one at connect time.
+
+    ``ssl=True`` connects over TLS (the servers' ``tls-port``; a cluster with
+    ``tls-cluster yes`` lists those ports in HELLO): ``ssl_ca_certs`` is the CA file
+    that verifies the servers (the system's CAs when None), ``ssl_certfile`` and
+    ``ssl_keyfile`` the client certificate a server with ``tls-auth-clients yes``
+    asks for; ``ssl_check_hostname=False`` skips the host-name check of the
+    server's certificate (the chain is still verified).
     """
 
     def __init__(self, nodes: NodeSpec | Sequence[NodeSpec] | None = None, *,
@@ -72,9 +80,13 @@ class Disque(Commands):
                  affinity: bool = False, decode_bodies: bool = False,
                  socket_connect_timeout: float = 2.0, shuffle: bool = True,
                  affinity_window: int = 32, affinity_ratio: float = 2.0,
-                 max_connections: int | None = None) -> None:
+                 max_connections: int | None = None, ssl: bool = False,
+                 ssl_ca_certs: str | None = None, ssl_certfile: str | None = None,
+                 ssl_keyfile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self._seeds = parse_nodes(nodes)
         self._password = password
+        self._tls = tls_options(ssl, ssl_ca_certs, ssl_certfile, ssl_keyfile,
+                                ssl_check_hostname)
         self._socket_timeout = socket_timeout
         self._connect_timeout = socket_connect_timeout
         self._decode_bodies = decode_bodies
@@ -98,7 +110,7 @@ class Disque(Commands):
             r = redis.Redis(host=addr[0], port=addr[1], password=self._password,
                             socket_timeout=self._socket_timeout,
                             socket_connect_timeout=self._connect_timeout, protocol=2,
-                            retry=Retry(NoBackoff(), 0), max_connections=self._max_connections)
+                            retry=Retry(NoBackoff(), 0), max_connections=self._max_connections, **self._tls)
             r.response_callbacks.pop("INFO", None)  # our parser keeps strings as strings
             self._clients[addr] = r
         return r

@@ -569,6 +569,25 @@ class _String(_Type):
         return [] if self.omit_empty and not value else super().lines(name, value)
 
 
+class _Secret(_String):
+    """A shared secret: empty (none) or at least ``MIN_LEN`` characters, since a
+    recorded bus handshake lets an eavesdropper try guesses offline."""
+
+    __slots__ = ()
+    MIN_LEN = 16
+
+    def __init__(self) -> None:
+        super().__init__(max_len=512, omit_empty=True)
+
+    def parse_one(self, text: str) -> str:
+        if 0 < len(text) < self.MIN_LEN:
+            raise _Invalid(f"cluster-secret must be at least {self.MIN_LEN} characters "
+                           "(or empty for none)")
+        if len(text) > 512:
+            raise _Invalid("cluster-secret is longer than 512 characters")
+        return text
+
+
 class _Octal(_Type):
     __slots__ = ("hi",)
 
@@ -586,6 +605,32 @@ class _Octal(_Type):
 
     def render(self, value: int) -> str:
         return format(value, "o")
+
+
+class _TlsProtocols(_Type):
+    """``tls-protocols "TLSv1.2 TLSv1.3"``: Redis's one quoted argument naming the
+    protocol versions to accept (case-insensitive). They must form a contiguous range,
+    because the shell gives OpenSSL a minimum and a maximum version."""
+
+    __slots__ = ()
+    VERSIONS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+
+    def parse_one(self, text: str) -> str:
+        by_lower = {v.lower(): k for k, v in enumerate(self.VERSIONS)}
+        try:
+            picked = sorted({by_lower[w.lower()] for w in text.split()})
+        except KeyError:
+            raise _Invalid(
+                "Invalid tls-protocols: expected some of " + " ".join(self.VERSIONS)
+            ) from None
+        if not picked:
+            raise _Invalid("Invalid tls-protocols: no protocol given")
+        if picked != list(range(picked[0], picked[-1] + 1)):
+            raise _Invalid("Invalid tls-protocols: the versions must be contiguous")
+        return " ".join(self.VERSIONS[k] for k in picked)
+
+    def format(self, value: str) -> str:
+        return quote_arg(value)
 
 
 class _AddressList(_Type):
@@ -867,6 +912,75 @@ DIRECTIVES: tuple[Directive, ...] = (
         repeatable=True,
         doc="Rename (or, with an empty name, remove) a command.",
     ),
+    # --- TLS (Redis's directives) ----------------------------------------
+    Directive(
+        "tls-port",
+        _Int(0, 65535),
+        0,
+        error="Invalid tls-port",
+        doc="TLS port for clients, beside the plain one (0 = no TLS listener; port 0 "
+        "with a tls-port serves TLS only).",
+    ),
+    Directive(
+        "tls-cert-file",
+        _String(omit_empty=True),
+        "",
+        doc="PEM certificate this node shows to clients and, with tls-cluster, to peers "
+        "(and as a client certificate to the peers it connects to).",
+    ),
+    Directive("tls-key-file", _String(omit_empty=True), "", doc="PEM private key of tls-cert-file."),
+    Directive(
+        "tls-ca-cert-file",
+        _String(omit_empty=True),
+        "",
+        doc="PEM bundle of the CA certificates that client and peer certificates must "
+        "chain to.",
+    ),
+    Directive(
+        "tls-auth-clients",
+        _Enum("yes", "no", "optional"),
+        "yes",
+        error="argument must be 'yes', 'no' or 'optional'",
+        doc="TLS clients must show a certificate signed by tls-ca-cert-file (yes, as "
+        "Redis: mutual TLS), need not (no), or may (optional: checked when shown).",
+    ),
+    Directive(
+        "tls-cluster",
+        _BOOL,
+        False,
+        doc="The cluster bus over mutual TLS (every peer shows a certificate signed by "
+        "tls-ca-cert-file); the node then announces tls-port as its port.",
+    ),
+    Directive(
+        "tls-protocols",
+        _TlsProtocols(),
+        "TLSv1.2 TLSv1.3",
+        doc="TLS versions accepted, one quoted argument: a contiguous range of TLSv1 "
+        "TLSv1.1 TLSv1.2 TLSv1.3.",
+    ),
+    Directive(
+        "tls-ciphers",
+        _String(omit_empty=True),
+        "",
+        doc="OpenSSL cipher list for TLSv1.2 and below (empty = OpenSSL's default).",
+    ),
+    # --- cluster bus authentication -------------------------------------
+    Directive(
+        "cluster-secret",
+        _Secret(),
+        "",
+        gettable=False,
+        doc="disquepy: secret shared by the nodes; every bus link proves it knows it "
+        "(HMAC-SHA256 challenge-response) before a message is accepted. At least 16 "
+        "characters; empty = an unauthenticated bus. Hidden from CONFIG GET.",
+    ),
+    Directive(
+        "cluster-allow-unauthenticated-bus",
+        _BOOL,
+        False,
+        doc="disquepy: let a node bound beyond loopback start with neither "
+        "cluster-secret nor tls-cluster (anyone who reaches its bus port is then a peer).",
+    ),
     # --- limits ---------------------------------------------------------
     Directive(
         "maxclients",
@@ -1126,6 +1240,16 @@ class Config:
     dir: str
     requirepass: str
     rename_command: list[tuple[str, str]]
+    tls_port: int
+    tls_cert_file: str
+    tls_key_file: str
+    tls_ca_cert_file: str
+    tls_auth_clients: str
+    tls_cluster: bool
+    tls_protocols: str
+    tls_ciphers: str
+    cluster_secret: str
+    cluster_allow_unauthenticated_bus: bool
     maxclients: int
     maxmemory: int
     maxmemory_policy: str
@@ -1378,6 +1502,14 @@ class Config:
         ``protected-mode`` is on and no ``requirepass`` is set, every address
         that is not a loopback one (``localhost``, 127.0.0.0/8, ::1)."""
         if not self.protected_mode or self.requirepass:
+            return []
+        return [a for a in self.bind if not _is_loopback(a)]
+
+    def unauthenticated_bus_violations(self) -> list[str]:
+        """The ``bind`` addresses beyond loopback when the cluster bus would be
+        unauthenticated (no ``cluster-secret``, no ``tls-cluster``) and
+        ``cluster-allow-unauthenticated-bus`` does not allow it."""
+        if self.cluster_secret or self.tls_cluster or self.cluster_allow_unauthenticated_bus:
             return []
         return [a for a in self.bind if not _is_loopback(a)]
 

@@ -28,6 +28,18 @@ Inbound
     callback that raises on it) closes that connection with a warning; a peer can
     never make the reader hold more than ``max_frame`` + 4 bytes.
 
+Authentication (``secret``, the ``cluster-secret`` directive)
+    Before any frame, both ends of a connection run ``Handshake``: each sends
+    ``HELLO`` = ``b"DQBA"``, version byte 1, a 32-byte random nonce; the connecting
+    side then sends ``HMAC-SHA256(secret, b"disquepy bus v1 connector" + Nc + Ns)``,
+    and the accepting side, once that checks out, answers with the same over
+    ``b"disquepy bus v1 acceptor"``. Only then does the acceptor read frames and the
+    connector call its link up (frames queue meanwhile). Anything else (a frame
+    without a handshake, another magic or version, a wrong MAC, bytes past the
+    handshake, ``HANDSHAKE_TIMEOUT`` passing) closes the connection, with one
+    rate-limited warning line. The format is documented in docs/SECURITY.md.
+    ``ssl_server`` / ``ssl_client`` (``tls-cluster``) run the same over TLS.
+
 Fault injection
     ``set_drop(node_id, True)`` silently drops frames sent to that node and frames
     received from it (by ``msg[1]``); ``"*"`` drops everything, both ways, and
@@ -38,12 +50,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
+import os
 import random
 import socket
+import ssl
 from collections import deque
 from collections.abc import Callable, Iterable
 
 from ..codec.bus import MAX_FRAME, BusProtocolError, FrameReader
+from .log import VERBOSE, RateLimited
+from .tls import describe as describe_tls_error
 
 # reconnect back-off, seconds: first retry ~BACKOFF_MIN, doubling up to BACKOFF_MAX,
 # each delay jittered by x[0.5, 1.5) (and still capped at BACKOFF_MAX). The cap is
@@ -64,6 +82,10 @@ WRITE_HIGH_WATER = 1 << 20
 # TCP keepalive: probe an idle link after this many seconds (as Redis's tcp-keepalive)
 KEEPALIVE_IDLE = 60
 LISTEN_BACKLOG = 511
+# a connection that has not completed the cluster-secret handshake by then is closed
+HANDSHAKE_TIMEOUT = 5.0
+# at most one log line per peer address and kind of refusal in this many seconds
+REFUSAL_LOG_INTERVAL = 10.0
 
 ALL = "*"  # set_drop wildcard
 
@@ -86,6 +108,82 @@ def _tune_socket(transport) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
     except OSError:  # the socket may already be gone; nothing to tune then
         pass
+
+
+# ---------------------------------------------------------------- handshake
+HS_MAGIC = b"DQBA"  # as a frame length it is > 1 GiB: a node without a secret refuses it
+HS_VERSION = 1
+HS_NONCE = 32
+HS_MAC = 32
+HS_HELLO = len(HS_MAGIC) + 1 + HS_NONCE
+_LABEL_CONNECTOR = b"disquepy bus v1 connector"
+_LABEL_ACCEPTOR = b"disquepy bus v1 acceptor"
+
+
+class HandshakeError(Exception):
+    """The peer failed the cluster-secret handshake; ``str()`` says how."""
+
+
+class Handshake:
+    """The cluster-secret challenge-response of one connection (pure: bytes in, bytes
+    out). ``hello()`` is sent first by both sides; ``feed(data)`` returns the bytes to
+    send next and, once the peer is proven, sets ``done`` and returns the bytes that
+    followed the handshake in ``data`` as ``rest``. Raises ``HandshakeError``."""
+
+    __slots__ = ("secret", "connector", "nonce", "peer_nonce", "buf", "done", "rest")
+
+    def __init__(self, secret: bytes, connector: bool, nonce: bytes | None = None) -> None:
+        self.secret = secret
+        self.connector = connector
+        self.nonce = nonce or os.urandom(HS_NONCE)
+        self.peer_nonce: bytes | None = None
+        self.buf = bytearray()
+        self.done = False
+        self.rest = b""
+
+    def hello(self) -> bytes:
+        return HS_MAGIC + bytes([HS_VERSION]) + self.nonce
+
+    def _mac(self, label: bytes) -> bytes:
+        nc, ns = (self.nonce, self.peer_nonce) if self.connector else (self.peer_nonce,
+                                                                      self.nonce)
+        return hmac.new(self.secret, label + nc + ns, hashlib.sha256).digest()
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self.buf
+        buf += data
+        out = b""
+        if self.peer_nonce is None:
+            if len(buf) < len(HS_MAGIC) + 1:
+                if not HS_MAGIC.startswith(bytes(buf[:4])):
+                    raise HandshakeError("no cluster-secret handshake (is cluster-secret "
+                                         "set on that node?)")
+                return out
+            if bytes(buf[:4]) != HS_MAGIC:
+                raise HandshakeError("no cluster-secret handshake (is cluster-secret set "
+                                     "on that node?)")
+            if buf[4] != HS_VERSION:
+                raise HandshakeError(f"unsupported handshake version {buf[4]}")
+            if len(buf) < HS_HELLO:
+                return out
+            self.peer_nonce = bytes(buf[5:HS_HELLO])
+            if self.peer_nonce == self.nonce:
+                raise HandshakeError("the peer echoed our nonce")
+            del buf[:HS_HELLO]
+            if self.connector:
+                out = self._mac(_LABEL_CONNECTOR)
+        if len(buf) < HS_MAC:
+            return out
+        mine, theirs = ((_LABEL_ACCEPTOR, None) if self.connector
+                        else (_LABEL_CONNECTOR, _LABEL_ACCEPTOR))
+        if not hmac.compare_digest(bytes(buf[:HS_MAC]), self._mac(mine)):
+            raise HandshakeError("wrong cluster-secret")
+        if theirs is not None:
+            out += self._mac(theirs)
+        self.rest = bytes(buf[HS_MAC:])
+        buf.clear()
+        self.done = True
+        return out
 
 
 class _Link:
@@ -132,23 +230,43 @@ class _Link:
 
 
 class _OutProtocol(asyncio.Protocol):
-    """One connection of an outbound link; the peer never sends on it."""
+    """One connection of an outbound link; the peer only ever sends its half of the
+    handshake on it."""
 
-    __slots__ = ("bus", "link", "gen")
+    __slots__ = ("bus", "link", "gen", "hs", "timer")
 
     def __init__(self, bus: Bus, link: _Link, gen: int) -> None:
         self.bus = bus
         self.link = link
         self.gen = gen
+        self.hs: Handshake | None = None  # set while the handshake runs
+        self.timer = None
 
     def connection_made(self, transport) -> None:
         self.bus._connected(self, transport)
 
     def connection_lost(self, exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
         self.bus._disconnected(self, exc)
 
     def data_received(self, data: bytes) -> None:
-        pass  # nothing is expected back on an outbound link: discard
+        hs = self.hs
+        if hs is None:
+            return  # nothing else is expected back on an outbound link: discard
+        try:
+            reply = hs.feed(data)
+        except HandshakeError as e:
+            self.bus._handshake_failed(self, str(e))
+            return
+        if reply and self.link.transport is not None:
+            self.link.transport.write(reply)
+        if hs.done:
+            self.hs = None
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            self.bus._link_up(self.link)
 
     def pause_writing(self) -> None:
         link = self.link
@@ -168,7 +286,7 @@ class _OutProtocol(asyncio.Protocol):
 class _InProtocol(asyncio.Protocol):
     """One connection a peer opened to us: frames in, nothing out."""
 
-    __slots__ = ("bus", "transport", "reader", "ip", "closing")
+    __slots__ = ("bus", "transport", "reader", "ip", "closing", "hs", "timer", "first")
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
@@ -176,6 +294,9 @@ class _InProtocol(asyncio.Protocol):
         self.reader = FrameReader(bus.max_frame)
         self.ip = "?"
         self.closing = False
+        self.hs: Handshake | None = None  # set while the handshake runs
+        self.timer = None
+        self.first = True  # no byte received yet
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -190,8 +311,28 @@ class _InProtocol(asyncio.Protocol):
         bus.log.debug(
             "Accepting cluster node connection from %s:%s", self.ip, peer[1] if peer else "?"
         )
+        if bus.secret is not None:
+            self.hs = Handshake(bus.secret, connector=False)
+            transport.write(self.hs.hello())
+            self.timer = bus.loop.call_later(HANDSHAKE_TIMEOUT, self.refuse,
+                                             f"no handshake within {HANDSHAKE_TIMEOUT:g}s")
+
+    def refuse(self, reason: str) -> None:
+        """Close an inbound connection that failed the handshake, logging why."""
+        if self.closing:
+            return
+        bus = self.bus
+        bus._refused_in += 1
+        bus.refusals.warning(("in", self.ip, reason),
+                             "Refused cluster bus connection from %s: %s", self.ip, reason)
+        self.close()
 
     def connection_lost(self, exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.hs is not None and not self.closing:
+            self.refuse("connection closed during the cluster-secret handshake")
         self.closing = True
         self.bus._inbound.discard(self)
         self.transport = None
@@ -201,6 +342,30 @@ class _InProtocol(asyncio.Protocol):
             return
         bus = self.bus
         bus._bytes_in += len(data)
+        if self.first:
+            self.first = False
+            if self.hs is None and data[:4] == HS_MAGIC:
+                self.refuse("the peer uses a cluster-secret and this node has none")
+                return
+        if self.hs is not None:
+            hs = self.hs
+            try:
+                reply = hs.feed(data)
+            except HandshakeError as e:
+                self.refuse(str(e))
+                return
+            if reply:
+                self.transport.write(reply)
+            if not hs.done:
+                return
+            self.hs = None
+            self.timer.cancel()
+            self.timer = None
+            bus._authenticated_in += 1
+            bus.log.log(VERBOSE, "Cluster bus connection from %s authenticated", self.ip)
+            data = hs.rest
+            if not data:
+                return
         reader = self.reader
         reader.feed(data)
         on_frame = bus.on_frame
@@ -259,6 +424,9 @@ class Bus:
         max_queue_frames: int = SEND_QUEUE_MAX_FRAMES,
         backlog: int = LISTEN_BACKLOG,
         rng: random.Random | None = None,
+        secret: bytes | None = None,
+        ssl_server: ssl.SSLContext | None = None,
+        ssl_client: ssl.SSLContext | None = None,
     ) -> None:
         self.on_frame = on_frame
         self.on_link = on_link
@@ -269,6 +437,10 @@ class Bus:
         self.max_queue_frames = max_queue_frames
         self.backlog = backlog
         self._rng = rng or random.Random()
+        self.secret = secret or None  # cluster-secret: every link runs Handshake first
+        self.ssl_server = ssl_server  # tls-cluster: inbound connections over mutual TLS
+        self.ssl_client = ssl_client  # ... and outbound ones
+        self.refusals = RateLimited(log, REFUSAL_LOG_INTERVAL)
         self._servers: list = []
         self._links: dict[str, _Link] = {}
         self._inbound: set[_InProtocol] = set()
@@ -290,6 +462,9 @@ class Bus:
         self._connect_failures = 0
         self._links_lost = 0
         self._protocol_errors = 0
+        self._refused_in = 0  # inbound connections that failed the handshake
+        self._authenticated_in = 0
+        self._handshake_failures = 0  # outbound ones
 
     # ------------------------------------------------------------------ listen
     async def listen(self, bind_addrs: list[str], port: int) -> None:
@@ -303,6 +478,8 @@ class Bus:
                     port,
                     backlog=self.backlog,
                     reuse_address=True,
+                    ssl=self.ssl_server,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_server else None,
                 )
                 servers.append(srv)
         except BaseException:
@@ -384,9 +561,14 @@ class Bus:
     async def _connect(self, link: _Link, gen: int) -> None:
         ip, port = link.addr
         try:
+            kw = {}
+            if self.ssl_client is not None:
+                kw = {"ssl": self.ssl_client, "server_hostname": ip,
+                      "ssl_handshake_timeout": HANDSHAKE_TIMEOUT}
             await asyncio.wait_for(
-                self.loop.create_connection(lambda: _OutProtocol(self, link, gen), ip, port),
-                CONNECT_TIMEOUT,
+                self.loop.create_connection(lambda: _OutProtocol(self, link, gen), ip, port,
+                                            **kw),
+                CONNECT_TIMEOUT + (HANDSHAKE_TIMEOUT if kw else 0),
             )
         except asyncio.CancelledError:
             if link.gen == gen and not self._closed:
@@ -399,13 +581,18 @@ class Bus:
                 self._link_broken(link)
             elif link.gen == gen and link.state is _CONNECTING:
                 self._connect_failures += 1
-                self.log.debug(
-                    "Connecting to node %.8s at %s:%d failed: %s",
-                    link.node_id,
-                    ip,
-                    port,
-                    e or type(e).__name__,
-                )
+                if isinstance(e, ssl.SSLError):  # a real problem, not a node still down
+                    self.refusals.warning(
+                        ("tls", link.node_id), "TLS with node %.8s at %s:%d failed: %s",
+                        link.node_id, ip, port, describe_tls_error(e))
+                else:
+                    self.log.debug(
+                        "Connecting to node %.8s at %s:%d failed: %s",
+                        link.node_id,
+                        ip,
+                        port,
+                        e or type(e).__name__,
+                    )
                 link.state = _DOWN
                 self._schedule_retry(link)
         finally:
@@ -436,6 +623,16 @@ class Bus:
         with contextlib.suppress(AttributeError, ValueError, NotImplementedError):
             transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         link.transport = transport
+        if self.secret is not None:  # up only once the peer proved the secret
+            proto.hs = Handshake(self.secret, connector=True)
+            transport.write(proto.hs.hello())
+            proto.timer = self.loop.call_later(
+                HANDSHAKE_TIMEOUT, self._handshake_failed, proto,
+                f"no handshake reply within {HANDSHAKE_TIMEOUT:g}s")
+            return
+        self._link_up(link)
+
+    def _link_up(self, link: _Link) -> None:
         link.state = _UP
         link.paused = False
         link.writable = True
@@ -449,9 +646,35 @@ class Bus:
 
     def _disconnected(self, proto: _OutProtocol, exc) -> None:
         link = proto.link
-        if link.gen != proto.gen or link.state is not _UP:
+        if link.gen != proto.gen:
             return  # stale connection (address changed, removed) or already handled
-        self._link_broken(link)
+        if proto.hs is not None and link.state is _CONNECTING:
+            self._handshake_failed(proto, "connection closed during the cluster-secret "
+                                   "handshake (same cluster-secret on both nodes?)")
+        elif link.state is _UP:
+            self._link_broken(link)
+
+    def _handshake_failed(self, proto: _OutProtocol, reason: str) -> None:
+        """The outbound handshake failed: close, log (rate-limited), retry later."""
+        link = proto.link
+        proto.hs = None
+        if proto.timer is not None:
+            proto.timer.cancel()
+            proto.timer = None
+        if link.gen != proto.gen or link.state is not _CONNECTING:
+            return
+        self._handshake_failures += 1
+        self._connect_failures += 1
+        ip, port = link.addr
+        self.refusals.warning(("out", link.node_id, reason),
+                              "Cluster bus handshake with node %.8s at %s:%d failed: %s",
+                              link.node_id, ip, port, reason)
+        link.gen += 1  # what the closed connection still reports is stale now
+        if link.transport is not None:
+            link.transport.close()
+            link.transport = None
+        link.state = _DOWN
+        self._schedule_retry(link)
 
     def _link_broken(self, link: _Link) -> None:
         """An up link lost its connection: down, reconnect with back-off, tell the node."""
@@ -614,6 +837,9 @@ class Bus:
             "connect_failures": self._connect_failures,
             "links_lost": self._links_lost,
             "protocol_errors": self._protocol_errors,
+            "refused_inbound": self._refused_in,
+            "authenticated_inbound": self._authenticated_in,
+            "handshake_failures": self._handshake_failures,
         }
 
     # ------------------------------------------------------------------ close
@@ -643,4 +869,4 @@ class Bus:
         self._servers.clear()
 
 
-__all__ = ["Bus", "BACKOFF_MIN", "BACKOFF_MAX", "SEND_QUEUE_MAX_BYTES", "SEND_QUEUE_MAX_FRAMES"]
+__all__ = ["Bus", "Handshake", "HandshakeError", "BACKOFF_MIN", "BACKOFF_MAX", "SEND_QUEUE_MAX_BYTES", "SEND_QUEUE_MAX_FRAMES"]

@@ -46,3 +46,39 @@ def setup(level: str = "notice", logfile: str = "") -> None:
 
 def set_level(level: str) -> None:
     log.setLevel(LEVELS.get(level, logging.INFO))
+
+
+class RateLimited:
+    """One line per event, but at most one per ``key`` every ``interval`` seconds: a
+    peer retrying every 100 ms (or an attacker connecting in a loop) must not flood
+    the log. A line after a quiet spell says how many were suppressed meanwhile."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0,
+                 max_keys: int = 1024, clock=time.monotonic) -> None:
+        self.logger = logger
+        self.interval = interval
+        self.max_keys = max_keys
+        self.clock = clock
+        self._next: dict[object, float] = {}
+        self._suppressed: dict[object, int] = {}
+
+    def log(self, level: int, key: object, fmt: str, *args) -> bool:
+        """Log ``fmt % args`` at ``level`` unless ``key`` logged less than
+        ``interval`` ago; returns whether it did."""
+        now = self.clock()
+        if now < self._next.get(key, 0.0):
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False
+        if len(self._next) >= self.max_keys and key not in self._next:
+            self._next.clear()  # bounded: forget everyone rather than grow
+            self._suppressed.clear()
+        self._next[key] = now + self.interval
+        n = self._suppressed.pop(key, 0)
+        if n:
+            fmt += " (%d more like this in the last %ds)"
+            args = (*args, n, round(self.interval))
+        self.logger.log(level, fmt, *args)
+        return True
+
+    def warning(self, key: object, fmt: str, *args) -> bool:
+        return self.log(logging.WARNING, key, fmt, *args)

@@ -14,6 +14,7 @@ from ..core.config import DIRECTIVES, Config, ConfigError
 from ..core.ids import new_node_id
 from ..core.node import Node
 from . import log as logmod
+from . import tls
 from .driver import Driver
 from .log import log
 from .protocol import ClientProtocol
@@ -46,8 +47,8 @@ EXAMPLE_HEADER = """\
 # Command-line --directive value pairs override the file. The format is Disque's:
 # one directive per line, `#` starts a comment, arguments may be quoted. Memory
 # sizes accept units: 1k = 1000 bytes, 1kb = 1024 bytes, and m/mb, g/gb likewise.
-# Relative paths (logfile, appendfilename, cluster-config-file, event-log-dir) are
-# inside `dir`. CONFIG GET/SET/REWRITE work at run time on the directives marked so.
+# Relative paths (logfile, appendfilename, cluster-config-file, event-log-dir, the
+# tls-*-file ones) are inside `dir`. CONFIG GET/SET/REWRITE work at run time on the directives marked so.
 """
 
 
@@ -144,13 +145,29 @@ def main(argv: list[str] | None = None) -> int:
                 " ".join(exposed),
             )
             return 1
+    exposed = cfg.unauthenticated_bus_violations()
+    if exposed:
+        log.warning(
+            "Refusing to start: the cluster bus would listen on %s with no "
+            "authentication, so anyone reaching port %d could act as a cluster node. Set "
+            "cluster-secret (or tls-cluster yes), bind to loopback, or set "
+            "cluster-allow-unauthenticated-bus yes.",
+            " ".join(exposed), tls.announced_port(cfg) + cfg.cluster_port_offset,
+        )
+        return 1
+    try:
+        tls.check(cfg)
+        contexts = (tls.client_context(cfg), *tls.bus_contexts(cfg))
+    except tls.TlsConfigError as e:
+        log.warning("Failed to configure TLS: %s", e)
+        return 1
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         log.warning("uvloop not available, using the default asyncio loop")
-    return asyncio.run(_serve(cfg, path))
+    return asyncio.run(_serve(cfg, path, *contexts))
 
 
 def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
@@ -187,10 +204,12 @@ def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
     return True
 
 
-async def _serve(cfg: Config, path: str | None) -> int:
+async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None,
+                 bus_tls_out=None) -> int:
     loop = asyncio.get_running_loop()
     sysrand = random.SystemRandom()
-    node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)), Driver.now())
+    node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)), Driver.now(),
+                port=tls.announced_port(cfg))
     driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
     try:
         if not driver.lock_nodes_conf():
@@ -212,20 +231,34 @@ async def _serve(cfg: Config, path: str | None) -> int:
         return 1
     log.info("Disque (disquepy %s) starting, pid=%d, node id %s", __version__, os.getpid(),
              node.myid)
+    listeners = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
+    if cfg.tls_port:
+        listeners.append((cfg.tls_port, client_tls))
+    tls_refusals = logmod.RateLimited(log)
+
+    def factory(ctx):
+        if ctx is None:
+            return lambda: ClientProtocol(driver)
+        return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver), loop,
+                                             tls_refusals)
+
     try:
-        for addr in cfg.bind:
-            srv = await loop.create_server(
-                lambda: ClientProtocol(driver), addr, cfg.port, backlog=cfg.tcp_backlog,
-                reuse_address=True,
-            )
-            driver.servers.append(srv)
+        for port, ctx in listeners:
+            for addr in cfg.bind:
+                srv = await loop.create_server(
+                    factory(ctx), addr, port, backlog=cfg.tcp_backlog, reuse_address=True,
+                )
+                driver.servers.append(srv)
     except OSError as e:
-        log.warning("Creating Server TCP listening socket %s:%d: %s", addr, cfg.port, e.strerror)
+        log.warning("Creating Server %s listening socket %s:%d: %s", "TLS" if ctx else "TCP",
+                    addr, port, e.strerror)
         return 1
     from .bus import Bus
 
-    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log)
-    bus_port = cfg.port + cfg.cluster_port_offset
+    secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
+    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
+              ssl_server=bus_tls_in, ssl_client=bus_tls_out)
+    bus_port = node.port + cfg.cluster_port_offset
     try:
         await bus.listen(cfg.bind, bus_port)
     except OSError as e:
@@ -236,7 +269,12 @@ async def _serve(cfg: Config, path: str | None) -> int:
     bus.sync_links(node.members.peer_links())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.shutdown, "signal")
-    log.info("The server is now ready to accept connections on port %d", cfg.port)
+    if secret is None and not cfg.tls_cluster:
+        log.info("The cluster bus is not authenticated (no cluster-secret, no tls-cluster): "
+                 "only trusted hosts must reach port %d", bus_port)
+    for port, ctx in listeners:
+        log.info("The server is now ready to accept %sconnections on port %d",
+                 "TLS " if ctx else "", port)
     driver.start_gc_policy()
     driver.arm()
     await driver.stopping.wait()
