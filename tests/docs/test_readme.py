@@ -195,7 +195,9 @@ def rewrite_ports(code: str, base: int) -> str:
 def test_readme_has_runnable_blocks_and_few_exceptions():
     assert len(BLOCKS) >= 6
     skipped = [b for b in BLOCKS if b.mark.startswith("skip")]
-    assert len(skipped) <= 4, [b.id for b in skipped]
+    # make run, make cluster, the disque-web curl calls, the Spark API and examples: each
+    # names the test that runs it (a "web" marker starting disque-web would run the curls)
+    assert len(skipped) <= 5, [b.id for b in skipped]
     for b in BLOCKS:
         assert not b.mark or b.mark in MARKS or b.mark.startswith("skip: ") \
             or INTERRUPT.fullmatch(b.mark), f"{b.id}: unknown marker {b.mark!r}"

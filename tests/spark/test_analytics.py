@@ -167,10 +167,12 @@ def test_analytics_on_hand_made_and_real_event_logs(spark, tmp_path, capsys):
     assert (flaky["added"], flaky["acked"], flaky["deliveries"], flaky["nacks"]) == (5, 0, 15, 15)
     assert flaky["likely_dead_letters"] == 5 and fast["likely_dead_letters"] == 0
     assert (flaky["backlog"], flaky["queued"], fast["backlog"], fast["queued"]) == (5, 5, 0, 0)
-    # a real worker: 3 jobs, each re-added once by the back-off then dead-lettered
+    # a real worker: 3 jobs, each retried once by the back-off (NACK ... DELAY, the same
+    # job) then dead-lettered (FAILJOB acknowledges it)
     failing = res["queues"]["failing"]
-    assert (failing["added"], failing["acked"], failing["dead_lettered"]) == (6, 6, 3)
-    assert failing["dead_letter_rate"] == 0.5 and failing["backlog"] == 0
+    assert (failing["added"], failing["acked"], failing["dead_lettered"]) == (3, 3, 3)
+    assert failing["nacks"] == 3
+    assert failing["dead_letter_rate"] == 1.0 and failing["backlog"] == 0
     assert failing["likely_dead_letters"] == 0  # what the old "dead?" column showed
     assert sorted(r["job"] for r in res["dead_letters_sample"])[-1] == "j3"
     assert len(res["dead_letters_sample"]) == 6
