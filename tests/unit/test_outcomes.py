@@ -328,3 +328,17 @@ def test_volume_out_of_order_against_the_model() -> None:
     # All chunks freed but the open one (4096 records of 69 bytes), the index's shards too.
     assert mem_full > BASE_MEM + 600_000
     assert s.memory_bytes() <= BASE_MEM + 4096 * 69 + 1024 + 4_000  # + its names, details
+
+
+def test_record_raw_is_record_without_the_tuple() -> None:
+    """The node's path: the job ID as bytes, known valid; the same store afterwards."""
+    a, b = Outcomes(), Outcomes()
+    for i, jid in enumerate(IDS[:20]):
+        o = outcome(jid, 100 + i, FAILED if i % 3 else COMPLETED, b"err" if i % 3 else b"")
+        a.record(o)
+        b.record_raw(jid.encode(), o.state, o.queue, o.attempts, o.created_ms,
+                     o.finished_ms, o.detail)
+    assert list(a) == list(b) and a.memory_bytes() == b.memory_bytes()
+    with pytest.raises(ValueError, match="unknown outcome state"):
+        b.record_raw(IDS[0].encode(), 9, "q", 1, 1, 2, b"")
+    assert len(b) == 20

@@ -38,7 +38,7 @@ from .job import (
 )
 from .jobtable import JobTable
 from .membership import Membership
-from .outcomes import COMPLETED, EXPIRED, FAILED, Outcome, Outcomes
+from .outcomes import COMPLETED, EXPIRED, FAILED, Outcomes
 from .outputs import Outputs, ShellRequest
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .replication import WILLQUEUE_ADVANCE_MS, Replication
@@ -724,8 +724,8 @@ class Node:
         job.flags = flags | F_OUTCOME
         done = state == COMPLETED or state == FAILED  # delivered at least once, somewhere
         attempts = job.nacks + job.adeliv + (1 if done or flags & F_DELIVERED else 0)
-        self.outcomes.record(Outcome(job.id.decode(), state, job.queue.decode("latin-1"),
-                                     attempts, job.ctime // 1_000_000, now, detail))
+        self.outcomes.record_raw(job.id, state, job.queue.decode("latin-1"), attempts,
+                                 job.ctime // 1_000_000, now, detail)
 
     @property
     def outcomes_on(self) -> bool:
