@@ -60,6 +60,16 @@ def server(shared_server) -> Server:
 
 
 @pytest.fixture
+def dq(server):
+    """A disquepy client on the shared, emptied server."""
+    from disquepy.client import Disque
+
+    c = Disque([f"127.0.0.1:{server.port}"])
+    yield c
+    c.close()
+
+
+@pytest.fixture
 def r(server):
     """A raw redis-py client (RESP2) on an empty server."""
     c = server.client()

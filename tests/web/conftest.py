@@ -15,8 +15,6 @@ import httpx
 import pytest
 from support import ROOT, end_process, free_port
 
-from disquepy.client import Disque
-
 
 class Web:
     """One ``disque-web`` process (``python -m disquepy.web``) on 127.0.0.1."""
@@ -75,12 +73,6 @@ def http(web):
     with httpx.Client(base_url=web.url, timeout=30) as c:
         yield c
 
-
-@pytest.fixture
-def dq(server):
-    c = Disque([f"127.0.0.1:{server.port}"])
-    yield c
-    c.close()
 
 
 @pytest.fixture

@@ -10,16 +10,8 @@ from pathlib import Path
 import pytest
 from support import ROOT
 
-from disquepy.client import Disque
-
 HERE = Path(__file__).resolve().parent
 
-
-@pytest.fixture
-def dq(server):
-    c = Disque([f"127.0.0.1:{server.port}"])
-    yield c
-    c.close()
 
 
 @pytest.fixture
