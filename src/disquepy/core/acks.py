@@ -115,7 +115,7 @@ class Acks:
                       M.SETACK, job.id, len(delivered))
 
     def _gc_done(self, job: Job) -> None:
-        self.node.send([n for n in job.delivered if n != self.node.myid], M.DELJOB, job.id)
+        self.node.send_to_copies(job, M.DELJOB, job.id)
         self.node.unregister(job)
 
     def on_setack(self, p: Peer, fields, now) -> None:
@@ -179,9 +179,7 @@ class Acks:
         with the error, on every copy, then it is acknowledged as any finished job."""
         node = self.node
         node.record_outcome(job, FAILED, now, error)
-        others = [n for n in job.delivered if n != node.myid]
-        if others:
-            node.send(others, M.OUTCOME, job.id, FAILED, error)
+        node.send_to_copies(job, M.OUTCOME, job.id, FAILED, error)
         self.ack(job, now)
         if job.state == ACKED:
             self.start_gc(job, now)
@@ -190,9 +188,7 @@ class Acks:
         """CANCEL: a job nobody works on ends here and on every copy, as CANCELLED."""
         node = self.node
         node.record_outcome(job, CANCELLED, now)
-        others = [n for n in job.delivered if n != node.myid]
-        if others:
-            node.send(others, M.OUTCOME, job.id, CANCELLED, b"")
+        node.send_to_copies(job, M.OUTCOME, job.id, CANCELLED, b"")
         if node.events_on:
             node.events_out.append((now, "deleted", job.id, job.queue, None))
         node.unregister(job)

@@ -198,6 +198,11 @@ class Node:
         self.bus_out.append((list(dsts), msg))
         self.msgs_sent += len(dsts)
 
+    def send_to_copies(self, job: Job, mtype: int, *fields) -> None:
+        """send() to every other node that may hold a copy of ``job``."""
+        myid = self.myid
+        self.send([n for n in job.delivered if n != myid], mtype, *fields)
+
     def take_messages(self) -> dict:
         """Take what was sent since the last call, per destination node: one message
         each, a BATCH of them when several (so one frame per peer), in sending order."""
@@ -674,11 +679,7 @@ class Node:
             return False  # queued already, still being replicated, or at most once
         requeue = flags & F_ENQUEUED_ONCE
         deferred = flags & F_DEFERRED  # a NACK ... DELAY ending: counted at the NACK
-        if deferred:
-            flags &= ~F_DEFERRED
-            nack_counted = True
-        else:
-            nack_counted = nack
+        flags &= ~F_DEFERRED
         if (nack or requeue) and not deferred:
             if nack:
                 job.nacks += 1
@@ -707,7 +708,7 @@ class Node:
         if self.clustered:
             if (requeue or nack) and self.repl.has_peers(job):
                 self.repl.broadcast_queued(
-                    job, M.QUEUED_INCR_NACKS if nack_counted else M.QUEUED_INCR_DELIV)
+                    job, M.QUEUED_INCR_NACKS if nack or deferred else M.QUEUED_INCR_DELIV)
             if not q.waiters and self.fed.askers and job.queue in self.fed.askers:
                 self.fed.pushed_to_askers(q, now)
         if q.waiters and not q.flags & PAUSED_OUT:

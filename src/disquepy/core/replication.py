@@ -104,7 +104,7 @@ class Replication:
 
     def failed(self, job: Job, error: str) -> None:
         client, _, _ = self.waiting.pop(job.id, _NOT_WAITING)
-        self.node.send([n for n in job.delivered if n != self.node.myid], M.DELJOB, job.id)
+        self.node.send_to_copies(job, M.DELJOB, job.id)
         self.node.unregister(job)
         if client is not None and not client.closed:
             client.blocked_add = None
@@ -206,13 +206,13 @@ class Replication:
         return n > 1 or (n == 1 and d[0] != self.node.myid)
 
     def send_willqueue(self, job: Job) -> None:
-        self.node.send([n for n in job.delivered if n != self.node.myid], M.WILLQUEUE, job.id)
+        self.node.send_to_copies(job, M.WILLQUEUE, job.id)
 
     def broadcast_queued(self, job: Job, incr: int) -> None:
-        self.node.send([n for n in job.delivered if n != self.node.myid], M.QUEUED, job.id, incr)
+        self.node.send_to_copies(job, M.QUEUED, job.id, incr)
 
     def broadcast_working(self, job: Job) -> None:
-        self.node.send([n for n in job.delivered if n != self.node.myid], M.WORKING, job.id)
+        self.node.send_to_copies(job, M.WORKING, job.id)
 
     def on_willqueue(self, p: Peer, fields, now) -> None:
         job = self.node.jobs.get(fields[0])
