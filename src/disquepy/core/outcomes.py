@@ -446,10 +446,20 @@ class Outcomes:
             base = c.wid << _CHUNK_BITS
             index_del = self._index_del
             first = n
+            # this chunk's outcomes go in a run while they stay older than every other
+            # chunk's: below the next heap entry (a lower bound of the next chunk's
+            # oldest; an equal finished time goes to the chunk that arrived first)
+            heap = self._heap
+            nxt = heap[1] if len(heap) > 1 else (_INF, 0, 0)
+            if len(heap) > 2 and heap[2] < nxt:
+                nxt = heap[2]
+            bound, bseq = (cutoff, _INF) if cutoff < nxt[0] else (nxt[0], nxt[1])
+            seq = c.seq
             while pos < end and n != limit:
                 slot = order[pos]
                 if st[slot] != _DEAD:
-                    if fin[slot] > cutoff:
+                    f = fin[slot]
+                    if f > bound or (f == bound and seq > bseq):
                         break
                     off = slot * _RSIZE
                     index_del(bytes(recs[off:off + JOB_ID_LEN]), base | slot)
@@ -465,8 +475,16 @@ class Outcomes:
         return n
 
     def _enforce(self) -> None:
+        # Memory comes back a chunk at a time, so ask (oldest first) for as many as the
+        # chunk holding the oldest outcome has live, not one per pass: one _drop call
+        # and one _settle per run of a chunk instead of per outcome (at a 4 MB cap,
+        # 300k records: 3.8 -> 2.7 us a record interpreted, 2.2 us compiled). Outcomes
+        # of other chunks may be among the oldest, so a pass can drop up to a chunk more
+        # than strictly needed.
         while self._mem > self._max_bytes and self._live:
-            self.dropped += self._drop(_INF, 1)
+            c = self._settle()
+            assert c is not None  # live outcomes exist
+            self.dropped += self._drop(_INF, c.live)
         o = self._open
         if self._mem > self._max_bytes and o is not None and o.live == 0:
             self._free(o)
