@@ -44,19 +44,19 @@ def handler_raises() -> None:
 
 def reload_requeues_at_most_once() -> None:
     """A restart queues RETRY 0 jobs again (they may have been delivered already)."""
-    from disquepy.core import node
+    from disquepy.core import node, persistence
 
-    orig = node.Node.load_aof
+    orig = persistence.Persistence.load
 
-    def load_aof(self, records, now, enqueue):
+    def load(self, records, now, enqueue):
         n = orig(self, records, now, enqueue)
-        for job in list(self.jobs.values()):
+        for job in list(self.node.jobs.values()):
             if job.retry == 0 and job.state == node.ACTIVE:
                 job.qtime = now
-                self.enqueue(job, now)
+                self.node.enqueue(job, now)
         return n
 
-    node.Node.load_aof = load_aof
+    persistence.Persistence.load = load
 
 
 def delivery_cancels_retry() -> None:

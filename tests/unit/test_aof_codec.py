@@ -20,9 +20,15 @@ from disquepy.codec.aof import (
     scan,
     validate_fields,
 )
+from disquepy.core.jobcodec import DISK, JobFields, parse_job
 
 NODE_A = "0123456789abcdef0123456789abcdef01234567"
 NODE_B = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+def jf(f: list) -> JobFields:
+    """A valid field list as the scanner returns it: by name (jobcodec's DISK layout)."""
+    return parse_job(f, DISK)
 
 
 def jid(i: int) -> bytes:
@@ -60,7 +66,7 @@ def build(items: list) -> tuple[bytes, list[int], list[tuple[int, str, object]]]
     for kind, payload in items:
         rec = encode_loadjob(payload) if kind == "L" else encode_deljob(payload)
         offsets.append(pos)
-        expected.append((pos, LOADJOB if kind == "L" else DELJOB, payload))
+        expected.append((pos, LOADJOB, jf(payload)) if kind == "L" else (pos, DELJOB, payload))
         parts.append(rec)
         pos += len(rec)
     return b"".join(parts), offsets, expected
@@ -141,7 +147,7 @@ def test_encode_loadjob_accepts_tuples_and_recovers_after_a_failed_pack():
     rec = encode_loadjob(f)  # the shared Packer was reset after the failures
     res = scan(rec)
     assert res.status == "ok"
-    assert res.records[0][2] == fields(2, delivered=[NODE_A])
+    assert res.records[0][2] == jf(fields(2, delivered=[NODE_A]))
 
 
 # ---------------------------------------------------------------------------
@@ -151,8 +157,11 @@ def test_encode_loadjob_accepts_tuples_and_recovers_after_a_failed_pack():
 
 def test_decode_round_trip():
     f = fields(5)
-    assert decode_loadjob_blob(msgpack.packb(f, use_bin_type=True)) == f
-    assert decode_loadjob_blob(memoryview(msgpack.packb(f, use_bin_type=True))) == f
+    assert decode_loadjob_blob(msgpack.packb(f, use_bin_type=True)) == jf(f)
+    assert decode_loadjob_blob(memoryview(msgpack.packb(f, use_bin_type=True))) == jf(f)
+    got = decode_loadjob_blob(msgpack.packb(f, use_bin_type=True))
+    assert (got.queue, got.ttl, got.delivered, got.state, got.idem) == (
+        b"queue-2", 3600, (NODE_A, NODE_B), 2, None)
 
 
 def test_decode_accepts_boundaries():
@@ -165,13 +174,15 @@ def test_decode_accepts_boundaries():
         repl=65535,
         state=3,
         qtime=0,
-        flags=2**64 - 1,
+        flags=2**16 - 1,
         delivered=[],
-        delay=2**63 - 1,
+        delay=2**32 - 1,
+        retry=2**32 - 1,
+        nacks=2**48 - 1,
     )
-    assert decode_loadjob_blob(msgpack.packb(f, use_bin_type=True)) == f
-    upper = fields(1, delivered=[NODE_A.upper()])
-    assert decode_loadjob_blob(msgpack.packb(upper, use_bin_type=True)) == upper
+    assert decode_loadjob_blob(msgpack.packb(f, use_bin_type=True)) == jf(f)
+    f = fields(1, qtime=2**53 - 1, ctime=2**62 - 1, ttl=2**32 - 1)
+    assert decode_loadjob_blob(msgpack.packb(f, use_bin_type=True)) == jf(f)
 
 
 BAD_FIELDS = [
@@ -211,6 +222,16 @@ BAD_FIELDS = [
     ("qtime", -1, "qtime"),
     ("flags", -1, "flags"),
     ("flags", [1], "flags"),
+    # the bus's ranges (one validation for both): past them a value is corruption
+    ("ttl", 2**32, "ttl"),
+    ("delay", 2**32, "delay"),
+    ("retry", 2**63, "retry"),
+    ("nacks", 2**48, "nacks"),
+    ("ctime", 2**62, "ctime"),
+    ("qtime", 2**53, "qtime"),
+    ("flags", 2**16, "flags"),
+    ("delivered", [NODE_A.upper()], "delivered"),
+    ("queue", b"q" * 65537, "queue"),
 ]
 
 
@@ -239,7 +260,8 @@ def test_fifteenth_field_is_the_idempotency_key():
     f = fields(1) + [b"batch-7/part-3/row-12"]
     rec = encode_loadjob(f)
     res = scan(rec)
-    assert res.status == "ok" and res.records[0][2] == f
+    assert res.status == "ok" and res.records[0][2] == jf(f)
+    assert res.records[0][2].idem == b"batch-7/part-3/row-12"
     for bad in (0, b"", b"k" * 257, "text"):
         with pytest.raises(AofFormatError, match="idempotency key"):
             decode_loadjob_blob(msgpack.packb(fields(1) + [bad], use_bin_type=True))
@@ -660,24 +682,24 @@ job_ids = st.builds(
     st.binary(min_size=24, max_size=24),
     st.binary(min_size=4, max_size=4),
 )
-u63 = st.integers(0, 2**63 - 1)
-u64 = st.integers(0, 2**64 - 1)
+u32 = st.integers(0, 2**32 - 1)
+u48 = st.integers(0, 2**48 - 1)
 job_fields = st.builds(
     lambda *f: list(f),
     job_ids,
     st.binary(max_size=64),
     st.binary(max_size=600),
-    u63,
-    st.integers(1, 2**64 - 1),
-    u64,
-    u64,
+    st.integers(0, 2**62 - 1),
+    st.integers(1, 2**32 - 1),
+    u32,
+    u32,
     st.integers(1, 65535),
-    u64,
-    u64,
-    st.lists(st.one_of(hexid, hexid.map(str.upper)), max_size=5),
+    u48,
+    u48,
+    st.lists(hexid, max_size=5),
     st.integers(0, 3),
-    u63,
-    u64,
+    st.integers(0, 2**53 - 1),
+    st.integers(0, 2**16 - 1),
 )
 items = st.lists(
     st.one_of(st.tuples(st.just("L"), job_fields), st.tuples(st.just("D"), job_ids)),
@@ -691,8 +713,8 @@ def test_property_fields_round_trip(f):
     rec = encode_loadjob(f)
     res = scan(rec)
     assert res.status == "ok" and res.valid_end == len(rec)
-    assert res.records == [(0, LOADJOB, f)]
-    assert decode_loadjob_blob(msgpack.packb(f, use_bin_type=True)) == f
+    assert res.records == [(0, LOADJOB, jf(f))]
+    assert decode_loadjob_blob(msgpack.packb(f, use_bin_type=True)) == jf(f)
 
 
 @given(items)

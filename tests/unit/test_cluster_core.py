@@ -463,13 +463,13 @@ def test_jobs_still_being_replicated_are_never_queued():
 
 
 def test_node_ids_from_wire_validates_and_shares_the_strings():
-    from disquepy.core import messages as M
+    from disquepy.core.ids import node_ids_from_wire
 
     a, b = "ab" * 20, "cd" * 20
-    first = M.node_ids_from_wire([a, b])
-    again = M.node_ids_from_wire(["".join(["ab"] * 20), "".join(["cd"] * 20)])  # new objects
+    first = node_ids_from_wire([a, b])
+    again = node_ids_from_wire(["".join(["ab"] * 20), "".join(["cd"] * 20)])  # new objects
     assert first == again == (a, b)
     assert all(x is y for x, y in zip(first, again, strict=True))
-    assert M.node_ids_from_wire([]) == ()
+    assert node_ids_from_wire([]) == ()
     for bad in (["AB" * 20], ["ab" * 19], [b"ab" * 20], [1], [[a]], [a, None]):
-        assert M.node_ids_from_wire(bad) is None, bad
+        assert node_ids_from_wire(bad) is None, bad

@@ -38,7 +38,7 @@ def test_idempotent_key_outlives_ack_until_the_job_lifetime_ends(h):
     assert h("ADDJOB", "q", "x", 0, "IDEMPOTENT", "k") == jid  # ... its key is not
     assert qlen(h) == 0
     h.advance(61_000)  # the job's lifetime is over: the key is free again
-    assert h.node.idem_keys == {} and h.node.idem_of == {}
+    assert h.node.keys.idem == {} and h.node.keys.of == {}
     new = h("ADDJOB", "q", "x", 0, "IDEMPOTENT", "k")
     assert new != jid and qlen(h) == 1
 
@@ -62,11 +62,11 @@ def test_idempotent_memory_is_accounted_and_released(h):
     h("DELJOB", plain, keyed)
     assert h.node.used_memory > base  # the key outlives its job ...
     h.advance(11_000)
-    assert h.node.used_memory == base and h.node.idem_keys == {}  # ... until it expires
+    assert h.node.used_memory == base and h.node.keys.idem == {}  # ... until it expires
 
 
 def test_idempotent_key_survives_aof_reload_including_deleted_jobs(h):
-    h.node.aof_on = True
+    h.node.aof.on = True
     live = h("ADDJOB", "q", "live", 0, "IDEMPOTENT", "k-live")
     gone = h("ADDJOB", "q", "gone", 0, "IDEMPOTENT", "k-gone")
     h("GETJOB", "COUNT", 2, "FROM", "q")
@@ -74,7 +74,7 @@ def test_idempotent_key_survives_aof_reload_including_deleted_jobs(h):
     records = aof.scan(b"".join(h.shell.records)).records
     fresh = Harness()
     fresh.now = h.now
-    assert fresh.node.load_aof(records, fresh.now, enqueue=False) == 1
+    assert fresh.node.aof.load(records, fresh.now, enqueue=False) == 1
     assert fresh("ADDJOB", "q", "again", 0, "IDEMPOTENT", "k-live") == live
     assert fresh("ADDJOB", "q", "again", 0, "IDEMPOTENT", "k-gone") == gone
     assert fresh.node.jobs.count == 1
@@ -84,12 +84,12 @@ def test_rewrite_keeps_keys_of_deleted_jobs(h):
     gone = h("ADDJOB", "q", "gone", 0, "IDEMPOTENT", "k-gone")
     live = h("ADDJOB", "q", "live", 0, "IDEMPOTENT", "k-live")
     h("DELJOB", gone)
-    snap = [h.node.aof_snapshot(j) for j in h.node.jobs.values()]
-    snap += h.node.aof_retained_keys(h.now)
+    snap = [h.node.aof.snapshot(j) for j in h.node.jobs.values()]
+    snap += h.node.aof.retained_keys(h.now)
     res = aof.scan(b"".join(r for r in snap if r))
     assert res.status == "ok"
     fresh = Harness()
-    fresh.node.load_aof(res.records, h.now, enqueue=True)
+    fresh.node.aof.load(res.records, h.now, enqueue=True)
     assert fresh.node.jobs.count == 1 and fresh("QLEN", "q") == 1
     assert fresh("ADDJOB", "q", "x", 0, "IDEMPOTENT", "k-gone") == gone
     assert fresh("ADDJOB", "q", "x", 0, "IDEMPOTENT", "k-live") == live
@@ -114,7 +114,7 @@ def test_idempotent_key_travels_to_replicas_and_norepl_forgets_it():
     assert c.cmd(0, "ADDJOB", "q", "b", 200, "REPLICATE", 3, "IDEMPOTENT", "k2") == "BLOCKED"
     c.run(400)
     assert c.outbox(0)[0][1].startswith("NOREPL")
-    assert b"k2" not in c.nodes[0].idem_keys
+    assert b"k2" not in c.nodes[0].keys.idem
 
 
 # ----------------------------------------------------------------------- TOKEN
@@ -155,7 +155,7 @@ def test_token_expires(h):
     h("ADDJOB", "q", "b", 0)
     first = h("GETJOB", "TOKEN", "t", "FROM", "q")
     h.advance(6_000)
-    assert h.node.tokens == {}
+    assert h.node.keys.tokens == {}
     assert h("GETJOB", "TOKEN", "t", "FROM", "q")[0][1] != first[0][1]
 
 
@@ -195,7 +195,7 @@ def test_no_events_when_off(h):
 def test_counters_survive_an_aof_reload(h):
     """NACKs and re-deliveries are logged, so a reloaded copy keeps its counters
     (counters never go back, as the simulator's checker demands)."""
-    h.node.aof_on = True
+    h.node.aof.on = True
     jid = h("ADDJOB", "q", "x", 0, "RETRY", 1)
     h("GETJOB", "FROM", "q")
     h("NACK", jid)
@@ -206,7 +206,7 @@ def test_counters_survive_an_aof_reload(h):
     assert show[show.index(b"additional-deliveries") + 1] == 1
     fresh = Harness()
     fresh.now = h.now
-    fresh.node.load_aof(aof.scan(b"".join(h.shell.records)).records, h.now, enqueue=False)
+    fresh.node.aof.load(aof.scan(b"".join(h.shell.records)).records, h.now, enqueue=False)
     again = fresh("SHOW", jid)
     assert again[again.index(b"nacks") + 1] == 1
     assert again[again.index(b"additional-deliveries") + 1] == 1
@@ -215,12 +215,12 @@ def test_counters_survive_an_aof_reload(h):
 def test_a_delayed_job_reloaded_from_the_aof_keeps_its_delay(h):
     """The LOADJOB record carries the queue time of the delay (a record written
     before it was set brought the job back at its retry instead)."""
-    h.node.aof_on = True
+    h.node.aof.on = True
     h("QLEN", "q")
     jid = h("ADDJOB", "q", "x", 0, "DELAY", 30, "RETRY", 1)
     fresh = Harness()
     fresh.now = h.now
-    fresh.node.load_aof(aof.scan(b"".join(h.shell.records)).records, h.now, enqueue=False)
+    fresh.node.aof.load(aof.scan(b"".join(h.shell.records)).records, h.now, enqueue=False)
     fresh.advance(29_000)
     assert fresh("QLEN", "q") == 0
     fresh.advance(2_000)

@@ -13,16 +13,15 @@ and nothing else::
     *2\\r\\n$6\\r\\nDELJOB\\r\\n$40\\r\\n<id>\\r\\n
 
 ``blob`` is ``msgpack.packb(fields, use_bin_type=True)`` and ``crc`` its CRC32
-(``zlib.crc32``) as 8 lowercase hex digits.  ``fields`` is a list of 14 items::
+(``zlib.crc32``) as 8 lowercase hex digits.  ``fields`` is a job in
+``core.jobcodec``'s DISK layout (14 items, a 15th for an idempotency key)::
 
     [id, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-     delivered, state, qtime, flags]
+     delivered, state, qtime, flags (, idem)]
 
-with ``id`` a 40-byte job ID (``D-`` prefix, ``-`` at offsets 10 and 35),
-``queue``/``body`` bytes, ``ctime`` (ns) >= 0, ``ttl`` (s) > 0, ``delay``,
-``retry``, ``nacks``, ``adeliv`` >= 0, ``repl`` in 1..65535, ``delivered`` a list
-of 40-hex-digit node IDs (``str``), ``state`` in 0..3, ``qtime`` (absolute ms,
-0 = none) >= 0 and ``flags`` >= 0.  ``bool`` is not an ``int`` here.
+checked by ``jobcodec.parse_job``, the one validation the bus shares (types,
+ranges, job and node IDs); a LOADJOB record's payload is the resulting
+``JobFields``.
 
 Scanning
 ========
@@ -54,6 +53,8 @@ from zlib import crc32
 
 import msgpack
 
+from ..core.jobcodec import DISK, NDISK, BadJob, JobFields, parse_job
+
 __all__ = [
     "DELJOB",
     "LOADJOB",
@@ -69,7 +70,7 @@ __all__ = [
 
 LOADJOB = "LOADJOB"
 DELJOB = "DELJOB"
-NFIELDS = 14
+NFIELDS = NDISK
 
 # Blob lengths have at most this many digits (a blob is under 1 GB).
 _MAX_LEN_DIGITS = 9
@@ -89,14 +90,12 @@ _LOWER_HEX = frozenset(b"0123456789abcdef")
 _DIGITS = frozenset(b"0123456789")
 _FIXARRAY_14 = 0x90 | NFIELDS  # first byte of a valid blob
 _FIXARRAY_15 = _FIXARRAY_14 + 1  # ... of one with a 15th field, the idempotency key
-_MAX_IDEM_KEY = 256
 
 _unpackb = msgpack.unpackb
 # One Packer for the write path: packb() builds a new one per call, which costs
 # more than the packing.  Safe to share: packing lists of bytes/int/str never
 # runs Python code (so never releases the GIL), and a failed pack resets it.
 _pack = msgpack.Packer(use_bin_type=True).pack
-_fromhex = bytes.fromhex
 
 
 class AofFormatError(ValueError):
@@ -119,7 +118,7 @@ class ScanResult:
     """What ``scan`` found.
 
     ``records``: ``(offset, kind, payload)`` for each valid record in order; kind
-    ``"LOADJOB"`` (payload: the fields list) or ``"DELJOB"`` (payload: the ID).
+    ``"LOADJOB"`` (payload: its JobFields) or ``"DELJOB"`` (payload: the ID).
     Empty when scanning with ``collect=False``; the counts are always set.
     ``valid_end``: offset just after the last valid record (``start`` if none).
     ``status``: ``"ok"``, ``"truncated"`` or ``"corrupt"`` (see the module doc).
@@ -159,106 +158,23 @@ def encode_deljob(jid: bytes) -> bytes:
 # ---------------------------------------------------------------------------
 
 
-def validate_fields(f: Any) -> None:
-    """Raise AofFormatError unless ``f`` is a valid job field list: 14 items, or 15
-    when the job has an idempotency key (ADDJOB IDEMPOTENT), bytes of 1..256."""
-    if type(f) is not list or not NFIELDS <= len(f) <= NFIELDS + 1:
-        raise AofFormatError(f"job fields: expected a list of {NFIELDS} items "
-                             "(15 with an idempotency key)")
-    if len(f) > NFIELDS:
-        key = f[NFIELDS]
-        if type(key) is not bytes or not 0 < len(key) <= _MAX_IDEM_KEY:
-            raise AofFormatError(f"idempotency key: expected 1..{_MAX_IDEM_KEY} bytes")
-        f = f[:NFIELDS]
-    jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, deliv, state, qtime, flags = f
-    # One expression for the common, valid case; the details only on failure.
-    if (
-        type(jid) is bytes
-        and len(jid) == _JOB_ID_LEN
-        and jid[0] == 68  # 'D'
-        and jid[1] == 45  # '-'
-        and jid[10] == 45
-        and jid[35] == 45
-        and type(queue) is bytes
-        and type(body) is bytes
-        and type(ctime) is int
-        and type(ttl) is int
-        and type(delay) is int
-        and type(retry) is int
-        and type(repl) is int
-        and type(nacks) is int
-        and type(adeliv) is int
-        and type(state) is int
-        and type(qtime) is int
-        and type(flags) is int
-        and type(deliv) is list
-        and ctime >= 0
-        and ttl > 0
-        and delay >= 0
-        and retry >= 0
-        and 1 <= repl <= 65535
-        and nacks >= 0
-        and adeliv >= 0
-        and 0 <= state <= 3
-        and qtime >= 0
-        and flags >= 0
-    ):
-        for nid in deliv:
-            # 40 characters making 20 bytes: exactly 40 hex digits (fromhex
-            # skips whitespace, which would leave fewer bytes).
-            try:
-                if len(nid) != 40 or len(_fromhex(nid)) != 20:
-                    raise ValueError
-            except (TypeError, ValueError):
-                raise AofFormatError(f"delivered: invalid node id {nid!r}") from None
-        return
-    _explain(f)
+def validate_fields(f: Any) -> JobFields:
+    """The job of a LOADJOB blob by name (``core.jobcodec``'s DISK layout, checked
+    there: one validation for the bus and the AOF); AofFormatError saying what is
+    wrong otherwise."""
+    try:
+        return parse_job(f, DISK)
+    except BadJob as e:
+        raise AofFormatError(str(e)) from None
 
 
-_INT_RULES = (
-    (3, "ctime", 0, None),
-    (4, "ttl", 1, None),
-    (5, "delay", 0, None),
-    (6, "retry", 0, None),
-    (7, "repl", 1, 65535),
-    (8, "nacks", 0, None),
-    (9, "adeliv", 0, None),
-    (11, "state", 0, 3),
-    (12, "qtime", 0, None),
-    (13, "flags", 0, None),
-)
-
-
-def _explain(f: list) -> None:
-    jid = f[0]
-    if type(jid) is not bytes:
-        raise AofFormatError(f"id: expected bytes, got {type(jid).__name__}")
-    if len(jid) != _JOB_ID_LEN or jid[:2] != b"D-" or jid[10] != 45 or jid[35] != 45:
-        raise AofFormatError(f"invalid job id {jid!r}")
-    for i, name in ((1, "queue"), (2, "body")):
-        if type(f[i]) is not bytes:
-            raise AofFormatError(f"{name}: expected bytes, got {type(f[i]).__name__}")
-    for i, name, lo, hi in _INT_RULES:
-        v = f[i]
-        if type(v) is not int:
-            raise AofFormatError(f"{name}: expected int, got {type(v).__name__}")
-        if v < lo or (hi is not None and v > hi):
-            rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-            raise AofFormatError(f"{name}: {v} out of range (must be {rng})")
-    deliv = f[10]
-    if type(deliv) is not list:
-        raise AofFormatError(f"delivered: expected list, got {type(deliv).__name__}")
-    raise AssertionError("unreachable: validate_fields found no problem")  # pragma: no cover
-
-
-def decode_loadjob_blob(blob: bytes | memoryview) -> list:
+def decode_loadjob_blob(blob: bytes | memoryview) -> JobFields:
     """Unpack and validate a LOADJOB blob; raise AofFormatError if it is invalid."""
     try:
         f = _unpackb(blob, raw=False)
     except Exception as e:  # msgpack raises several types (and UnicodeDecodeError)
         raise AofFormatError(f"undecodable blob ({type(e).__name__}: {e})") from None
-    validate_fields(f)
-    return f
+    return validate_fields(f)
 
 
 # ---------------------------------------------------------------------------
@@ -320,8 +236,7 @@ def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
                         blob = mv[b0:b1]
                         if startswith(_TAIL_FMT % crc32(blob), b1):
                             try:
-                                fields = unpackb(blob, raw=False)
-                                validate(fields)
+                                fields = validate(unpackb(blob, raw=False))
                             except Exception:
                                 pass
                             else:
@@ -421,7 +336,7 @@ def _parse_deljob(data: bytes, p: int, end: int) -> tuple[int, str, bytes]:
     return p + 2, DELJOB, jid
 
 
-def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, str, list]:
+def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, str, JobFields]:
     # "$<n>\r\n"
     if p >= end:
         raise _INCOMPLETE

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..codec import aof
 from . import messages as M
 from .ids import id_is_at_most_once, id_ttl_minutes
 from .job import ACKED, ACTIVE, F_DUMMY, QUEUED, WAIT_REPL, Job, move
@@ -84,8 +83,8 @@ class Acks:
         move(job, ACKED)
         job.confirmed = (self.node.myid,)
         job.qtime = 0  # for acked jobs: the number of GC attempts so far
-        if self.node.aof_on:  # an acked job must not come back after a restart
-            self.node.aof_out.append(aof.encode_deljob(job.id))
+        if self.node.aof.on:  # an acked job must not come back after a restart
+            self.node.aof.deleted(job)
         self.node.evictable[job.id] = job
         self.schedule_gc(job, now)
 

@@ -124,7 +124,7 @@ class Federation:
             if nid not in delivered:
                 delivered = (*delivered, nid)
             job.delivered = delivered
-            out.append(M.job_to_wire(job, self.node.idem_of.get(job.id)))
+            out.append(M.job_to_wire(job, self.node.keys.of.get(job.id)))
             if job.retry == 0:
                 self.node.unregister(job)  # at most once: the copy moves, none stays
             else:
@@ -161,15 +161,14 @@ class Federation:
             q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
 
     def on_yourjobs(self, p: Peer, fields, now) -> None:
-        for (jid, queue, body, ctime, ttl, _delay, retry, repl, nacks, adeliv, delivered,
-             idem) in fields[0]:  # decoded and checked by messages.parse
-            q = self.node.queue_for(queue, now)
+        for j in fields[0]:  # JobFields, decoded and checked by messages.parse
+            jid = j.id
+            q = self.node.queue_for(j.queue, now)
             q.needjobs_responders[p.id] = now
             q.note_import(now)
             job = self.node.jobs.get(jid)
             if job is None:
-                job = self.node.repl.job_from_wire(jid, q.name, body, ctime, ttl, 0, retry, repl,
-                                          nacks, adeliv, delivered, now, idem)
+                job = self.node.repl.adopt(j, q.name, 0, now)
                 if job is None:
                     continue
             elif job.state == ACKED or job.state == WAIT_REPL:

@@ -85,3 +85,50 @@ def id_ttl_minutes(jid: bytes) -> int:
 def id_is_at_most_once(jid: bytes) -> bool:
     """True when the ID's TTL field is even, i.e. the job was created with RETRY 0."""
     return id_ttl_minutes(jid) % 2 == 0
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+# Node IDs found valid so far; and lists of them, each kept as one tuple of shared str
+# objects (a cluster has a handful of nodes, so of lists too). Jobs keep the node IDs of
+# their copies: the strings a message decodes to are new objects (89 bytes each), so a
+# replica would otherwise hold three of them and a tuple for every job.
+_VALID_IDS: dict[str, str] = {}  # each valid ID seen, mapped to its shared object
+_NODE_LISTS: dict[tuple, tuple] = {}
+_CACHE_MAX = 4096
+
+
+def valid_node_id(nid) -> bool:
+    """40 lowercase hex characters. Every bus message carries a few node IDs, so the
+    answer for IDs seen before comes from a small cache (it only saves time)."""
+    if type(nid) is not str:
+        return False
+    if nid in _VALID_IDS:
+        return True
+    if len(nid) != 40 or set(nid) - _HEX:
+        return False
+    if len(_VALID_IDS) < _CACHE_MAX:
+        _VALID_IDS[nid] = nid
+    return True
+
+
+def node_ids_from_wire(ids: list) -> tuple | None:
+    """The node IDs of a message as a shared tuple of shared str objects, or None if
+    any is not a valid_node_id(). A list seen before costs one lookup (msgpack yields
+    exact ``str``, ``bytes`` or containers: a non-str item never equals a cached list,
+    and an unhashable one raises TypeError)."""
+    try:
+        t = tuple(ids)
+        known = _NODE_LISTS.get(t)
+    except TypeError:
+        return None
+    if known is not None:
+        return known
+    if not all(map(valid_node_id, ids)):
+        return None
+    if len(_NODE_LISTS) < _CACHE_MAX:
+        get = _VALID_IDS.get
+        t = tuple([get(nid, nid) for nid in t])
+        _NODE_LISTS[t] = t
+    return t

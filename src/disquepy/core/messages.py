@@ -11,7 +11,7 @@ Fields after the header, by type:
     PING / PONG   [gossip, your_ip] gossip: [[id, ip, port, flags], ...]
     MEET          [gossip, your_ip] the address the sender used to reach us
     FAIL          [node_id]
-    REPLJOB       [job, ...]        job: see job_to_wire; one or more
+    REPLJOB       [job, ...]        job: jobcodec's BUS fields; one or more
     GOTJOB        [job_id, ...]     one or more
     ENQUEUE       [job_id]
     WILLQUEUE     [job_id]
@@ -34,9 +34,14 @@ what they get; an exception inside one is a bug, never swallowed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from .ids import is_valid_job_id
+from .ids import is_valid_job_id, valid_node_id
+from .jobcodec import BUS, MAX_NODES, BadJob, JobFields, job_fields, parse_job
 from .outcomes import CANCELLED, FAILED, MAX_DETAIL_LIMIT
+
+if TYPE_CHECKING:
+    from .job import Job
 
 BATCH = 0  # [BATCH, sender, port, flags, [message, ...]]: several messages, one frame
 PING = 1
@@ -74,71 +79,7 @@ QUEUED_INCR_DELIV = 1
 QUEUED_INCR_NACKS = 2
 
 
-_HEX = frozenset("0123456789abcdef")
-
-
-# Node IDs found valid so far; and lists of them, each kept as one tuple of shared str
-# objects (a cluster has a handful of nodes, so of lists too). Jobs keep the node IDs of
-# their copies: the strings a message decodes to are new objects (89 bytes each), so a
-# replica would otherwise hold three of them and a tuple for every job.
-_VALID_IDS: dict[str, str] = {}  # each valid ID seen, mapped to its shared object
-_NODE_LISTS: dict[tuple, tuple] = {}
-_CACHE_MAX = 4096
-
-
-def valid_node_id(nid) -> bool:
-    """40 lowercase hex characters. Every bus message carries a few node IDs, so the
-    answer for IDs seen before comes from a small cache (it only saves time)."""
-    if type(nid) is not str:
-        return False
-    if nid in _VALID_IDS:
-        return True
-    if len(nid) != 40 or set(nid) - _HEX:
-        return False
-    if len(_VALID_IDS) < _CACHE_MAX:
-        _VALID_IDS[nid] = nid
-    return True
-
-
-def node_ids_from_wire(ids: list) -> tuple | None:
-    """The node IDs of a message as a shared tuple of shared str objects, or None if
-    any is not a valid_node_id(). A list seen before costs one lookup (msgpack yields
-    exact ``str``, ``bytes`` or containers: a non-str item never equals a cached list,
-    and an unhashable one raises TypeError)."""
-    try:
-        t = tuple(ids)
-        known = _NODE_LISTS.get(t)
-    except TypeError:
-        return None
-    if known is not None:
-        return known
-    if not all(map(valid_node_id, ids)):
-        return None
-    if len(_NODE_LISTS) < _CACHE_MAX:
-        get = _VALID_IDS.get
-        t = tuple([get(nid, nid) for nid in t])
-        _NODE_LISTS[t] = t
-    return t
-
-
-MAX_IDEM_KEY = 256  # longest ADDJOB IDEMPOTENT key
-
-
-def job_to_wire(job, idem: bytes | None = None) -> list:
-    """A job as REPLJOB / YOURJOBS carry it; a 12th item is its idempotency key."""
-    w = [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
-         job.nacks, job.adeliv, list(job.delivered)]
-    if idem is not None:
-        w.append(idem)
-    return w
-
-
-# ranges of what a peer may send: past these a value is a forgery or corruption (and a
-# counter at 2**64-1 could not even be written to the AOF once incremented)
-MAX_COUNTER = 1 << 48  # nacks, additional deliveries
-MAX_SECONDS = 1 << 32  # ttl, delay, retry
-MAX_CTIME = 1 << 62  # ns: the year 2116
-MAX_NODES = 4096  # node IDs in one list (a job's copies, a FASTACK's covered nodes)
+# ranges of what a peer may send: past these a value is a forgery or corruption
 MAX_GOSSIP = 512  # gossip entries in one PING/PONG/MEET
 MAX_NAME = 1 << 16  # queue name bytes; an IP address string
 
@@ -147,30 +88,17 @@ class Malformed(ValueError):
     """A message from a peer that breaks the format: dropped, counted and logged."""
 
 
-def job_from_wire(w: list):
-    """(id, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered, idem)."""
-    if type(w) is not list:
-        raise Malformed("bad job on the wire")
-    if len(w) == 11:
-        jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered = w
-        idem = None
-    elif len(w) == 12:
-        jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered, idem = w
-    else:
-        raise Malformed("bad job on the wire")
-    if not (type(jid) is bytes and is_valid_job_id(jid) and type(queue) is bytes
-            and type(body) is bytes and type(ctime) is int and type(ttl) is int
-            and type(delay) is int and type(retry) is int and type(repl) is int
-            and type(nacks) is int and type(adeliv) is int and type(delivered) is list
-            and 0 < ttl < MAX_SECONDS and 0 <= delay < MAX_SECONDS
-            and 0 <= retry < MAX_SECONDS and 0 < repl < 65536
-            and 0 <= nacks < MAX_COUNTER and 0 <= adeliv < MAX_COUNTER
-            and 0 <= ctime < MAX_CTIME and len(queue) <= MAX_NAME
-            and len(delivered) <= MAX_NODES
-            and (delivered := node_ids_from_wire(delivered)) is not None
-            and (idem is None or (type(idem) is bytes and 0 < len(idem) <= MAX_IDEM_KEY))):
-        raise Malformed("bad job on the wire")
-    return (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered, idem)
+def job_to_wire(job: Job, idem: bytes | None = None) -> list[object]:
+    """A job as REPLJOB / YOURJOBS carry it (jobcodec's BUS mode)."""
+    return job_fields(job, BUS, idem)
+
+
+def job_from_wire(w: object) -> JobFields:
+    """A job from REPLJOB / YOURJOBS, checked (jobcodec's BUS mode); Malformed if bad."""
+    try:
+        return parse_job(w, BUS)
+    except BadJob as e:
+        raise Malformed(f"bad job on the wire: {e}") from None
 
 
 # ------------------------------------------------------------------ validation

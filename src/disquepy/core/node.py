@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 
-from ..codec import aof, resp
+from ..codec import resp
 from . import errors
 from . import messages as M
 from .acks import Acks
@@ -37,9 +37,11 @@ from .job import (
     move,
 )
 from .jobtable import JobTable
+from .keys import Keys
 from .membership import Membership
 from .outcomes import COMPLETED, EXPIRED, FAILED, Outcomes
 from .outputs import Outputs, ShellRequest
+from .persistence import Persistence
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .replication import WILLQUEUE_ADVANCE_MS, Replication
 
@@ -48,8 +50,6 @@ from .replication import WILLQUEUE_ADVANCE_MS, Replication
 JOB_OVERHEAD = 400
 QUEUE_OVERHEAD = 1200
 CLIENT_OVERHEAD = 2000
-IDEM_OVERHEAD = 200  # an ADDJOB IDEMPOTENT key entry (plus the key's length)
-TOKEN_OVERHEAD = 200  # a GETJOB TOKEN entry (plus the token and 8 bytes per job)
 AMO_DONE_MAX = 50_000  # at-most-once job IDs remembered after they are gone
 
 # empty, unblocked, unpaused queues are dropped after this idle time; sooner when
@@ -121,8 +121,7 @@ class Node:
         # INFO commandstats: command name -> [calls, ns spent] (ns from command_took)
         self.cmdstats: dict[str, list[int]] = {}
         self.last_stat: list[int] | None = None
-        self.aof_on = False  # the shell turns it on once the AOF file is open
-        self.aof_out: list = []  # records for the shell to append
+        self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
         self.logs_out: list = []  # (level, line) for the server log
         from .commands import COMMANDS  # here, not at import: the commands import this module
@@ -163,14 +162,7 @@ class Node:
         # jobs that may be evicted under memory pressure without breaking safety:
         # acked jobs and delivered at-most-once jobs, oldest first
         self.evictable: dict[bytes, Job] = {}
-        # ADDJOB IDEMPOTENT: key -> [job id, expiry ms]; the key outlives its job (acked,
-        # deleted) until the job's lifetime ends. idem_of: job id -> key for live jobs.
-        self.idem_keys: dict[bytes, list] = {}
-        self.idem_of: dict[bytes, bytes] = {}
-        self._idem_heap: list = []  # (expiry, key) of keys whose job is gone
-        # GETJOB TOKEN: token -> (expiry ms, ids of the jobs it delivered)
-        self.tokens: dict[bytes, tuple] = {}
-        self._token_heap: list = []
+        self.keys = Keys(self)  # ADDJOB IDEMPOTENT keys, GETJOB TOKEN tokens
         # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
         self.events_on = False
         self.events_out: list = []
@@ -396,7 +388,7 @@ class Node:
     def take_outputs(self) -> Outputs:
         """Everything the node asks of the world since the last call (see outputs.py)."""
         out = Outputs(
-            self.aof_out,
+            self.aof.take(),
             self.members.nodes_conf_text() if self.cluster_dirty else None,
             self.members.peer_links() if self.members.links_dirty else None,
             self.take_messages() if self.bus_out else {},
@@ -407,7 +399,6 @@ class Node:
             self.wake_hint(),
         )
         self.cluster_dirty = self.members.links_dirty = False
-        self.aof_out = []
         self.outbox = []
         self.requests = []
         self.events_out = []
@@ -416,7 +407,7 @@ class Node:
 
     def has_outputs(self) -> bool:
         """Anything for take_outputs() to carry out, the wake hint aside (cheap)."""
-        return bool(self.aof_out or self.outbox or self.bus_out or self.requests
+        return bool(self.aof.out or self.outbox or self.bus_out or self.requests
                     or self.events_out or self.logs_out or self.cluster_dirty
                     or self.members.links_dirty)
 
@@ -452,98 +443,9 @@ class Node:
         self.used_memory += JOB_OVERHEAD + len(job.body)
         return True
 
-    # ------------------------------------------------------------ persistence
-    def aof_job_fields(self, job: Job, state: int | None = None) -> list:
-        """A job as a LOADJOB record stores it. Only snapshots (rewrites) record the
-        queued state; the running log says ACTIVE, so a reload never re-queues a job
-        that may have been delivered since (RETRY 0 jobs stay at most once)."""
-        f = [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry, job.repl,
-             job.nacks, job.adeliv, list(job.delivered),
-             ACTIVE if state is None else state, job.qtime, job.flags & F_DELIVERED]
-        if self.idem_of:
-            key = self.idem_of.get(job.id)
-            if key is not None:
-                f.append(key)
-        return f
-
-    def aof_created(self, job: Job) -> None:
-        self.aof_out.append(aof.encode_loadjob(self.aof_job_fields(job)))
-
-    def aof_snapshot(self, job: Job) -> bytes | None:
-        """The record a rewrite writes for a job, or None for what is not persisted
-        (jobs still being replicated, acked jobs and dummy acks)."""
-        if job.state == WAIT_REPL or job.state == ACKED:
-            return None
-        return aof.encode_loadjob(self.aof_job_fields(job, job.state))
-
-    def aof_retained_keys(self, now: int) -> list:
-        """Rewrite records for idempotency keys whose job is gone but whose window is
-        open: a key-only stub (LOADJOB, empty body, expiring with the window) followed
-        by its DELJOB, so a reload keeps the key and no job."""
-        out = []
-        for key, (jid, etime) in self.idem_keys.items():
-            if jid in self.idem_of or etime <= now + 1000:
-                continue
-            stub = [jid, b"", b"", (etime - 1000) * 1_000_000, 1, 0, 0, 1, 0, 0, [], ACTIVE, 0,
-                    0, key]
-            out.append(aof.encode_loadjob(stub))
-            out.append(aof.encode_deljob(jid))
-        return out
-
-    def load_aof(self, records, now: int, enqueue: bool) -> int:
-        """Rebuild the jobs from AOF records (scan order). Jobs come back active and
-        re-queue when their retry time comes; with ``enqueue`` (aof-enqueue-jobs-once,
-        after SHUTDOWN REWRITE-AOF) jobs recorded as queued are queued again. At-most-
-        once jobs are never queued by a reload otherwise. Returns the jobs loaded."""
-        loaded: dict[bytes, list] = {}
-        gone_keys: dict[bytes, tuple] = {}  # idempotency keys of deleted jobs
-        for _, kind, payload in records:
-            if kind == "LOADJOB":
-                loaded[payload[0]] = payload
-            else:
-                f = loaded.pop(payload, None)
-                if f is not None and len(f) > aof.NFIELDS:
-                    gone_keys[f[aof.NFIELDS]] = (payload, f[3] // 1_000_000 + f[4] * 1000)
-        for key, (jid, etime) in gone_keys.items():
-            if etime > now and key not in self.idem_keys:
-                self.idem_keys[key] = [jid, etime]
-                self.used_memory += IDEM_OVERHEAD + len(key)
-                heapq.heappush(self._idem_heap, (etime, key))
-        count = 0
-        for f in loaded.values():
-            (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered,
-             state, qtime, flags) = f[:aof.NFIELDS]
-            old = self.jobs.get(jid)
-            if old is not None:
-                self.unregister(old)
-            job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
-            if job.etime <= now:
-                continue
-            job.nacks, job.adeliv = nacks, adeliv
-            # shared node-ID strings (as for jobs from the bus); as read if not canonical
-            job.delivered = M.node_ids_from_wire(delivered) or tuple(delivered)
-            job.flags = flags & F_DELIVERED
-            move(job, ACTIVE)
-            if not self.register(job):
-                continue
-            if len(f) > aof.NFIELDS:
-                self.idem_bind(f[aof.NFIELDS], job)
-            count += 1
-            if enqueue and state == QUEUED:
-                job.qtime = now  # allowed once more, even for RETRY 0: queues were saved
-                self.enqueue(job, now)
-                continue
-            if retry:
-                job.flags |= F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-                job.qtime = qtime if qtime > now else now + retry * 1000 + self.jitter()
-            else:
-                job.qtime = 0  # at most once: a reload never queues it
-            self.schedule(job)
-        return count
-
     def unregister(self, job: Job) -> None:
-        if self.aof_on and job.state != WAIT_REPL and not job.flags & F_DUMMY:
-            self.aof_out.append(aof.encode_deljob(job.id))
+        if self.aof.on:
+            self.aof.deleted(job)
         if job.retry == 0 and (job.flags & F_DELIVERED or job.state == ACKED):
             # an at-most-once job delivered (or acked) here: a late or duplicated
             # YOURJOBS / REPLJOB must not bring it back to be delivered again
@@ -551,13 +453,8 @@ class Node:
             amo[job.id] = None
             if len(amo) > AMO_DONE_MAX:
                 del amo[next(iter(amo))]
-        if self.idem_of:
-            key = self.idem_of.pop(job.id, None)
-            if key is not None:
-                if job.state == WAIT_REPL:  # never confirmed to its producer: forget it
-                    self._idem_forget(key)
-                else:
-                    heapq.heappush(self._idem_heap, (job.etime, key))
+        if self.keys.of:
+            self.keys.job_gone(job)
         if job.state == WAIT_REPL and job.id in self.repl.waiting:
             client = self.repl.waiting.pop(job.id)[0]
             if not client.closed:
@@ -574,69 +471,6 @@ class Node:
             self.evictable.pop(job.id, None)
         if self.jobs.remove(job):
             self.used_memory -= JOB_OVERHEAD + len(job.body)
-
-    # ----------------------------------------------- idempotency keys, tokens
-    def idem_lookup(self, key: bytes, now: int) -> bytes | None:
-        """The ID of the job added with ``key`` while its lifetime lasts, else None.
-        A job still waiting for its copies cannot be confirmed yet: TRYAGAIN."""
-        e = self.idem_keys.get(key)
-        if e is None:
-            return None
-        if e[1] <= now:
-            self._idem_forget(key)
-            return None
-        job = self.jobs.get(e[0])
-        if job is not None and job.state == WAIT_REPL:
-            raise ReplyError(errors.IDEM_BUSY)
-        return e[0]
-
-    def idem_bind(self, key: bytes, job: Job) -> None:
-        if key in self.idem_keys:
-            self._idem_forget(key)
-        self.idem_keys[key] = [job.id, job.etime]
-        self.idem_of[job.id] = key
-        self.used_memory += IDEM_OVERHEAD + len(key)
-
-    def _idem_forget(self, key: bytes) -> None:
-        e = self.idem_keys.pop(key, None)
-        if e is None:
-            return
-        if self.idem_of.get(e[0]) == key:
-            del self.idem_of[e[0]]
-        self.used_memory -= IDEM_OVERHEAD + len(key)
-
-    def token_get(self, token: bytes, now: int):
-        """The job IDs a GETJOB TOKEN delivered, or None for a new (or expired) token."""
-        e = self.tokens.get(token)
-        if e is None or e[0] <= now:
-            return None
-        return e[1]
-
-    def token_record(self, token: bytes, ids: tuple, now: int) -> None:
-        old = self.tokens.get(token)
-        if old is not None:
-            self.used_memory -= 8 * len(old[1])
-        else:
-            self.used_memory += TOKEN_OVERHEAD + len(token)
-        exp = now + self.config.delivery_token_ttl * 1000
-        self.tokens[token] = (exp, ids)
-        self.used_memory += 8 * len(ids)
-        heapq.heappush(self._token_heap, (exp, token))
-
-    def _expire_keys(self, now: int) -> None:
-        h = self._idem_heap
-        while h and h[0][0] <= now:
-            _, key = heapq.heappop(h)
-            e = self.idem_keys.get(key)
-            if e is not None and e[1] <= now and e[0] not in self.idem_of:
-                self._idem_forget(key)
-        h = self._token_heap
-        while h and h[0][0] <= now:
-            exp, token = heapq.heappop(h)
-            t = self.tokens.get(token)
-            if t is not None and t[0] == exp:
-                del self.tokens[token]
-                self.used_memory -= TOKEN_OVERHEAD + len(token) + 8 * len(t[1])
 
     def jitter(self) -> int:
         return int(self.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
@@ -685,8 +519,8 @@ class Node:
                 job.nacks += 1
             else:
                 job.adeliv += 1
-            if self.aof_on:
-                self.aof_created(job)  # the counters moved: a reload must not roll them back
+            if self.aof.on:
+                self.aof.created(job)  # the counters moved: a reload must not roll them back
         if self.events_on:
             if nack:
                 self.events_out.append((now, "nacked", job.id, job.queue, None))
@@ -743,8 +577,8 @@ class Node:
         job.nacks += 1
         job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
         job.qtime = now + delay * 1000
-        if self.aof_on:
-            self.aof_created(job)
+        if self.aof.on:
+            self.aof.created(job)
         if self.events_on:
             self.events_out.append((now, "nacked", job.id, job.queue, None))
         if self.clustered and self.repl.has_peers(job):
@@ -865,7 +699,7 @@ class Node:
         self.used_memory += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
         if idem is not None:
-            self.idem_bind(idem, job)
+            self.keys.bind(idem, job)
         if self.events_on:
             self.events_out.append((now, "added", jid, qname,
                                     (ttl, retry, delay, repl, len(body))))
@@ -876,14 +710,14 @@ class Node:
         if delay:
             move(job, ACTIVE)
             job.qtime = now + delay * 1000
-            if self.aof_on:
-                self.aof_created(job)
+            if self.aof.on:
+                self.aof.created(job)
             self.schedule(job)
         elif q is None or self.clustered:
             move(job, ACTIVE)
             job.qtime = now + retry * 1000  # non-zero: the first enqueue may happen
-            if self.aof_on:
-                self.aof_created(job)
+            if self.aof.on:
+                self.aof.created(job)
             self.enqueue(job, now)
         else:
             # the hot path, inlined: the first enqueue of a new job in an existing queue
@@ -907,15 +741,15 @@ class Node:
                 self.events_out.append((now, "queued", jid, qname, None))
             if q.waiters and not q.flags & PAUSED_OUT:
                 self.ready.append(q)
-            if self.aof_on:
-                self.aof_created(job)
+            if self.aof.on:
+                self.aof.created(job)
         return b"+" + jid + b"\r\n"
 
     def persistence_info(self, aof_fields: list | None) -> list:
         return [
             ("loading", int(self.loading)),
-            ("aof_enabled", int(self.aof_on)),
-            ("aof_state", "on" if self.aof_on else "off"),
+            ("aof_enabled", int(self.aof.on)),
+            ("aof_state", "on" if self.aof.on else "off"),
             *(aof_fields or [
                 ("aof_rewrite_in_progress", 0),
                 ("aof_last_rewrite_time_sec", -1),
@@ -976,11 +810,7 @@ class Node:
         self.jobs.clear()
         self.queues.clear()
         self.evictable.clear()
-        self.idem_keys.clear()
-        self.idem_of.clear()
-        self._idem_heap.clear()
-        self.tokens.clear()
-        self._token_heap.clear()
+        self.keys.clear()
         self.amo_done.clear()
         self.awake = AwakeIndex()
         self.used_memory = CLIENT_OVERHEAD * len(self.clients) + sum(
@@ -1033,7 +863,7 @@ class Node:
                 self.unblock(c, served=True)
                 job = self.fetch(q, now)
                 if b.token is not None:
-                    self.token_record(b.token, (job.id,), now)
+                    self.keys.token_record(b.token, (job.id,), now)
                 self.outbox.append((c, b"*1\r\n" + job_reply(job, b.withcounters)))
 
     def reply_blocked_clients(self, reply: bytes) -> None:
@@ -1097,8 +927,8 @@ class Node:
         samples.append((now, self.ncommands))
         if len(samples) > 16:
             del samples[0]
-        if self._idem_heap or self._token_heap:
-            self._expire_keys(now)
+        if self.keys.pending():
+            self.keys.expire(now)
         if len(self.outcomes):
             self.outcomes.expire(now)
         level = self.memory_level()

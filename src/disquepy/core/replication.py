@@ -15,6 +15,7 @@ from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
 
 if TYPE_CHECKING:
+    from .jobcodec import JobFields
     from .membership import Peer
     from .node import Node
 
@@ -48,7 +49,7 @@ class Replication:
         job.delivered = self.node.shared(tuple(targets) if extrepl else (self.node.myid, *targets))
         job.confirmed = () if extrepl else (self.node.myid,)
         if targets:
-            self.node.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.node.idem_of.get(job.id)))
+            self.node.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)))
         if is_async or not targets:
             move(job, ACTIVE)
             self.replicated(job, now, extrepl)
@@ -73,13 +74,13 @@ class Replication:
         # which may move the job away at once (federation) and log its deletion
         if job.delay:
             job.qtime = now + job.delay * 1000
-            if self.node.aof_on:
-                self.node.aof_created(job)
+            if self.node.aof.on:
+                self.node.aof.created(job)
             self.node.schedule(job)
         else:
             job.qtime = now + job.retry * 1000
-            if self.node.aof_on:
-                self.node.aof_created(job)
+            if self.node.aof.on:
+                self.node.aof.created(job)
             self.node.enqueue(job, now)
 
     def tick(self, job: Job, now: int) -> None:
@@ -96,7 +97,7 @@ class Replication:
             job.delivered = (*job.delivered, self.node.rng.choice(spare))
         dsts = sorted(n for n in job.delivered if n != self.node.myid and n not in job.confirmed)
         if dsts:
-            self.node.send_item(dsts, M.REPLJOB, M.job_to_wire(job, self.node.idem_of.get(job.id)))
+            self.node.send_item(dsts, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)))
         at = now + REPL_RETRY_MS
         if deadline and deadline < at:
             at = deadline
@@ -116,40 +117,44 @@ class Replication:
         full = self.node.memory_level() >= 1  # near the limit: let other nodes hold new copies
         parts = self.node.jobs.parts
         got = []
-        for (jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, delivered,
-             idem) in fields:  # decoded and checked by messages.parse
+        for j in fields:  # JobFields, decoded and checked by messages.parse
+            jid = j.id
             job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
             if job is not None:
-                job.delivered = self.node.shared(tuple(dict.fromkeys((*job.delivered, *delivered))))
+                job.delivered = self.node.shared(tuple(dict.fromkeys((*job.delivered,
+                                                                      *j.delivered))))
                 if job.state != WAIT_REPL:
                     got.append(jid)
                 continue
             if full:
                 continue
-            q = self.node.queues.get(queue)
+            q = self.node.queues.get(j.queue)
             if q is None:
-                queue = self.node.shared(queue)
+                queue = self.node.shared(j.queue)
             elif q.flags & 1:  # paused in input: refuse new copies
                 continue
             else:
                 queue = q.name
-            if self.job_from_wire(jid, queue, body, ctime, ttl, delay, retry, repl,
-                                   nacks, adeliv, delivered, now, idem) is not None:
+            if self.adopt(j, queue, j.delay, now) is not None:
                 got.append(jid)
         if got:
             self.node.send_items([p.id], M.GOTJOB, got)
 
-    def job_from_wire(self, jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv,
-                       delivered, now, idem=None):
+    def adopt(self, j: JobFields, queue: bytes, delay: int, now: int) -> Job | None:
+        """Hold a copy of a job another node sent (REPLJOB, YOURJOBS), in ``queue`` (a
+        shared name object), active, re-queued after ``delay`` + its retry time; None
+        (nothing held) for a job known or gone here."""
+        jid, ttl, retry = j.id, j.ttl, j.retry
         if retry == 0 and jid in self.node.amo_done:
             return None  # an at-most-once job delivered here before: a stale copy
-        if ctime // 1_000_000 + ttl * 1000 <= now:  # Job.etime
+        if j.ctime // 1_000_000 + ttl * 1000 <= now:  # Job.etime
             return None
-        job = Job(jid, queue, body, ctime, ttl, repl, delay, retry)
+        job = Job(jid, queue, j.body, j.ctime, ttl, j.repl, delay, retry)
         if not self.node.register(job):
             return None
-        job.nacks = nacks
-        job.adeliv = adeliv
+        job.nacks = j.nacks
+        job.adeliv = j.adeliv
+        delivered = j.delivered
         if self.node.myid not in delivered:  # (a list from the bus is shared already)
             delivered = self.node.shared((*delivered, self.node.myid))
         job.delivered = delivered
@@ -157,11 +162,11 @@ class Replication:
         if retry:
             job.flags = F_BCAST_WILLQUEUE
             job.qtime = now + (delay + retry) * 1000 + self.node.jitter()
-        if idem is not None:
-            self.node.idem_bind(idem, job)
+        if j.idem is not None:
+            self.node.keys.bind(j.idem, job)
         self.node.schedule(job)
-        if self.node.aof_on:
-            self.node.aof_created(job)
+        if self.node.aof.on:
+            self.node.aof.created(job)
         return job
 
     def on_gotjob(self, p: Peer, fields, now) -> None:
@@ -234,8 +239,8 @@ class Replication:
             job.nacks += 1
         elif incr == M.QUEUED_INCR_DELIV:
             job.adeliv += 1
-        if incr and self.node.aof_on and job.state != WAIT_REPL:
-            self.node.aof_created(job)  # keep the counters across a reload
+        if incr and self.node.aof.on and job.state != WAIT_REPL:
+            self.node.aof.created(job)  # keep the counters across a reload
         if job.state == QUEUED and _xor_rank(p.id, job.id) > _xor_rank(self.node.myid, job.id):
             self.node.dequeue(job)
         if job.retry:

@@ -1,6 +1,6 @@
 """The append-only file: appends, fsync policies, loading, and rewrites.
 
-The node emits records (``node.aof_out``); the driver hands them here after each
+The node emits records (``node.aof.out``); the driver hands them here after each
 event. Policies:
 
 Records of one loop iteration are written with a single ``write()`` at its end, and
@@ -224,7 +224,7 @@ class Rewrite:
             out = []
             for job in self.jobs[self.pos:end]:
                 if node.jobs.get(job.id) is job:  # deleted since: its DELJOB is buffered
-                    rec = node.aof_snapshot(job)
+                    rec = node.aof.snapshot(job)
                     if rec is not None:
                         out.append(rec)
             if out:
@@ -233,7 +233,7 @@ class Rewrite:
             if self.pos < len(self.jobs):
                 aof.loop.call_soon(self.step)
                 return
-            keys = node.aof_retained_keys(int(time.time() * 1000))
+            keys = node.aof.retained_keys(int(time.time() * 1000))
             if keys:
                 write_all(self.fd, b"".join(keys))
             # the snapshot is written: sync it off the loop, then finish in the loop
@@ -295,13 +295,13 @@ def write_snapshot(node, path: str) -> int:
         batch = []
         size = 0
         for job in node.jobs.values():
-            rec = node.aof_snapshot(job)
+            rec = node.aof.snapshot(job)
             if rec is not None:
                 batch.append(rec)
                 if len(batch) >= 10_000:
                     size += write_all(fd, b"".join(batch))
                     batch.clear()
-        batch += node.aof_retained_keys(int(time.time() * 1000))
+        batch += node.aof.retained_keys(int(time.time() * 1000))
         if batch:
             size += write_all(fd, b"".join(batch))
         os.fsync(fd)

@@ -132,7 +132,7 @@ class Driver(Shell):
     def flush_aof(self) -> None:
         """Before replies leave: the records they depend on go to the AOF (with the
         node's other outputs, taken in the one call that takes them all)."""
-        if self.node.aof_out:
+        if self.node.aof.out:
             self.deliver(self.node.take_outputs())
 
     def record_events(self, out: list) -> None:
@@ -171,7 +171,7 @@ class Driver(Shell):
             with open(self.aof_path, "wb"):
                 pass
         self.aof = AofFile(self, self.aof_path, self.config.appendfsync)
-        self.node.aof_on = True
+        self.node.aof.on = True
         if rewrite:
             self.aof.start_rewrite()
         self.loop.call_later(1.0, self._aof_tick)
@@ -181,7 +181,7 @@ class Driver(Shell):
             self.flush_aof()
             self.aof.close()
             self.aof = None
-        self.node.aof_on = False
+        self.node.aof.on = False
 
     def _aof_tick(self) -> None:
         if self.aof is not None:

@@ -186,7 +186,7 @@ def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
         except OSError as e:
             log.warning("Can't open the append-only file %s: %s", driver.aof_path, e.strerror)
             return False
-        n = node.load_aof(records, Driver.now(), enqueue=once)
+        n = node.aof.load(records, Driver.now(), enqueue=once)
         log.info("DB loaded from append only file: %d jobs (%d records) in %.3f seconds%s", n,
                  len(records), (Driver.now() - t) / 1000, ", queues restored" if once else "")
     if once:  # a one-time switch: off again, and persisted so

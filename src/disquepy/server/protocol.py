@@ -147,7 +147,7 @@ class ClientProtocol(asyncio.Protocol):
         """Write a batch of replies, after the AOF records they depend on (with
         appendfsync always the AOF holds them until its group fsync)."""
         driver = self.driver
-        if self.node.aof_out:
+        if self.node.aof.out:
             driver.flush_aof()
         if self.closing:
             return

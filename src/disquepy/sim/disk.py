@@ -86,7 +86,7 @@ class Disk:
             self.pending.clear()
 
     def load(self) -> list:
-        """Records for ``Node.load_aof``; a torn tail is cut off as the server does."""
+        """Records for ``Persistence.load``; a torn tail is cut off as the server does."""
         self._sync()
         res = aof.scan(bytes(self.durable))
         if res.status == "truncated":
@@ -102,7 +102,7 @@ class Disk:
         live: dict = {}
         for _, kind, payload in res.records:
             if kind == aof.LOADJOB:
-                live[payload[0]] = True
+                live[payload.id] = True
             else:
                 live.pop(payload, None)
         return set(live)

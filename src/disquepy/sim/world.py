@@ -81,7 +81,7 @@ class World:
         for i in range(n):
             node = self._boot(i)
             self.port_index[BASE_PORT + i + node.config.cluster_port_offset] = i
-            node.aof_on = True
+            node.aof.on = True
             self.nodes[i] = node
             self._after(i)
 
@@ -253,8 +253,8 @@ class World:
         except CorruptAof as e:
             self.checker.fail("aof", f"node {i}: {e}")
             raise SimAbort from e
-        self._call(i, node.load_aof, records, nt, False)
-        node.aof_on = True
+        self._call(i, node.aof.load, records, nt, False)
+        node.aof.on = True
         self.nodes[i] = node
         self.reloaded[i] = {job.id for job in node.jobs.values()}
         self.down_live[i] = set()

@@ -42,7 +42,7 @@ def acktoken(node, client, argv, now):
     command, without replaying the tokens to learn the IDs."""
     acked = 0
     for token in argv[1:]:
-        for jid in node.token_get(token, now) or ():
+        for jid in node.keys.token_get(token, now) or ():
             job = node.jobs.get(jid)
             if job is None or job.state == ACKED:
                 continue

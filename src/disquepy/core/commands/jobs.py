@@ -6,7 +6,7 @@ from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
 from ..job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
-from ..messages import MAX_IDEM_KEY
+from ..jobcodec import MAX_IDEM_KEY
 from .args import job_ids, parse_int, parse_scan, parse_timeout
 
 DEFAULT_TTL = 24 * 3600  # seconds
@@ -87,7 +87,7 @@ def addjob(node, client, argv, now):
     if retry == -1:
         retry = default_retry(ttl)
     if idem is not None:
-        jid = node.idem_lookup(idem, now)
+        jid = node.keys.lookup(idem, now)
         if jid is not None:
             return b"+" + jid + b"\r\n"
     return node.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout, is_async,

@@ -69,7 +69,7 @@ def getjob(node, client, argv, now):
     if not names:
         raise ReplyError(errors.SYNTAX)
     if token is not None:
-        ids = node.token_get(token, now)
+        ids = node.keys.token_get(token, now)
         if ids is not None:
             return _token_replay(node, ids, withcounters, client.proto)
 
@@ -94,7 +94,7 @@ def getjob(node, client, argv, now):
         if got == 0 or len(out) == count:
             break
     if taken is not None:
-        node.token_record(token, tuple(taken), now)
+        node.keys.token_record(token, tuple(taken), now)
     if out:
         if node.clustered:
             node.fed.queues_drained(names, now, took=True)

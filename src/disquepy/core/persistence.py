@@ -1,0 +1,132 @@
+"""What the node writes to its AOF and how it reads it back.
+
+The node keeps no file: it appends records to ``out`` (LOADJOB with a job's fields
+in ``jobcodec``'s DISK layout, DELJOB with an ID) and the shell writes them (see
+server/aof.py). A running log records a job as ACTIVE, never QUEUED: a reload must
+not re-queue a job that may have been delivered since (RETRY 0 jobs stay at most
+once); only a rewrite's snapshot records the queued state. Loading rebuilds the jobs
+and the idempotency keys that outlive their jobs.
+
+Pure: time comes in as ``now`` (ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..codec import aof as records
+from .job import (
+    ACKED,
+    ACTIVE,
+    F_BCAST_WILLQUEUE,
+    F_DELIVERED,
+    F_DUMMY,
+    F_ENQUEUED_ONCE,
+    QUEUED,
+    WAIT_REPL,
+    Job,
+    move,
+)
+from .jobcodec import DISK, JobFields, job_fields
+
+if TYPE_CHECKING:
+    from .node import Node
+
+
+class Persistence:
+    """The node's AOF records: ``on`` once the shell has the file open."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.on = False
+        self.out: list[bytes] = []  # records for the shell to append
+
+    def take(self) -> list[bytes]:
+        out, self.out = self.out, []
+        return out
+
+    # --- the running log ------------------------------------------------------------
+    def created(self, job: Job) -> None:
+        """(Re)write a job's record: new, or its counters or queue time moved."""
+        self.out.append(self._record(job, ACTIVE))
+
+    def deleted(self, job: Job) -> None:
+        """A job left the node (acked, expired, evicted, moved away)."""
+        if job.state != WAIT_REPL and not job.flags & F_DUMMY:
+            self.out.append(records.encode_deljob(job.id))
+
+    def _record(self, job: Job, state: int) -> bytes:
+        return records.encode_loadjob(job_fields(job, DISK, self.node.keys.of.get(job.id),
+                                                 state, job.flags & F_DELIVERED))
+
+    # --- a rewrite ------------------------------------------------------------------
+    def snapshot(self, job: Job) -> bytes | None:
+        """The record a rewrite writes for a job, or None for what is not persisted
+        (jobs still being replicated, acked jobs and dummy acks)."""
+        if job.state == WAIT_REPL or job.state == ACKED:
+            return None
+        return self._record(job, job.state)
+
+    def retained_keys(self, now: int) -> list[bytes]:
+        """Rewrite records for idempotency keys whose job is gone but whose window is
+        open: a key-only stub (LOADJOB, empty body, expiring with the window) followed
+        by its DELJOB, so a reload keeps the key and no job."""
+        out = []
+        for key, jid, etime in self.node.keys.retained(now):
+            stub = [jid, b"", b"", (etime - 1000) * 1_000_000, 1, 0, 0, 1, 0, 0, [], ACTIVE,
+                    0, 0, key]
+            out.append(records.encode_loadjob(stub))
+            out.append(records.encode_deljob(jid))
+        return out
+
+    # --- loading --------------------------------------------------------------------
+    def load(self, recs: Iterable[tuple[int, str, JobFields | bytes]], now: int,
+             enqueue: bool) -> int:
+        """Rebuild the jobs from AOF records (scan order). Jobs come back active and
+        re-queue when their retry time comes; with ``enqueue`` (aof-enqueue-jobs-once,
+        after SHUTDOWN REWRITE-AOF) jobs recorded as queued are queued again. At-most-
+        once jobs are never queued by a reload otherwise. Returns the jobs loaded."""
+        node = self.node
+        loaded: dict[bytes, JobFields] = {}
+        gone_keys: dict[bytes, tuple[bytes, int]] = {}  # idempotency keys of deleted jobs
+        for _, kind, payload in recs:
+            if kind == records.LOADJOB:
+                assert isinstance(payload, JobFields)
+                loaded[payload.id] = payload
+            else:
+                assert isinstance(payload, bytes)
+                f = loaded.pop(payload, None)
+                if f is not None and f.idem is not None:
+                    gone_keys[f.idem] = (payload, f.ctime // 1_000_000 + f.ttl * 1000)
+        for key, (jid, etime) in gone_keys.items():
+            if etime > now:
+                node.keys.restore(key, jid, etime)
+        count = 0
+        for f in loaded.values():
+            old = node.jobs.get(f.id)
+            if old is not None:
+                node.unregister(old)
+            job = Job(f.id, f.queue, f.body, f.ctime, f.ttl, f.repl, f.delay, f.retry)
+            if job.etime <= now:
+                continue
+            job.nacks, job.adeliv = f.nacks, f.adeliv
+            job.delivered = f.delivered
+            job.flags = f.flags & F_DELIVERED
+            move(job, ACTIVE)
+            if not node.register(job):
+                continue
+            if f.idem is not None:
+                node.keys.bind(f.idem, job)
+            count += 1
+            if enqueue and f.state == QUEUED:
+                job.qtime = now  # allowed once more, even for RETRY 0: queues were saved
+                node.enqueue(job, now)
+                continue
+            if f.retry:
+                job.flags |= F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
+                job.qtime = f.qtime if f.qtime > now else now + f.retry * 1000 + node.jitter()
+            else:
+                job.qtime = 0  # at most once: a reload never queues it
+            node.schedule(job)
+        return count
