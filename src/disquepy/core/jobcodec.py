@@ -96,7 +96,11 @@ def parse_job(f: object, disk: bool) -> JobFields:
         raise BadJob(f"job fields: expected a list of {n} items ({n + 1} with an "
                      "idempotency key)")
     jid, queue, body, ctime, ttl, delay, retry, repl, nacks, adeliv, deliv = f[:NBUS]
-    state = qtime = flags = 0
+    # object, not int: compiled, an int local would coerce (False -> 0) or raise
+    # TypeError on a wrong type instead of refusing it below
+    state: object = 0
+    qtime: object = 0
+    flags: object = 0
     if disk:
         state, qtime, flags = f[NBUS:NDISK]
     idem = f[n] if len(f) > n else None
