@@ -122,9 +122,9 @@ def unregister_leaks_memory() -> None:
     orig = node.Node.unregister
 
     def unregister(self, job):
-        before = self.used_memory
+        before = self.mem.used
         orig(self, job)
-        self.used_memory = before
+        self.mem.used = before
 
     node.Node.unregister = unregister
 

@@ -59,7 +59,7 @@ def test_import_rate_reads_a_burst_at_once_and_fades():
         st = c.cmd(1, "QSTAT", "imp")
         return dict(zip(st[::2], st[1::2], strict=True))[b"import-rate"]
 
-    imported = c.nodes[1].queues[b"imp"].import_count
+    imported = c.nodes[1].queues.by_name[b"imp"].import_count
     assert imported >= 1
     first = rate()
     assert first == imported * 1000 // 50 or first >= 20, first  # high at once

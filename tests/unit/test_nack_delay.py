@@ -58,10 +58,10 @@ def test_copies_wait_for_a_delayed_nack():
     assert c.cmd(0, "GETJOB", "NOHANG", "FROM", "q")
     assert c.cmd(0, "NACK", jid, "DELAY", 20) == 1
     c.run(15_000)
-    queued = [n.queues[b"q"].jobs.__len__() if b"q" in n.queues else 0 for n in c.nodes]
+    queued = [n.queues.by_name[b"q"].jobs.__len__() if b"q" in n.queues.by_name else 0 for n in c.nodes]
     assert sum(queued) == 0, queued
     c.run(6000)
-    queued = [len(n.queues[b"q"].jobs) if b"q" in n.queues else 0 for n in c.nodes]
+    queued = [len(n.queues.by_name[b"q"].jobs) if b"q" in n.queues.by_name else 0 for n in c.nodes]
     assert sum(queued) == 1, queued
     counts = {j.nacks for j in c.jobs_everywhere(jid) if j is not None}
     assert counts == {1}, counts

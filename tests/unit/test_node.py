@@ -490,7 +490,7 @@ def test_eviction_frees_delivered_at_most_once_jobs_not_queued_ones(h):
     assert h.node.stats.jobs_evicted == 300  # all delivered RETRY 0 jobs, nothing else
     assert len(h.node.jobs) == n
     # a command admitted just under the limit may cross it by one job, no more
-    assert h.node.used_memory < h.node.config.maxmemory + 1000
+    assert h.node.mem.used < h.node.config.maxmemory + 1000
 
 
 # ------------------------------------------------------------------ misc
@@ -518,17 +518,17 @@ def test_hello_shapes(h):
 
 
 def test_used_memory_counts_jobs_queues_and_client_buffers(h):
-    base = h.node.used_memory
+    base = h.node.mem.used
     assert base > 0  # the harness's client
     c = h.new_client()
     h.node.set_client_buffer(c, 5000)
-    assert h.node.used_memory - base > 5000
+    assert h.node.mem.used - base > 5000
     add(h, "q", "x" * 10_000)
-    with_job = h.node.used_memory
+    with_job = h.node.mem.used
     h.node.client_closed(c)
-    assert with_job - h.node.used_memory > 5000
+    assert with_job - h.node.mem.used > 5000
     h("DEBUG", "FLUSHALL")
-    assert h.node.used_memory == base
+    assert h.node.mem.used == base
 
 
 def test_debug_flushall_unblocks_consumers(h):

@@ -54,15 +54,15 @@ def test_idempotent_key_bad_sizes_and_syntax(h):
 def test_idempotent_memory_is_accounted_and_released(h):
     h("QLEN", "q")
     h("GETJOB", "NOHANG", "FROM", "q")  # the queue exists: only jobs and keys move memory
-    base = h.node.used_memory
+    base = h.node.mem.used
     plain = h("ADDJOB", "q", "x", 0, "TTL", 10)
-    job_cost = h.node.used_memory - base
+    job_cost = h.node.mem.used - base
     keyed = h("ADDJOB", "q", "x", 0, "TTL", 10, "IDEMPOTENT", "key")
-    assert h.node.used_memory - base - job_cost > job_cost  # the key entry is counted
+    assert h.node.mem.used - base - job_cost > job_cost  # the key entry is counted
     h("DELJOB", plain, keyed)
-    assert h.node.used_memory > base  # the key outlives its job ...
+    assert h.node.mem.used > base  # the key outlives its job ...
     h.advance(11_000)
-    assert h.node.used_memory == base and h.node.keys.idem == {}  # ... until it expires
+    assert h.node.mem.used == base and h.node.keys.idem == {}  # ... until it expires
 
 
 def test_idempotent_key_survives_aof_reload_including_deleted_jobs(h):

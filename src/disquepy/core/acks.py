@@ -61,7 +61,7 @@ class Acks:
         job.flags |= F_DUMMY
         job.confirmed = (node.myid,)
         node.register(job)
-        node.evictable[jid] = job
+        node.mem.evictable[jid] = job
         self.schedule_gc(job, now)
         return job
 
@@ -85,13 +85,13 @@ class Acks:
         job.qtime = 0  # for acked jobs: the number of GC attempts so far
         if self.node.aof.on:  # an acked job must not come back after a restart
             self.node.aof.deleted(job)
-        self.node.evictable[job.id] = job
+        self.node.mem.evictable[job.id] = job
         self.schedule_gc(job, now)
 
     def peer_recovered(self, nid: str, now: int) -> None:
         """A node is reachable again: acked jobs it may hold get a GC attempt now,
         instead of after their back-off (which may have grown to minutes)."""
-        for job in self.node.evictable.values():
+        for job in self.node.mem.evictable.values():
             if job.state == ACKED and (nid in job.delivered or not job.delivered):
                 job.qtime = 0
                 self.node.awake.schedule(job, now + 10 + int(self.node.random() * 100))

@@ -163,7 +163,7 @@ class Federation:
     def on_yourjobs(self, p: Peer, fields, now) -> None:
         for j in fields[0]:  # JobFields, decoded and checked by messages.parse
             jid = j.id
-            q = self.node.queue_for(j.queue, now)
+            q = self.node.queues.create(j.queue, now)
             q.needjobs_responders[p.id] = now
             q.note_import(now)
             job = self.node.jobs.get(jid)
@@ -192,4 +192,4 @@ class Federation:
         q = self.node.queues.get(qname)
         if q is None and not flags:
             return
-        self.node.set_pause(q if q is not None else self.node.queue_for(qname, now), flags, now)
+        self.node.queues.set_pause(q if q is not None else self.node.queues.create(qname, now), flags)

@@ -61,13 +61,13 @@ class Keys:
             self.forget(key)
         self.idem[key] = [job.id, job.etime]
         self.of[job.id] = key
-        self.node.used_memory += IDEM_OVERHEAD + len(key)
+        self.node.mem.used += IDEM_OVERHEAD + len(key)
 
     def restore(self, key: bytes, jid: bytes, etime: int) -> None:
         """A key whose job is gone but whose window is open (from the AOF)."""
         if key not in self.idem:
             self.idem[key] = [jid, etime]
-            self.node.used_memory += IDEM_OVERHEAD + len(key)
+            self.node.mem.used += IDEM_OVERHEAD + len(key)
             heapq.heappush(self._idem_heap, (etime, key))
 
     def forget(self, key: bytes) -> None:
@@ -76,7 +76,7 @@ class Keys:
             return
         if self.of.get(e[0]) == key:
             del self.of[e[0]]
-        self.node.used_memory -= IDEM_OVERHEAD + len(key)
+        self.node.mem.used -= IDEM_OVERHEAD + len(key)
 
     def job_gone(self, job: Job) -> None:
         """``job`` leaves the node: its key stays until the job's lifetime ends, unless
@@ -106,12 +106,12 @@ class Keys:
         node = self.node
         old = self.tokens.get(token)
         if old is not None:
-            node.used_memory -= 8 * len(old[1])
+            node.mem.used -= 8 * len(old[1])
         else:
-            node.used_memory += TOKEN_OVERHEAD + len(token)
+            node.mem.used += TOKEN_OVERHEAD + len(token)
         exp = now + node.config.delivery_token_ttl * 1000
         self.tokens[token] = (exp, ids)
-        node.used_memory += 8 * len(ids)
+        node.mem.used += 8 * len(ids)
         heapq.heappush(self._token_heap, (exp, token))
 
     # --- time -----------------------------------------------------------------------
@@ -131,7 +131,7 @@ class Keys:
             t = self.tokens.get(token)
             if t is not None and t[0] == exp:
                 del self.tokens[token]
-                self.node.used_memory -= TOKEN_OVERHEAD + len(token) + 8 * len(t[1])
+                self.node.mem.used -= TOKEN_OVERHEAD + len(token) + 8 * len(t[1])
 
     def clear(self) -> None:
         self.idem.clear()

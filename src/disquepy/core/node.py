@@ -10,9 +10,6 @@ other clients in :attr:`Node.outbox` (e.g. a blocked GETJOB served by a new job)
 
 from __future__ import annotations
 
-import contextlib
-import heapq
-
 from ..codec import resp
 from . import errors
 from . import messages as M
@@ -39,17 +36,14 @@ from .job import (
 from .jobtable import JobTable
 from .keys import Keys
 from .membership import Membership
+from .memory import CLIENT_OVERHEAD, CRITICAL, HIGH, JOB_OVERHEAD, Memory
 from .outcomes import COMPLETED, EXPIRED, FAILED, Outcomes
 from .outputs import Outputs, ShellRequest
 from .persistence import Persistence
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
+from .queues import Queues
 from .replication import WILLQUEUE_ADVANCE_MS, Replication
 
-# Memory accounting: what one job, queue or client costs this process, measured for
-# CPython 3.11 with tracemalloc (see docs/PERFORMANCE.md); a job's body is added as is.
-JOB_OVERHEAD = 400
-QUEUE_OVERHEAD = 1200
-CLIENT_OVERHEAD = 2000
 AMO_DONE_MAX = 50_000  # at-most-once job IDs remembered after they are gone
 
 # empty, unblocked, unpaused queues are dropped after this idle time; sooner when
@@ -102,18 +96,15 @@ class Node:
         self.port = port if port is not None else config.port
         self.idgen = JobIdGenerator(node_id, rng.getrandbits(160).to_bytes(20, "little"))
         self.jobs = JobTable()
-        self.queues: dict[bytes, Queue] = {}
+        self.queues = Queues(self)  # by name, and the consumers blocked on them
         self.awake = AwakeIndex()
         self.clients: dict[int, Client] = {}
         self.outbox: list = []  # (client, reply bytes) for clients other than the caller
-        self.ready: list = []  # queues that got jobs while consumers wait
-        self._blocked_heap: list = []  # (deadline, client id, client)
-        self.block_hint: float = NEVER  # earliest deadline added since take_wake_hint()
         self._next_client_id = 0
         self.last_ctime = 0
         self.start_time = now
         self.now = now
-        self.used_memory = 0
+        self.mem = Memory(self)  # used memory, maxmemory, eviction
         self.leaving = False
         self.loading = False
         self.stats = Stats()
@@ -127,7 +118,6 @@ class Node:
         from .commands import COMMANDS  # here, not at import: the commands import this module
 
         self._cmds = COMMANDS
-        self.oom_limit: float = 0.0
         # how jobs ended, for JOBSTATUS after they are gone (see outcomes.py)
         self.outcomes = Outcomes(config.job_outcome_retention * 1000,
                                  config.job_outcome_max_memory)
@@ -155,13 +145,8 @@ class Node:
             M.OUTCOME: a.on_outcome,
         }
         self.run_id = f"{rng.getrandbits(160):040x}"
-        self.peak_memory = 0
         self._next_cron = now
         self._ops_samples: list = [(now, 0)]  # (ms, ncommands) every cron, for ops/s
-        self._queue_cursor: list[bytes] = []  # snapshot for incremental queue eviction
-        # jobs that may be evicted under memory pressure without breaking safety:
-        # acked jobs and delivered at-most-once jobs, oldest first
-        self.evictable: dict[bytes, Job] = {}
         self.keys = Keys(self)  # ADDJOB IDEMPOTENT keys, GETJOB TOKEN tokens
         # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
         self.events_on = False
@@ -259,7 +244,7 @@ class Node:
         self.leaving = on
         self.cluster_dirty = True
         if on:  # GETJOB clients waiting here must go elsewhere
-            self.reply_blocked_clients(resp.error(errors.LEAVING))
+            self.queues.reply_blocked(resp.error(errors.LEAVING))
         self.members.announce()
 
     def handle_message(self, msg: list, peer_ip: str, now: int) -> None:
@@ -280,8 +265,8 @@ class Node:
                     self._malformed(peer_ip, M.Malformed("nested BATCH"), now)
                     continue
                 self._handle_one(m, peer_ip, now)
-        if self.ready:
-            self._serve_ready(now)
+        if self.queues.ready:
+            self.queues.serve_ready(now)
 
     def _handle_one(self, msg, peer_ip: str, now: int) -> None:
         self.msgs_received += 1
@@ -328,21 +313,21 @@ class Node:
         c.authed = not self.config.requirepass
         self.clients[c.id] = c
         self.stats.connections += 1
-        self.used_memory += CLIENT_OVERHEAD
+        self.mem.used += CLIENT_OVERHEAD
         return c
 
     def client_closed(self, client: Client) -> None:
         client.closed = True
         if client.blocked is not None:
-            self.unblock(client)
+            self.queues.unblock(client)
         if self.clients.pop(client.id, None) is not None:
-            self.used_memory -= CLIENT_OVERHEAD + client.qbuf
+            self.mem.used -= CLIENT_OVERHEAD + client.qbuf
             client.qbuf = 0
 
     def set_client_buffer(self, client: Client, nbytes: int) -> None:
         """The shell reports how many request bytes it holds for a client (counted
         in used_memory, as client buffers are in Disque)."""
-        self.used_memory += nbytes - client.qbuf
+        self.mem.used += nbytes - client.qbuf
         client.qbuf = nbytes
 
     # ---------------------------------------------------------------- dispatch
@@ -364,8 +349,8 @@ class Node:
             return resp.error(errors.wrong_arity(cmd.name))
         if not client.authed and not cmd.noauth:
             return resp.error(errors.NOAUTH)
-        if cmd.denyoom and self.used_memory >= self.oom_limit:
-            oom = self._refuse_oom()
+        if cmd.denyoom and self.mem.used >= self.mem.limit:
+            oom = self.mem.refuse_oom()
             if oom is not None:
                 return oom
         st = self.cmdstats.get(cmd.name)
@@ -377,8 +362,8 @@ class Node:
             reply = cmd.handler(self, client, argv, now)
         except ReplyError as e:
             reply = resp.error(e.msg)
-        if self.ready:
-            self._serve_ready(now)
+        if self.queues.ready:
+            self.queues.serve_ready(now)
         if reply.__class__ is ShellRequest:
             self.requests.append((client, reply))  # the shell replies (outputs.py)
             return None
@@ -413,22 +398,13 @@ class Node:
 
     def config_changed(self, names: list) -> None:
         """Refresh values derived from the configuration (after CONFIG SET)."""
-        self.oom_limit = self.config.maxmemory or float("inf")
+        self.mem.set_limit(self.config.maxmemory)
         self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
         if self.outcomes.max_bytes != self.config.job_outcome_max_memory:
             self.outcomes.max_bytes = self.config.job_outcome_max_memory
         if "requirepass" in names and not self.config.requirepass:
             for c in self.clients.values():
                 c.authed = True
-
-    def _refuse_oom(self):
-        """At the limit: evict what is safe to evict; the OOM reply if still full."""
-        maxmem = self.config.maxmemory
-        self._evict(maxmem * 95 // 100)
-        if self.used_memory >= maxmem:
-            self.stats.oom_refusals += 1
-            return resp.error(errors.OOM)
-        return None
 
     # -------------------------------------------------------------- job store
     def register(self, job: Job) -> bool:
@@ -440,7 +416,7 @@ class Node:
             return False
         part[jid] = job
         jobs.count += 1
-        self.used_memory += JOB_OVERHEAD + len(job.body)
+        self.mem.used += JOB_OVERHEAD + len(job.body)
         return True
 
     def unregister(self, job: Job) -> None:
@@ -463,27 +439,17 @@ class Node:
                     "NOREPL job removed (expired?) before the requested replication level "
                     "was achieved")))
         if job.state == QUEUED:
-            q = self.queues.get(job.queue)
+            q = self.queues.by_name.get(job.queue)
             if q is not None:
                 q.remove(job)
         self.awake.cancel(job)
         if job.flags & F_DELIVERED or job.state == ACKED:
-            self.evictable.pop(job.id, None)
+            self.mem.evictable.pop(job.id, None)
         if self.jobs.remove(job):
-            self.used_memory -= JOB_OVERHEAD + len(job.body)
+            self.mem.used -= JOB_OVERHEAD + len(job.body)
 
     def jitter(self) -> int:
         return int(self.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
-
-    def memory_level(self) -> int:
-        """0 normal, 1 above 75% of maxmemory, 2 above 95%, 3 at or above 100%."""
-        maxmem = self.config.maxmemory
-        used = self.used_memory
-        if not maxmem or used * 100 <= maxmem * 75:
-            return 0
-        if used * 100 <= maxmem * 95:
-            return 1
-        return 2 if used < maxmem else 3
 
     def next_ctime(self, now: int) -> int:
         """Creation time in ns: wall clock ms * 1e6, bumped to stay unique and rising."""
@@ -492,14 +458,6 @@ class Node:
             t = self.last_ctime + 1
         self.last_ctime = t
         return t
-
-    def queue_for(self, name: bytes, now: int) -> Queue:
-        q = self.queues.get(name)
-        if q is None:
-            q = Queue(name, now)
-            self.queues[name] = q
-            self.used_memory += QUEUE_OVERHEAD + len(name)
-        return q
 
     # ------------------------------------------------------ the state machine
     def enqueue(self, job: Job, now: int, nack: bool = False) -> bool:
@@ -532,9 +490,9 @@ class Node:
         else:
             job.flags = flags | F_ENQUEUED_ONCE
             job.qtime = 0  # at-most-once: never queued again
-        q = self.queues.get(job.queue)
+        q = self.queues.by_name.get(job.queue)
         if q is None:
-            q = self.queue_for(job.queue, now)
+            q = self.queues.create(job.queue, now)
         job.queue = q.name  # one name object per queue (jobs created before it existed)
         q.push(job)
         q.atime = now
@@ -546,7 +504,7 @@ class Node:
             if not q.waiters and self.fed.askers and job.queue in self.fed.askers:
                 self.fed.pushed_to_askers(q, now)
         if q.waiters and not q.flags & PAUSED_OUT:
-            self.ready.append(q)
+            self.queues.ready.append(q)
         return True
 
     def record_outcome(self, job: Job, state: int, now: int, detail: bytes = b"") -> None:
@@ -590,7 +548,7 @@ class Node:
         """DEQUEUE(job): take a queued job out of its queue, leaving it active."""
         if job.state != QUEUED:
             return False
-        q = self.queues.get(job.queue)
+        q = self.queues.by_name.get(job.queue)
         if q is not None:
             q.remove(job)
         move(job, ACTIVE)
@@ -605,7 +563,7 @@ class Node:
         move(job, ACTIVE)
         job.flags |= F_DELIVERED
         if job.retry == 0:
-            self.evictable[job.id] = job
+            self.mem.evictable[job.id] = job
         q.atime = now
         self.stats.jobs_delivered += 1
         if self.events_on:
@@ -654,7 +612,7 @@ class Node:
             if state == ACTIVE:
                 self.repl.send_willqueue(job)
         if state == ACTIVE and job.qtime and job.qtime <= now:
-            q = self.queues.get(job.queue)
+            q = self.queues.by_name.get(job.queue)
             if job.retry and q is not None and q.flags & PAUSED_IN:
                 job.qtime = now + job.retry * 1000 + self.jitter()  # try again later
             else:
@@ -671,14 +629,14 @@ class Node:
         """ADDJOB after its arguments were parsed: the checks that need node state,
         then a new job, queued at once unless delayed. Returns the reply (None while a
         synchronous replication is pending). ``idem``: the IDEMPOTENT key, if any."""
-        extrepl = self.clustered and (self.leaving or self.memory_level() >= 1)
+        extrepl = self.clustered and (self.leaving or self.mem.level() >= HIGH)
         if (repl if extrepl else repl - 1) > self.reachable:
             if extrepl and repl - 1 == self.reachable:
                 why = "I'm leaving the cluster" if self.leaving else "I'm out of memory"
                 raise ReplyError(f"{errors.NOREPL}, since I'm unable to hold a copy of the "
                                  f"message for the following reason: {why}")
             raise ReplyError(errors.NOREPL)
-        q = self.queues.get(qname)
+        q = self.queues.by_name.get(qname)
         if q is not None:
             if maxlen and len(q.jobs) >= maxlen:
                 raise ReplyError(errors.MAXLEN)
@@ -696,7 +654,7 @@ class Node:
             raise ReplyError("ERR Internal error creating the job, check server logs")
         part[jid] = job
         self.jobs.count += 1
-        self.used_memory += JOB_OVERHEAD + len(body)
+        self.mem.used += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
         if idem is not None:
             self.keys.bind(idem, job)
@@ -740,7 +698,7 @@ class Node:
             if self.events_on:
                 self.events_out.append((now, "queued", jid, qname, None))
             if q.waiters and not q.flags & PAUSED_OUT:
-                self.ready.append(q)
+                self.queues.ready.append(q)
             if self.aof.on:
                 self.aof.created(job)
         return b"+" + jid + b"\r\n"
@@ -774,123 +732,37 @@ class Node:
     def scan_jobs(self, cursor: int, count: int, busyloop: bool, keep):
         return self.jobs.scan(cursor, count, busyloop, keep)
 
-    def scan_queues(self, cursor: int, count: int, busyloop: bool, keep):
-        """Queues in order of a stable hash of their name; the cursor is the next hash."""
-        from zlib import crc32
-
-        order = sorted((crc32(name), name) for name in self.queues)
-        out = []
-        i = 0
-        n = len(order)
-        while i < n and order[i][0] < cursor:
-            i += 1
-        steps = count * 10
-        while i < n:
-            h = order[i][0]
-            while i < n and order[i][0] == h:  # same hash: all in one call
-                q = self.queues[order[i][1]]
-                if keep(q):
-                    out.append(q)
-                i += 1
-            steps -= 1
-            if not busyloop and (len(out) >= count or steps <= 0):
-                break
-        return (order[i][0] if i < n else 0), out
-
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; blocked consumers get null."""
-        for c in list(self.clients.values()):
-            if c.blocked is not None:
-                self.unblock(c)
-                self.outbox.append((c, resp.null_array(c.proto)))
+        self.queues.reply_blocked(None)
         for job in self.jobs.values():
             if job.state == WAIT_REPL:
                 self.unregister(job)
             self.awake.cancel(job)
         self.jobs.clear()
         self.queues.clear()
-        self.evictable.clear()
         self.keys.clear()
         self.amo_done.clear()
         self.awake = AwakeIndex()
-        self.used_memory = CLIENT_OVERHEAD * len(self.clients) + sum(
-            c.qbuf for c in self.clients.values())
-        self.block_hint = NEVER
-
-    def set_pause(self, q: Queue, flags: int, now: int) -> None:
-        """Replace a queue's pause flags; clearing OUT serves waiting consumers."""
-        was_out = q.flags & PAUSED_OUT
-        q.flags = flags
-        if was_out and not flags & PAUSED_OUT and q.jobs and q.waiters:
-            self.ready.append(q)
-
-    # ------------------------------------------------------ blocked consumers
-    def block(self, client: Client, blocked, now: int) -> None:
-        client.blocked = blocked
-        for name in blocked.queues:
-            self.queue_for(name, now).waiters.append(client)
-            if self.clustered:
-                self.fed.watch[name] = None
-        if blocked.deadline:
-            heapq.heappush(self._blocked_heap, (blocked.deadline, client.id, client))
-            if blocked.deadline < self.block_hint:
-                self.block_hint = blocked.deadline
-
-    def unblock(self, client: Client, served: bool = False) -> None:
-        """The client no longer waits (served a job, timed out, gone). A queue whose
-        last waiter left unserved withdraws its federation request at once."""
-        b = client.blocked
-        client.blocked = None
-        if b is None:
-            return
-        for name in b.queues:
-            q = self.queues.get(name)
-            if q is not None:
-                with contextlib.suppress(ValueError):
-                    q.waiters.remove(client)
-                if not q.waiters and not served and self.clustered:
-                    self.fed.waiters_gone(q)
-
-    def _serve_ready(self, now: int) -> None:
-        """Serve clients blocked on queues that received jobs, one job each, FIFO."""
-        from .commands.queues import job_reply
-
-        ready, self.ready = self.ready, []
-        for q in ready:
-            while q.waiters and q.jobs and not q.flags & PAUSED_OUT:
-                c = q.waiters[0]
-                b = c.blocked
-                self.unblock(c, served=True)
-                job = self.fetch(q, now)
-                if b.token is not None:
-                    self.keys.token_record(b.token, (job.id,), now)
-                self.outbox.append((c, b"*1\r\n" + job_reply(job, b.withcounters)))
-
-    def reply_blocked_clients(self, reply: bytes) -> None:
-        """Unblock every blocked client with ``reply`` (e.g. -LEAVING)."""
-        for c in list(self.clients.values()):
-            if c.blocked is not None:
-                self.unblock(c)
-                self.outbox.append((c, reply))
+        self.mem.clear()
 
     # ------------------------------------------------------------------ timers
     def wake_hint(self) -> float:
         """A lower bound for timers added since the last call (NEVER if none): the
         shell re-arms its timer from next_wake() only when this is earlier."""
         h = self.awake.hint
-        if self.block_hint < h:
-            h = self.block_hint
+        qs = self.queues
+        if qs.block_hint < h:
+            h = qs.block_hint
         if h != NEVER:
-            self.awake.hint = self.block_hint = NEVER
+            self.awake.hint = qs.block_hint = NEVER
         return h
 
     def next_wake(self) -> int | None:
         t = self.awake.next_due()
-        h = self._blocked_heap
-        while h and (h[0][2].blocked is None or h[0][2].blocked.deadline != h[0][0]):
-            heapq.heappop(h)
-        if h and (t is None or h[0][0] < t):
-            t = h[0][0]
+        b = self.queues.next_deadline()
+        if b is not None and (t is None or b < t):
+            t = b
         if t is None or self._next_cron < t:
             t = self._next_cron
         return t
@@ -901,17 +773,12 @@ class Node:
         for job in self.awake.pop_due(now):
             if self.jobs.get(job.id) is job:
                 self.process_job(job, now)
-        h = self._blocked_heap
-        while h and h[0][0] <= now:
-            deadline, _, c = heapq.heappop(h)
-            if c.blocked is not None and c.blocked.deadline == deadline:
-                self.unblock(c)
-                self.outbox.append((c, resp.null_array(c.proto)))
+        self.queues.expire_blocked(now)
         if now >= self._next_cron:
             self._next_cron = now + EVICT_CRON_MS
             self._cron(now)
-        if self.ready:
-            self._serve_ready(now)
+        if self.queues.ready:
+            self.queues.serve_ready(now)
 
     def ops_per_sec(self) -> int:
         """Commands per second over the last ~1.6 s (INFO instantaneous_ops_per_sec)."""
@@ -931,40 +798,10 @@ class Node:
             self.keys.expire(now)
         if len(self.outcomes):
             self.outcomes.expire(now)
-        level = self.memory_level()
-        if level >= 2:
-            self._evict(self.config.maxmemory * 95 // 100)
-        self._evict_idle_queues(now, QUEUE_MAX_IDLE_MS[min(level, 2)])
-
-    def _evict_idle_queues(self, now: int, max_idle: int, budget: int = 100) -> None:
-        if not self._queue_cursor:
-            self._queue_cursor = list(self.queues)
-        cursor = self._queue_cursor
-        while cursor and budget:
-            budget -= 1
-            q = self.queues.get(cursor.pop())
-            if q is not None and q.removable() and now - q.atime >= max_idle:
-                self.drop_queue(q)
-
-    def drop_queue(self, q: Queue) -> None:
-        del self.queues[q.name]
-        self.used_memory -= QUEUE_OVERHEAD + len(q.name)
-        self.stats.queues_evicted += 1
-
-    def _evict(self, target: int) -> None:
-        """Free what does not break safety, oldest first: acked jobs, delivered
-        at-most-once jobs, then empty idle queues, until memory is under ``target``."""
-        ev = self.evictable
-        while ev and self.used_memory > target:
-            job = next(iter(ev.values()))
-            del ev[job.id]
-            if job.state == QUEUED or job.state == WAIT_REPL:
-                continue
-            self.stats.jobs_evicted += 1
-            self.unregister(job)
-        if self.used_memory > target:
-            for q in [q for q in self.queues.values() if q.removable()]:
-                self.drop_queue(q)
+        level = self.mem.level()
+        if level >= CRITICAL:
+            self.mem.evict(self.config.maxmemory * 95 // 100)
+        self.queues.evict_idle(now, QUEUE_MAX_IDLE_MS[min(level, 2)])
 
 
 __all__ = ["Node", "Stats"]

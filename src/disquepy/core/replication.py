@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..codec import resp
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
+from .memory import HIGH
 
 if TYPE_CHECKING:
     from .jobcodec import JobFields
@@ -114,7 +115,7 @@ class Replication:
     def on_repljob(self, p: Peer, fields, now) -> None:
         """Copies of jobs to hold (one or more per message): GOTJOB for each we hold,
         all in one message."""
-        full = self.node.memory_level() >= 1  # near the limit: let other nodes hold new copies
+        full = self.node.mem.level() >= HIGH  # near the limit: other nodes hold new copies
         parts = self.node.jobs.parts
         got = []
         for j in fields:  # JobFields, decoded and checked by messages.parse

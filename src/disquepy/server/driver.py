@@ -88,7 +88,7 @@ class Driver(Shell):
             self.deliver(node.take_outputs())
         # new timers only matter if earlier than the armed one
         t_at = self._timer_at
-        if node.awake.hint < t_at or node.block_hint < t_at:
+        if node.awake.hint < t_at or node.queues.block_hint < t_at:
             node.wake_hint()
             self.arm()
 

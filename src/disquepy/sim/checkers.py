@@ -32,7 +32,8 @@ from __future__ import annotations
 import traceback
 
 from ..core.job import ACKED, F_DELIVERED, F_DUMMY, QUEUED, STATE_NAMES, WAIT_REPL
-from ..core.node import CLIENT_OVERHEAD, JOB_OVERHEAD, QUEUE_OVERHEAD
+from ..core.memory import CLIENT_OVERHEAD, JOB_OVERHEAD
+from ..core.queues import QUEUE_OVERHEAD
 
 MAX_KEPT = 50  # failures kept per kind and run (all are counted)
 REPLY_SLACK_MS = 1000  # a blocked command must be answered by its timeout plus this
@@ -218,17 +219,17 @@ class Checker:
                 )
             cur[jid] = (job, job.nacks, job.adeliv)
         self.seen[i] = cur
-        for q in node.queues.values():
+        for q in node.queues.by_name.values():
             mem += QUEUE_OVERHEAD + len(q.name)
         for c in node.clients.values():
             mem += CLIENT_OVERHEAD + c.qbuf
-        if mem != node.used_memory:
+        if mem != node.mem.used:
             self.fail(
                 "memory",
-                f"node {i}: used_memory {node.used_memory} but its jobs, "
+                f"node {i}: used_memory {node.mem.used} but its jobs, "
                 f"queues and clients cost {mem}",
             )
-        for jid, job in node.evictable.items():
+        for jid, job in node.mem.evictable.items():
             if node.jobs.get(jid) is not job:
                 self.fail(
                     "memory", f"node {i}: evictable job {jid.decode()} is not registered (leaked)"
@@ -329,7 +330,7 @@ class Checker:
                         f"node {i}: at-most-once job {jid} never delivered "
                         f"nor queued, without any fault",
                     )
-        for q in node.queues.values():
+        for q in node.queues.by_name.values():
             if q.flags:
                 self.fail("stuck", f"node {i}: queue {q.name!r} still paused")
         for jid in node.repl.waiting:

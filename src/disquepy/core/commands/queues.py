@@ -73,10 +73,10 @@ def getjob(node, client, argv, now):
         if ids is not None:
             return _token_replay(node, ids, withcounters, client.proto)
 
-    queues = node.queues
+    queues = node.queues.by_name
     for name in names:  # as in Disque, asking for a queue creates it
         if name not in queues:
-            node.queue_for(name, now)
+            node.queues.create(name, now)
     out = []
     taken = [] if token is not None else None  # IDs the token will remember
     while True:
@@ -104,8 +104,8 @@ def getjob(node, client, argv, now):
         return resp.null_array(client.proto)
     if node.leaving:
         return resp.error(errors.LEAVING)
-    node.block(client, BlockedGet(names, count, withcounters, now + timeout if timeout else 0,
-                                  token), now)
+    node.queues.block(client, BlockedGet(names, count, withcounters,
+                                         now + timeout if timeout else 0, token), now)
     node.fed.queues_drained(names, now)
     return None
 
@@ -169,7 +169,7 @@ def qscan(node, client, argv, now):
         return ((minlen < 0 or ln >= minlen) and (maxlen < 0 or ln <= maxlen)
                 and (importrate < 0 or q.import_rate(now) >= importrate))
 
-    cursor, found = node.scan_queues(cursor, count, busyloop, keep)
+    cursor, found = node.queues.scan(cursor, count, busyloop, keep)
     return resp.array([resp.bulk(b"%d" % cursor), resp.bulk_array([q.name for q in found])])
 
 
@@ -196,8 +196,8 @@ def pause(node, client, argv, now):
     q = node.queues.get(name)
     if update and (q is not None or flags):
         if q is None:
-            q = node.queue_for(name, now)
-        node.set_pause(q, flags, now)
+            q = node.queues.create(name, now)
+        node.queues.set_pause(q, flags)
     if bcast:
         node.fed.broadcast_pause(name, flags if update else (q.flags if q is not None else 0))
     return _PAUSE_REPLIES[q.flags & 3 if q is not None else 0]

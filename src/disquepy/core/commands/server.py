@@ -149,8 +149,8 @@ def info_sections(node, host: dict, now: int) -> dict:
     blocked = sum(1 for c in node.clients.values() if c.blocked is not None)
     qbuf = max((c.qbuf for c in node.clients.values()), default=0)
     rss = host.get("rss", 0)
-    peak = max(node.peak_memory, node.used_memory)
-    node.peak_memory = peak
+    peak = max(node.mem.peak, node.mem.used)
+    node.mem.peak = peak
     return {
         "server": [
             ("disque_version", __version__),
@@ -177,14 +177,14 @@ def info_sections(node, host: dict, now: int) -> dict:
             ("blocked_clients", blocked),
         ],
         "memory": [
-            ("used_memory", node.used_memory),
-            ("used_memory_human", _human(node.used_memory)),
+            ("used_memory", node.mem.used),
+            ("used_memory_human", _human(node.mem.used)),
             ("used_memory_rss", rss),
             ("used_memory_peak", peak),
             ("used_memory_peak_human", _human(peak)),
             ("maxmemory", cfg.maxmemory),
             ("maxmemory_human", _human(cfg.maxmemory)),
-            ("mem_fragmentation_ratio", f"{rss / node.used_memory:.2f}" if node.used_memory
+            ("mem_fragmentation_ratio", f"{rss / node.mem.used:.2f}" if node.mem.used
              else "0.00"),
             ("mem_allocator", "pymalloc"),
         ],
@@ -192,7 +192,7 @@ def info_sections(node, host: dict, now: int) -> dict:
             ("registered_jobs", len(node.jobs)),
         ],
         "queues": [
-            ("registered_queues", len(node.queues)),
+            ("registered_queues", len(node.queues.by_name)),
         ],
         "persistence": node.persistence_info(host.get("aof")),
         "stats": [

@@ -1,0 +1,85 @@
+"""The node's memory accounting and eviction (``maxmemory``).
+
+``used`` is what the node counts for what it holds: each job, queue, client, request
+buffer, idempotency key and delivery token adds a fixed overhead plus its variable
+bytes when it is created and takes it back when it goes (the owners do the counting;
+the simulator's memory checker recomputes the sum). Near the limit the node refuses
+commands marked ``denyoom`` (ADDJOB, not ACKJOB: acks free memory) and places new
+copies on other nodes; first it evicts what is safe to lose: acked jobs and delivered
+at-most-once jobs (``evictable``, oldest first), then queues that hold nothing.
+
+Pure: no clock, no OS figures (the shell adds RSS to INFO).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..codec import resp
+from . import errors
+from .job import QUEUED, WAIT_REPL, Job
+
+if TYPE_CHECKING:
+    from .node import Node
+
+# what one job or client costs this process, measured for CPython 3.11 with
+# tracemalloc (see docs/PERFORMANCE.md); a job's body is added as is
+JOB_OVERHEAD = 400  # bytes counted per job (plus its body)
+CLIENT_OVERHEAD = 2000  # per connected client (plus its buffered request bytes)
+
+# memory levels: what the node does (see level())
+NORMAL, HIGH, CRITICAL, FULL = 0, 1, 2, 3
+
+
+class Memory:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.used = 0
+        self.peak = 0  # highest ``used`` seen by INFO
+        self.limit: float = float("inf")  # maxmemory, or infinity without one
+        # jobs that may be evicted under memory pressure without breaking safety:
+        # acked jobs and delivered at-most-once jobs, oldest first
+        self.evictable: dict[bytes, Job] = {}
+
+    def set_limit(self, maxmemory: int) -> None:
+        self.limit = maxmemory or float("inf")
+
+    def level(self) -> int:
+        """NORMAL, HIGH above 75% of maxmemory, CRITICAL above 95%, FULL at 100%."""
+        maxmem = self.node.config.maxmemory
+        used = self.used
+        if not maxmem or used * 100 <= maxmem * 75:
+            return NORMAL
+        if used * 100 <= maxmem * 95:
+            return HIGH
+        return CRITICAL if used < maxmem else FULL
+
+    def refuse_oom(self) -> bytes | None:
+        """At the limit: evict what is safe to evict; the OOM reply if still full."""
+        maxmem = self.node.config.maxmemory
+        self.evict(maxmem * 95 // 100)
+        if self.used >= maxmem:
+            self.node.stats.oom_refusals += 1
+            return resp.error(errors.OOM)
+        return None
+
+    def evict(self, target: int) -> None:
+        """Free what does not break safety, oldest first: acked jobs, delivered
+        at-most-once jobs, then empty idle queues, until memory is under ``target``."""
+        node = self.node
+        ev = self.evictable
+        while ev and self.used > target:
+            job = next(iter(ev.values()))
+            del ev[job.id]
+            if job.state == QUEUED or job.state == WAIT_REPL:
+                continue
+            node.stats.jobs_evicted += 1
+            node.unregister(job)
+        if self.used > target:
+            node.queues.drop_removable()
+
+    def clear(self) -> None:
+        """After FLUSHALL: only the clients are left."""
+        self.evictable.clear()
+        clients = self.node.clients.values()
+        self.used = CLIENT_OVERHEAD * len(clients) + sum(c.qbuf for c in clients)
