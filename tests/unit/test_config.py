@@ -143,7 +143,6 @@ def test_other_defaults():
     assert cfg.aof_rewrite_incremental_fsync is True
     assert cfg.cluster_config_file == "nodes.conf"
     assert cfg.maxmemory_policy == "acks"
-    assert cfg.maxmemory_samples == 5
     assert cfg.maxclients == 10000
     assert cfg.slowlog_log_slower_than == 10000
     assert cfg.slowlog_max_len == 128
@@ -402,7 +401,9 @@ def test_error_block_format():
         ("maxmemory 0", "You need to specify a memory limit greater than zero"),
         ("maxmemory lots", "You need to specify a memory limit greater than zero"),
         ("maxmemory-policy lru", "Invalid maxmemory policy"),
-        ("maxmemory-samples 0", "maxmemory-samples must be 1 or greater"),
+        ("maxmemory-samples 5", "maxmemory-samples is not supported: disquepy does not "
+         "sample, it evicts exactly, oldest first (acknowledged jobs, delivered at-most-once "
+         "jobs, then empty idle queues); remove the line"),
         ("client-query-buffer-limit 1kb", "Invalid client-query-buffer-limit value"),
         ("proto-max-bulk-len 12xb", "Invalid proto-max-bulk-len value"),
         ("appendonly on", "argument must be 'yes' or 'no'"),
@@ -636,7 +637,6 @@ def test_get_patterns():
     assert [n for n, _ in cfg.get("maxmemory*")] == [
         "maxmemory",
         "maxmemory-policy",
-        "maxmemory-samples",
     ]
     assert [n for n, _ in cfg.get("*fsync*")] == [
         "appendfsync",
@@ -828,14 +828,14 @@ def test_rewrite_appends_non_default_directives_after_signature():
     cfg = Config.from_text(SAMPLE_CONF)
     cfg.set("timeout", "300")  # present in file: in place
     cfg.set("latency-monitor-threshold", "100")  # present: in place
-    cfg.set("maxmemory-samples", "10")  # absent: appended
+    cfg.set("delivery-token-ttl", "10")  # absent: appended
     cfg.set("event-log-max-size", "1mb")  # absent: appended
     cfg.set("protected-mode", "yes")  # default, absent: not added
     out = cfg.rewrite(SAMPLE_CONF)
     body = SAMPLE_CONF.replace("timeout 0", "timeout 300").replace(
         "latency-monitor-threshold 0", "latency-monitor-threshold 100"
     )
-    assert out == body + f"{REWRITE_SIGNATURE}\nmaxmemory-samples 10\nevent-log-max-size 1mb\n"
+    assert out == body + f"{REWRITE_SIGNATURE}\ndelivery-token-ttl 10\nevent-log-max-size 1mb\n"
     assert Config.from_text(out) == cfg
     # a second rewrite reuses the tail rather than adding another signature
     cfg.set("watchdog-period", "200")
@@ -1000,7 +1000,6 @@ SET_VALUES: dict[str, st.SearchStrategy[str]] = {
     "maxclients": _int_values(1, 100000),
     "maxmemory": _memory_values(1),
     "maxmemory-policy": st.sampled_from(["acks", "ACKS", "Acks"]),
-    "maxmemory-samples": _int_values(1, 20),
     "client-query-buffer-limit": _memory_values(MB),
     "proto-max-bulk-len": _memory_values(MB),
     "appendonly": st.sampled_from(["yes", "no"]),
