@@ -25,20 +25,28 @@ WEB_PORT ?= 8000
 
 .PHONY: run cluster test test-interpreted typecheck lint bench deps builddeps java clean
 
-$(BASE): pyproject.toml setup.py | builddeps
+$(BIN)/python: | builddeps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+# each install builds the compiled parts once (and stamps them); the full one stands for
+# the light one too, so `make test` on a fresh clone builds once and `make run` after it
+# installs nothing
+$(BASE): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/pip install -q -e '.[web]'
 	touch $(BASE) $(EXT)
 
-$(STAMP): $(BASE)
-	$(BIN)/pip install -q -e '.[dev,spark]'
-	touch $(STAMP) $(EXT)
+$(STAMP): pyproject.toml setup.py | $(BIN)/python
+	$(BIN)/pip install -q -e '.[web,dev,spark]'
+	touch $(BASE) $(STAMP) $(EXT)
 
 # (mypy, for mypyc, comes with the isolated build's requirements: `make run` stays light)
-$(EXT): $(EXT_SRC) | $(BASE)
-	$(BIN)/pip install -q --no-deps -e .
-	touch $@
+# make may decide that this stamp is stale before an install above runs, builds and
+# touches it: build here only if a source is still newer (not twice on a fresh clone)
+$(EXT): $(EXT_SRC) | $(BIN)/python
+	@if [ ! -e $@ ] || [ -n "$$(find $(EXT_SRC) -newer $@)" ]; then \
+	  echo "$(BIN)/pip install -q --no-deps -e ."; $(BIN)/pip install -q --no-deps -e . && touch $@; \
+	fi
 
 # pydisque 0.1.5 was released against redis-py 3.x: test it there too.
 $(COMPAT)/.installed:
