@@ -91,7 +91,7 @@ cluster: $(BASE) $(EXT)
 
 # against the compiled core; the simulator's sabotage tests switch their workers to the
 # .py sources (DISQUEPY_INTERPRETED=1), as compiled classes cannot be monkeypatched
-test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java
+test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java typecheck
 	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/python -c "import disquepy.core.node, disquepy, sys; \
 	  sys.exit(not disquepy.compiled_modules() and 'the core is not compiled (setup.py)')"
@@ -101,9 +101,22 @@ test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java
 test-interpreted: $(STAMP) $(EXT)
 	DISQUEPY_INTERPRETED=1 $(BIN)/python -m pytest -p no:cacheprovider tests/unit tests/sim
 
-# mypy --strict on the core (README, "Type checking")
+# The core's type gate (README, "Type checking"), part of `make test`:
+# 1. mypy --strict on the core and the RESP codec, but for STRICT_PENDING: modules not
+#    typed yet (node.py, being split: issue #14). mypy still reads them
+#    (--follow-imports=silent: their errors are not reported) and calls into them may be
+#    untyped (--untyped-calls-exclude). Every other core module, new ones included, must
+#    pass. Once a pending module is typed, take it off the list.
+# 2. mypy as the mypyc build runs it (setup.py; the settings in pyproject.toml), on all
+#    of the core: a module it refuses would not compile.
+STRICT_PENDING := src/disquepy/core/node.py
+STRICT_FILES := $(filter-out $(STRICT_PENDING),$(sort $(wildcard src/disquepy/core/*.py \
+	src/disquepy/core/commands/*.py))) src/disquepy/codec/resp.py
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src/disquepy/core src/disquepy/codec/resp.py
+	$(BIN)/mypy --strict --follow-imports=silent \
+	  $(foreach f,$(STRICT_PENDING),--untyped-calls-exclude=$(subst /,.,$(f:src/%.py=%))) \
+	  $(STRICT_FILES)
+	$(BIN)/mypy src/disquepy/core src/disquepy/codec/resp.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts setup.py

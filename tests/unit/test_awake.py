@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from disquepy.core.awake import GRANULARITY, AwakeIndex
+from disquepy.core.job import Job
 
 
-class J:
-    """The fields the index reads: awake, ctime, id."""
-
-    __slots__ = ("awake", "ctime", "id")
-
-    def __init__(self, n: int) -> None:
-        self.awake = 0
-        self.ctime = n
-        self.id = b"%040d" % n
+def J(n: int) -> Job:
+    """A job created at ``n`` (the index reads awake, ctime and id; the compiled index
+    takes real Jobs only)."""
+    return Job(b"%040d" % n, b"q", b"", n, 60)
 
 
 def test_jobs_wake_in_time_order_and_never_early():

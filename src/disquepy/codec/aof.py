@@ -140,7 +140,7 @@ class ScanResult:
 # ---------------------------------------------------------------------------
 
 
-def encode_loadjob(fields: list) -> bytes:
+def encode_loadjob(fields: list[object]) -> bytes:
     """The LOADJOB record for a job's fields (not validated: see ``validate_fields``)."""
     blob = _pack(fields)
     return _LOAD_FMT % (len(blob), blob, crc32(blob))

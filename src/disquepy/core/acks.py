@@ -117,7 +117,7 @@ class Acks:
         self.node.send_to_copies(job, M.DELJOB, job.id)
         self.node.unregister(job)
 
-    def on_setack(self, p: Peer, fields, now) -> None:
+    def on_setack(self, p: Peer, fields: M.Fields, now: int) -> None:
         jid, may_have = fields[0], fields[1]
         job = self.node.jobs.get(jid)
         if job is not None and job.state != ACKED:
@@ -130,7 +130,7 @@ class Acks:
         if job is not None and (len(job.delivered) > may_have or may_have == 0):
             self.cluster_start_gc(job, now)
 
-    def on_gotack(self, p: Peer, fields, now) -> None:
+    def on_gotack(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
         known = bool(fields[1])
         if job is None:
@@ -150,7 +150,7 @@ class Acks:
         elif not job.delivered and (known or len(job.confirmed) >= self.node.size):
             self.node.unregister(job)
 
-    def on_deljob(self, p: Peer, fields, now) -> None:
+    def on_deljob(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
         if job is None:
             return
@@ -192,7 +192,7 @@ class Acks:
             node.events_out.append((now, "deleted", job.id, job.queue, None))
         node.unregister(job)
 
-    def on_outcome(self, p: Peer, fields, now) -> None:
+    def on_outcome(self, p: Peer, fields: M.Fields, now: int) -> None:
         """A copy's job failed (an ack follows) or was cancelled (gone everywhere)."""
         job = self.node.jobs.get(fields[0])
         if job is None:

@@ -16,12 +16,16 @@ is held at most until then, and memory stays within twice the live entries.
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .job import Job
 
 GRANULARITY = 8  # ms
 _COMPACT_MIN = 16  # buckets smaller than this are never compacted
 
 
-def _order(job):
+def _order(job: Job) -> tuple[int, int, bytes]:
     return (job.awake, job.ctime, job.id)
 
 
@@ -32,7 +36,7 @@ class AwakeIndex:
     __slots__ = ("_buckets", "_stale", "_heap", "hint")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, list] = {}
+        self._buckets: dict[int, list[Job]] = {}
         self._stale: dict[int, int] = {}
         self._heap: list[int] = []
         # the earliest firing time of buckets created since the owner last looked:
@@ -44,11 +48,11 @@ class AwakeIndex:
         return sum(len(self._live(b, lst)) for b, lst in self._buckets.items())
 
     @staticmethod
-    def _live(b: int, lst: list) -> list:
+    def _live(b: int, lst: list[Job]) -> list[Job]:
         return list({id(j): j for j in lst if j.awake and j.awake // GRANULARITY == b}
                     .values())
 
-    def schedule(self, job, when: int) -> None:
+    def schedule(self, job: Job, when: int) -> None:
         """(Re)schedule ``job`` to wake at ``when`` ms; 0 means unscheduled."""
         old = job.awake
         if old:
@@ -71,7 +75,7 @@ class AwakeIndex:
             else:
                 lst.append(job)
 
-    def add_new(self, job, when: int) -> None:
+    def add_new(self, job: Job, when: int) -> None:
         """schedule() for a job that is not scheduled yet (job.awake == 0)."""
         job.awake = when
         b = when // GRANULARITY
@@ -85,14 +89,14 @@ class AwakeIndex:
         if t < self.hint:
             self.hint = float(t)
 
-    def cancel(self, job) -> None:
+    def cancel(self, job: Job) -> None:
         if job.awake:
             b = job.awake // GRANULARITY
             job.awake = 0
             self._went_stale(b)
 
     @staticmethod
-    def cancel_near(job) -> None:
+    def cancel_near(job: Job) -> None:
         """cancel() for a job due soon (a replication retry, tens of ms away): its entry
         is left to go stale in its bucket uncounted, which fires shortly and drops it,
         and the compaction bookkeeping is skipped. Outside the memory bound above only
@@ -122,14 +126,14 @@ class AwakeIndex:
             self._stale.pop(b, None)
         return None
 
-    def pop_due(self, now: int) -> list:
+    def pop_due(self, now: int) -> list[Job]:
         """Remove and return the jobs of every bucket that ended by ``now``, in order.
 
         Returned jobs have ``awake`` reset to 0: the caller reschedules what lives on.
         """
         heap, buckets = self._heap, self._buckets
         last = (now - GRANULARITY + 1) // GRANULARITY  # the last bucket that has ended
-        due: dict = {}  # by identity: a job may have been listed twice in one bucket
+        due: dict[int, Job] = {}  # by identity: a job may have been listed twice in one bucket
         while heap and heap[0] <= last:
             b = heapq.heappop(heap)
             lst = buckets.pop(b, None)

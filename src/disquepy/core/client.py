@@ -7,13 +7,15 @@ outbox, so the same code runs under the asyncio server and the simulator.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BlockedGet:
     """A GETJOB waiting for jobs: its queues, options, and when it gives up (ms)."""
 
     __slots__ = ("queues", "count", "withcounters", "deadline", "token")
 
-    def __init__(self, queues: list, count: int, withcounters: bool, deadline: int,
+    def __init__(self, queues: list[bytes], count: int, withcounters: bool, deadline: int,
                  token: bytes | None = None) -> None:
         self.queues = queues
         self.count = count
@@ -40,8 +42,10 @@ class Client:
         "closed",
     )
 
-    def __init__(self, cid: int, conn=None, addr: str = "", now: int = 0) -> None:
+    def __init__(self, cid: int, conn: Any = None, addr: str = "", now: int = 0) -> None:
         self.id = cid
+        # the shell's own handle (a protocol, a simulated agent), opaque to the core:
+        # each shell reads it back as its own type, hence Any
         self.conn = conn
         self.addr = addr
         self.proto = 2

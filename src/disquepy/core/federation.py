@@ -29,12 +29,13 @@ ASKER_MEMORY_MS = 60_000  # we push new jobs to a node that asked, this long aft
 class Federation:
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.askers: dict[bytes, dict] = {}  # queue -> {node id: [until ms, jobs wanted]}
+        # queue -> {node id: [until ms, jobs wanted]} (jobs wanted counts down in place)
+        self.askers: dict[bytes, dict[str, list[int]]] = {}
         # queues the cron must look at; a dict, not a set: iteration order must not
         # depend on the hash seed (runs replay exactly in the simulator)
-        self.watch: dict = {}
+        self.watch: dict[bytes, None] = {}
 
-    def queues_drained(self, names, now: int, took: bool = False) -> None:
+    def queues_drained(self, names: list[bytes], now: int, took: bool = False) -> None:
         """GETJOB found these queues empty (or, ``took``, emptied them): ask other
         nodes for jobs. After taking the last job we ask only recent sources, so a
         steady stream keeps flowing without waking the whole cluster."""
@@ -49,11 +50,11 @@ class Federation:
             self.watch[name] = None
             self._need_jobs(q, now, urgent=True)
 
-    def recent_sources(self, q, now: int) -> list:
+    def recent_sources(self, q: Queue, now: int) -> list[str]:
         return [n for n, t in q.needjobs_responders.items()
                 if now - t < SOURCE_MEMORY_MS and n in self.node.members.peers]
 
-    def _need_jobs(self, q, now: int, urgent: bool = False) -> None:
+    def _need_jobs(self, q: Queue, now: int, urgent: bool = False) -> None:
         """NEEDJOBS: ad hoc to recent sources (fast back-off), broadcast for discovery.
         We ask for as many jobs as consumers wait here (one for a NOHANG probe)."""
         wanted = max(1, min(100, len(q.waiters)))
@@ -92,7 +93,7 @@ class Federation:
             if not askers:
                 del self.askers[name]
 
-    def on_needjobs(self, p: Peer, fields, now) -> None:
+    def on_needjobs(self, p: Peer, fields: M.Fields, now: int) -> None:
         qname, count = fields[0], fields[1]
         askers = self.askers.setdefault(qname, {})
         if count <= 0:
@@ -115,7 +116,7 @@ class Federation:
             return 0  # we import this queue ourselves: exporting would ping-pong jobs
         n = len(q.jobs)
         give = min(count, n) if exact else (count if n >= count * 2 else max(1, n // 2))
-        out = []
+        out: list[list[object]] = []  # the jobs' wire forms
         for _ in range(give):
             job = q.jobs.pop()
             q.jobs_out += 1
@@ -135,7 +136,7 @@ class Federation:
             self.node.send([nid], M.YOURJOBS, out)
         return len(out)
 
-    def pushed_to_askers(self, q, now: int) -> None:
+    def pushed_to_askers(self, q: Queue, now: int) -> None:
         """Jobs arrived in a queue nobody here waits on: serve nodes that asked."""
         askers = self.askers.get(q.name)
         if not askers or q.waiters:
@@ -160,7 +161,7 @@ class Federation:
             q.needjobs_bcast_attempt = q.needjobs_adhoc_attempt = 0
             q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
 
-    def on_yourjobs(self, p: Peer, fields, now) -> None:
+    def on_yourjobs(self, p: Peer, fields: M.Fields, now: int) -> None:
         for j in fields[0]:  # JobFields, decoded and checked by messages.parse
             jid = j.id
             q = self.node.queues.create(j.queue, now)
@@ -180,14 +181,14 @@ class Federation:
                     job.qtime = now
                 self.node.enqueue(job, now)
 
-    def import_sources(self, q, now: int) -> list:
+    def import_sources(self, q: Queue, now: int) -> list[bytes]:
         return [n.encode() for n, t in q.needjobs_responders.items()
                 if now - t < SOURCE_MEMORY_MS]
 
     def broadcast_pause(self, qname: bytes, flags: int) -> None:
         self.node.send(self.node.members.known_peers(), M.PAUSE, qname, flags)
 
-    def on_pause(self, p: Peer, fields, now) -> None:
+    def on_pause(self, p: Peer, fields: M.Fields, now: int) -> None:
         qname, flags = fields[0], fields[1]
         q = self.node.queues.get(qname)
         if q is None and not flags:

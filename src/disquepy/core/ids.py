@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+from collections.abc import Sequence
+from typing import Protocol, TypeGuard, TypeVar
 
 JOB_ID_LEN = 40
 _PREFIX = b"D-"
@@ -24,8 +26,20 @@ _sha1 = hashlib.sha1
 _b64 = binascii.b2a_base64
 _MAX_TTL_MINUTES = 0xFFFF
 
+T = TypeVar("T")
 
-def new_node_id(rng) -> str:
+
+class Rng(Protocol):
+    """The randomness a node is given (``random.Random`` in the server, a seeded one in
+    the simulator): the core draws from nothing else."""
+
+    def getrandbits(self, k: int, /) -> int: ...
+    def random(self) -> float: ...
+    def choice(self, seq: Sequence[T], /) -> T: ...
+    def sample(self, population: Sequence[T], k: int, /) -> list[T]: ...
+
+
+def new_node_id(rng: Rng) -> str:
     """A fresh 40-hex-character node ID drawn from the injected RNG."""
     return f"{rng.getrandbits(160):040x}"
 
@@ -40,7 +54,7 @@ class JobIdGenerator:
         self._seed = seed
         self._h0 = _sha1(seed)  # hashed once: each ID copies it (cheaper than a new hash)
         self._counter = 0
-        self._ttl_cache: dict = {}
+        self._ttl_cache: dict[int, bytes] = {}  # +-TTL (s) -> the ID's tail
 
     def next_id(self, ttl_seconds: int, retry: int) -> bytes:
         self._counter = c = self._counter + 1
@@ -95,11 +109,11 @@ _HEX = frozenset("0123456789abcdef")
 # their copies: the strings a message decodes to are new objects (89 bytes each), so a
 # replica would otherwise hold three of them and a tuple for every job.
 _VALID_IDS: dict[str, str] = {}  # each valid ID seen, mapped to its shared object
-_NODE_LISTS: dict[tuple, tuple] = {}
+_NODE_LISTS: dict[tuple[object, ...], tuple[str, ...]] = {}  # looked up by wire tuples
 _CACHE_MAX = 4096
 
 
-def valid_node_id(nid) -> bool:
+def valid_node_id(nid: object) -> TypeGuard[str]:
     """40 lowercase hex characters. Every bus message carries a few node IDs, so the
     answer for IDs seen before comes from a small cache (it only saves time)."""
     if type(nid) is not str:
@@ -113,7 +127,7 @@ def valid_node_id(nid) -> bool:
     return True
 
 
-def node_ids_from_wire(ids: list) -> tuple | None:
+def node_ids_from_wire(ids: list[object]) -> tuple[str, ...] | None:
     """The node IDs of a message as a shared tuple of shared str objects, or None if
     any is not a valid_node_id(). A list seen before costs one lookup (msgpack yields
     exact ``str``, ``bytes`` or containers: a non-str item never equals a cached list,
@@ -125,10 +139,13 @@ def node_ids_from_wire(ids: list) -> tuple | None:
         return None
     if known is not None:
         return known
-    if not all(map(valid_node_id, ids)):
-        return None
+    get = _VALID_IDS.get
+    shared: list[str] = []
+    for nid in t:
+        if not valid_node_id(nid):
+            return None
+        shared.append(get(nid, nid))
+    nodes = tuple(shared)
     if len(_NODE_LISTS) < _CACHE_MAX:
-        get = _VALID_IDS.get
-        t = tuple([get(nid, nid) for nid in t])
-        _NODE_LISTS[t] = t
-    return t
+        _NODE_LISTS[nodes] = nodes
+    return nodes

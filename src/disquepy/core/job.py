@@ -56,7 +56,7 @@ F_OVERFLOW = 16  # queued out of creation order (in the queue's sorted overflow)
 F_DEFERRED = 32  # NACK ... DELAY: re-queued here at qtime; other copies hold off
 F_OUTCOME = 64  # its outcome is recorded (FAILJOB): the ack that follows keeps it
 
-_EMPTY: tuple = ()
+_EMPTY: tuple[str, ...] = ()
 
 
 class Job:

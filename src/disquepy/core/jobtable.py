@@ -8,6 +8,7 @@ partition to visit. The split costs no memory per job and one index per lookup.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class JobTable:
     __slots__ = ("parts", "count")
 
     def __init__(self) -> None:
-        self.parts: list[dict] = [{} for _ in range(PARTS)]
+        self.parts: list[dict[bytes, Job]] = [{} for _ in range(PARTS)]
         self.count = 0
 
     def __len__(self) -> int:
@@ -35,10 +36,10 @@ class JobTable:
     def __contains__(self, jid: bytes) -> bool:
         return jid in self.parts[_part(jid)]
 
-    def get(self, jid: bytes):
+    def get(self, jid: bytes) -> Job | None:
         return self.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)
 
-    def add(self, job) -> bool:
+    def add(self, job: Job) -> bool:
         """Insert; False (and nothing changed) if the ID is already registered."""
         jid = job.id
         part = self.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]
@@ -56,7 +57,7 @@ class JobTable:
             return True
         return False
 
-    def values(self):
+    def values(self) -> Iterator[Job]:
         for part in self.parts:
             if part:
                 yield from list(part.values())
@@ -66,10 +67,11 @@ class JobTable:
             part.clear()
         self.count = 0
 
-    def scan(self, cursor: int, count: int, busyloop: bool, keep) -> tuple[int, list]:
+    def scan(self, cursor: int, count: int, busyloop: bool,
+             keep: Callable[[Job], bool]) -> tuple[int, list[Job]]:
         """Visit partitions from ``cursor``; returns (next cursor or 0 when done, jobs)."""
         parts = self.parts
-        out: list = []
+        out: list[Job] = []
         steps = count * 10
         i = cursor if 0 <= cursor < PARTS else 0
         while i < PARTS:

@@ -30,13 +30,13 @@ class Keys:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        # key -> [job id, expiry ms]; the key outlives its job (acked, deleted) until the
+        # key -> (job id, expiry ms); the key outlives its job (acked, deleted) until the
         # job's lifetime ends. ``of``: job id -> key, for live jobs only.
-        self.idem: dict[bytes, list] = {}
+        self.idem: dict[bytes, tuple[bytes, int]] = {}
         self.of: dict[bytes, bytes] = {}
         self._idem_heap: list[tuple[int, bytes]] = []  # (expiry, key) of keys whose job is gone
         # token -> (expiry ms, ids of the jobs it delivered)
-        self.tokens: dict[bytes, tuple[int, tuple]] = {}
+        self.tokens: dict[bytes, tuple[int, tuple[bytes, ...]]] = {}
         self._token_heap: list[tuple[int, bytes]] = []
 
     # --- idempotency keys -----------------------------------------------------------
@@ -52,21 +52,20 @@ class Keys:
         job = self.node.jobs.get(e[0])
         if job is not None and job.state == WAIT_REPL:
             raise ReplyError(errors.IDEM_BUSY)
-        jid: bytes = e[0]
-        return jid
+        return e[0]
 
     def bind(self, key: bytes, job: Job) -> None:
         """``key`` now names ``job`` (a new job, or one loaded or replicated here)."""
         if key in self.idem:
             self.forget(key)
-        self.idem[key] = [job.id, job.etime]
+        self.idem[key] = (job.id, job.etime)
         self.of[job.id] = key
         self.node.mem.used += IDEM_OVERHEAD + len(key)
 
     def restore(self, key: bytes, jid: bytes, etime: int) -> None:
         """A key whose job is gone but whose window is open (from the AOF)."""
         if key not in self.idem:
-            self.idem[key] = [jid, etime]
+            self.idem[key] = (jid, etime)
             self.node.mem.used += IDEM_OVERHEAD + len(key)
             heapq.heappush(self._idem_heap, (etime, key))
 
@@ -95,14 +94,14 @@ class Keys:
                 if jid not in self.of and etime > now + 1000]
 
     # --- delivery tokens ------------------------------------------------------------
-    def token_get(self, token: bytes, now: int) -> tuple | None:
+    def token_get(self, token: bytes, now: int) -> tuple[bytes, ...] | None:
         """The job IDs a GETJOB TOKEN delivered, or None for a new (or expired) token."""
         e = self.tokens.get(token)
         if e is None or e[0] <= now:
             return None
         return e[1]
 
-    def token_record(self, token: bytes, ids: tuple, now: int) -> None:
+    def token_record(self, token: bytes, ids: tuple[bytes, ...], now: int) -> None:
         node = self.node
         old = self.tokens.get(token)
         if old is not None:

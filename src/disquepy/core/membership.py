@@ -54,7 +54,7 @@ class Membership:
         self.peers: dict[str, Peer] = {}
         self.links_dirty = False
         self._next_ping = now
-        self.reach_ids: list = []  # reachable_peers(), sorted; rebuilt, never mutated
+        self.reach_ids: list[str] = []  # reachable_peers(), sorted; rebuilt, never mutated
 
     def changed(self) -> None:
         peers = self.peers.values()
@@ -68,14 +68,14 @@ class Membership:
     def is_reachable(p: Peer) -> bool:
         return not p.flags & (P_HANDSHAKE | P_PFAIL | P_FAIL | P_LEAVING)
 
-    def reachable_peers(self) -> list:
+    def reachable_peers(self) -> list[str]:
         """IDs of the peers reachable now, sorted (a new list: the caller may keep it)."""
         return list(self.reach_ids)
 
-    def known_peers(self) -> list:
+    def known_peers(self) -> list[str]:
         return [p.id for p in self.peers.values() if not p.flags & P_HANDSHAKE]
 
-    def peer_links(self) -> dict:
+    def peer_links(self) -> dict[str, tuple[str, int]]:
         """node id -> (ip, bus port) of every peer we keep a link to."""
         off = self.node.config.cluster_port_offset
         return {p.id: (p.ip, p.port + off) for p in self.peers.values() if p.ip}
@@ -115,7 +115,7 @@ class Membership:
             if not p.flags & P_HANDSHAKE:
                 self.ping(p)
 
-    def gossip(self) -> list:
+    def gossip(self) -> list[list[str | int]]:
         cand = [p for p in self.peers.values() if not p.flags & P_HANDSHAKE]
         chosen = cand if len(cand) <= GOSSIP_ENTRIES else self.node.rng.sample(cand, GOSSIP_ENTRIES)
         for p in cand:  # failing nodes always travel, so reports reach a majority
@@ -134,7 +134,7 @@ class Membership:
             f |= M.NF_LEAVING
         return f
 
-    def process_gossip(self, sender: Peer, gossip: list, now: int) -> None:
+    def process_gossip(self, sender: Peer, gossip: M.Fields, now: int) -> None:
         timeout = self.node.config.cluster_node_timeout
         for nid, ip, port, flags in gossip:  # checked by messages.parse
             if nid == self.node.myid:
@@ -236,7 +236,8 @@ class Membership:
             self.changed()
             self.node.cluster_dirty = True
 
-    def on_meet(self, sid, peer_ip, sport, sflags, fields, now) -> None:
+    def on_meet(self, sid: str, peer_ip: str, sport: int, sflags: int, fields: M.Fields,
+                now: int) -> None:
         if sid == self.node.myid:
             return
         gossip, your_ip = fields[0], fields[1]
@@ -259,7 +260,8 @@ class Membership:
         self.process_gossip(p, gossip, now)
         self.ping(p, M.PONG)
 
-    def on_handshake_pong(self, sid, peer_ip, sport, sflags, fields, now) -> None:
+    def on_handshake_pong(self, sid: str, peer_ip: str, sport: int, sflags: int,
+                          fields: M.Fields, now: int) -> None:
         for hp in list(self.peers.values()):
             if hp.flags & P_HANDSHAKE and hp.port == sport and hp.ip in (peer_ip, "localhost"):
                 del self.peers[hp.id]
@@ -271,17 +273,17 @@ class Membership:
                 self.process_gossip(p, fields[0], now)
                 return
 
-    def _learn_my_ip(self, fields) -> None:
+    def _learn_my_ip(self, fields: M.Fields) -> None:
         if not self.node.ip and fields[1]:
             self.node.ip = fields[1]
             self.node.cluster_dirty = True
 
-    def on_ping(self, p: Peer, fields, now) -> None:
+    def on_ping(self, p: Peer, fields: M.Fields, now: int) -> None:
         self._learn_my_ip(fields)
         self.process_gossip(p, fields[0], now)
         self.ping(p, M.PONG)
 
-    def on_pong(self, p: Peer, fields, now) -> None:
+    def on_pong(self, p: Peer, fields: M.Fields, now: int) -> None:
         self._learn_my_ip(fields)
         p.ping_sent = 0
         p.pong_received = now
@@ -292,14 +294,14 @@ class Membership:
             self.node.acks.peer_recovered(p.id, now)
         self.process_gossip(p, fields[0], now)
 
-    def on_fail(self, p: Peer, fields, now) -> None:
+    def on_fail(self, p: Peer, fields: M.Fields, now: int) -> None:
         f = self.peers.get(fields[0])
         if f is not None and not f.flags & P_FAIL:
             f.flags = (f.flags & ~P_PFAIL) | P_FAIL
             self.changed()
             self.node.cluster_dirty = True
 
-    def hello_nodes(self) -> list:
+    def hello_nodes(self) -> list[tuple[bytes, bytes, int, int]]:
         me = (self.node.myid_b, self.node.ip.encode(), self.node.port,
               PRIORITY_BAD if self.node.leaving else PRIORITY_OK)
         out = [me]

@@ -34,7 +34,7 @@ what they get; an exception inside one is a bug, never swallowed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .ids import is_valid_job_id, valid_node_id
 from .jobcodec import BUS, MAX_NODES, BadJob, JobFields, job_fields, parse_job
@@ -42,6 +42,12 @@ from .outcomes import CANCELLED, FAILED, MAX_DETAIL_LIMIT
 
 if TYPE_CHECKING:
     from .job import Job
+
+# A message and its fields are lists of msgpack values whose layout depends on the
+# message type (the table above): no one static type describes them all, hence Any.
+# What a peer sent is checked by ``parse`` before a handler reads it.
+Message = list[Any]
+Fields = list[Any]
 
 BATCH = 0  # [BATCH, sender, port, flags, [message, ...]]: several messages, one frame
 PING = 1
@@ -102,31 +108,31 @@ def job_from_wire(w: object) -> JobFields:
 
 
 # ------------------------------------------------------------------ validation
-def _int(v, lo: int, hi: int, what: str) -> int:
+def _int(v: object, lo: int, hi: int, what: str) -> int:
     if type(v) is not int or not lo <= v <= hi:
         raise Malformed(f"bad {what}")
     return v
 
 
-def _job_id(v) -> bytes:
+def _job_id(v: object) -> bytes:
     if type(v) is not bytes or not is_valid_job_id(v):
         raise Malformed("bad job ID")
     return v
 
 
-def _node_id(v) -> str:
+def _node_id(v: object) -> str:
     if not valid_node_id(v):
         raise Malformed("bad node ID")
     return v
 
 
-def _name(v) -> bytes:
+def _name(v: object) -> bytes:
     if type(v) is not bytes or len(v) > MAX_NAME:
         raise Malformed("bad queue name")
     return v
 
 
-def _gossip(f: list) -> list:
+def _gossip(f: Fields) -> Fields:
     """[gossip, your_ip]; gossip: [[id, ip, port, flags], ...]."""
     if len(f) != 2 or type(f[0]) is not list or len(f[0]) > MAX_GOSSIP \
             or type(f[1]) is not str or len(f[1]) > MAX_NAME:
@@ -140,13 +146,13 @@ def _gossip(f: list) -> list:
     return f
 
 
-def _jobs(items: list) -> list:
+def _jobs(items: Fields) -> list[JobFields]:
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
     return [job_from_wire(w) for w in items]
 
 
-def _job_ids(items: list) -> list:
+def _job_ids(items: Fields) -> Fields:
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
     for jid in items:
@@ -154,14 +160,14 @@ def _job_ids(items: list) -> list:
     return items
 
 
-def _gotack(f: list) -> list:
+def _gotack(f: Fields) -> Fields:
     if len(f) != 2 or type(f[1]) is not bool:
         raise Malformed("bad GOTACK")
     _job_id(f[0])
     return f
 
 
-def _deljob(f: list) -> list:
+def _deljob(f: Fields) -> Fields:
     if not 1 <= len(f) <= 2:
         raise Malformed("bad field count")
     _job_id(f[0])
@@ -174,15 +180,15 @@ def _deljob(f: list) -> list:
     return f
 
 
-def _yourjobs(f: list) -> list:
+def _yourjobs(f: Fields) -> Fields:
     if len(f) != 1 or type(f[0]) is not list:
         raise Malformed("bad YOURJOBS")
     return [_jobs(f[0])]
 
 
-def _one(check) -> Callable[[list], list]:
+def _one(check: Callable[[object], object]) -> Callable[[Fields], Fields]:
     """A message of one field, checked by ``check``."""
-    def fields(f: list) -> list:
+    def fields(f: Fields) -> Fields:
         if len(f) != 1:
             raise Malformed("bad field count")
         check(f[0])
@@ -190,9 +196,10 @@ def _one(check) -> Callable[[list], list]:
     return fields
 
 
-def _pair(check, lo: int, hi: int, what: str) -> Callable[[list], list]:
+def _pair(check: Callable[[object], object], lo: int, hi: int,
+          what: str) -> Callable[[Fields], Fields]:
     """A message of two fields: one checked by ``check``, then an integer in [lo, hi]."""
-    def fields(f: list) -> list:
+    def fields(f: Fields) -> Fields:
         if len(f) != 2:
             raise Malformed("bad field count")
         check(f[0])
@@ -209,7 +216,7 @@ _needjobs = _pair(_name, 0, MAX_ITEMS, "NEEDJOBS count")
 _pause = _pair(_name, 0, 3, "PAUSE flags")
 
 
-def _outcome(f: list) -> list:
+def _outcome(f: Fields) -> Fields:
     if len(f) != 3 or type(f[2]) is not bytes or len(f[2]) > MAX_DETAIL_LIMIT:
         raise Malformed("bad OUTCOME")
     _job_id(f[0])
@@ -218,7 +225,7 @@ def _outcome(f: list) -> list:
 
 
 # the fields of each message type: checked, and decoded where they carry jobs
-_FIELDS = {
+_FIELDS: dict[int, Callable[[Fields], Fields]] = {
     PING: _gossip, PONG: _gossip, MEET: _gossip, FAIL: _fail,
     REPLJOB: _jobs, GOTJOB: _job_ids, ENQUEUE: _one_id, WILLQUEUE: _one_id,
     QUEUED: _queued, SETACK: _setack, GOTACK: _gotack, DELJOB: _deljob,
@@ -227,7 +234,7 @@ _FIELDS = {
 }
 
 
-def parse(msg) -> tuple:
+def parse(msg: object) -> tuple[int, str, int, int, Fields]:
     """``(type, sender id, sender port, sender flags, fields)`` of a message that is
     not a BATCH, its fields checked (and decoded: jobs as job_from_wire tuples); raises
     Malformed. A BATCH's messages are parsed one by one (see ``batch``)."""
@@ -243,7 +250,7 @@ def parse(msg) -> tuple:
     return mtype, sid, sport, sflags, check(msg[4:])
 
 
-def batch(msg) -> list | None:
+def batch(msg: object) -> Fields | None:
     """The messages of a BATCH (not parsed yet), or None if ``msg`` is not one."""
     if type(msg) is not list or not msg or msg[0] != BATCH:
         return None

@@ -27,6 +27,15 @@ driver, the simulator, the test harnesses — takes everything at once as one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .messages import Message
+
+# (ms, kind, job id, queue, extra): extra is None, (nacks, additional deliveries) for
+# "delivered", (ttl, retry, delay, replicate, body length) for "added"
+Event = tuple[int, str, bytes, bytes, tuple[int, ...] | None]
 
 
 class ShellRequest:
@@ -42,16 +51,22 @@ class ShellRequest:
         return f"ShellRequest({self.kind!r}, *{self.args!r})"
 
 
+# What a command returns (``Node.execute``): its RESP reply; a ShellRequest the shell
+# finishes; or None when the reply comes later through take_outputs() (a blocked
+# GETJOB, an ADDJOB waiting for its copies).
+Reply = bytes | ShellRequest | None
+
+
 @dataclass(slots=True)
 class Outputs:
-    records: list
+    records: list[bytes]
     nodes_conf: str | None
-    links: dict | None
-    messages: dict
-    replies: list
-    requests: list
-    events: list
-    logs: list
+    links: dict[str, tuple[str, int]] | None
+    messages: dict[str, Message]
+    replies: list[tuple[Client, bytes]]
+    requests: list[tuple[Client | None, ShellRequest]]
+    events: list[Event]
+    logs: list[tuple[str, str]]
     wake: float
 
     def __bool__(self) -> bool:
@@ -79,32 +94,32 @@ class Shell:
         for client, data in out.replies:
             if not client.closed:
                 self.reply(client, data)
-        for client, req in out.requests:
-            self.finish(client, req)
+        for requester, req in out.requests:
+            self.finish(requester, req)
         if out.events:
             self.record_events(out.events)
         for level, line in out.logs:
             self.log(level, line)
 
-    def persist(self, records: list) -> None:
+    def persist(self, records: list[bytes]) -> None:
         pass
 
     def save_nodes_conf(self, text: str) -> None:
         pass
 
-    def sync_links(self, links: dict) -> None:
+    def sync_links(self, links: dict[str, tuple[str, int]]) -> None:
         pass
 
-    def send_messages(self, messages: dict) -> None:
+    def send_messages(self, messages: dict[str, Message]) -> None:
         pass
 
-    def reply(self, client, data: bytes) -> None:
+    def reply(self, client: Client, data: bytes) -> None:
         pass
 
-    def finish(self, client, req: ShellRequest) -> None:
+    def finish(self, client: Client | None, req: ShellRequest) -> None:
         pass
 
-    def record_events(self, events: list) -> None:
+    def record_events(self, events: list[Event]) -> None:
         pass
 
     def log(self, level: str, line: str) -> None:

@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterator
 from itertools import islice
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedKeyList
 
 from .job import F_OVERFLOW
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .job import Job
 
 PAUSED_IN = 1
 PAUSED_OUT = 2
@@ -44,7 +49,7 @@ class JobQueue:
     __slots__ = ("tail", "overflow")
 
     def __init__(self) -> None:
-        self.tail: deque = deque()
+        self.tail: deque[Job] = deque()
         self.overflow: Any = None  # SortedKeyList (untyped) or None
 
     def __len__(self) -> int:
@@ -53,7 +58,7 @@ class JobQueue:
     def __bool__(self) -> bool:
         return bool(self.tail) or bool(self.overflow)
 
-    def add(self, job) -> None:
+    def add(self, job: Job) -> None:
         tail = self.tail
         if not tail or job.ctime > tail[-1].ctime:
             tail.append(job)
@@ -63,29 +68,29 @@ class JobQueue:
         job.flags |= F_OVERFLOW
         self.overflow.add(job)
 
-    def remove(self, job) -> None:
+    def remove(self, job: Job) -> None:
         if job.flags & F_OVERFLOW:
             job.flags &= ~F_OVERFLOW
             self.overflow.remove(job)
         else:
             self.tail.remove(job)  # by identity; queued jobs leave mostly near the head
 
-    def pop(self):
+    def pop(self) -> Job:
         ov = self.overflow
         tail = self.tail
         if ov and (not tail or ov[0].ctime < tail[0].ctime):
-            job = ov.pop(0)
+            job: Job = ov.pop(0)
             job.flags &= ~F_OVERFLOW
             return job
         return tail.popleft()
 
-    def first(self, count: int) -> list:
+    def first(self, count: int) -> list[Job]:
         """The ``count`` oldest jobs, oldest first."""
         if not self.overflow:
             return list(islice(self.tail, count))
         return list(islice(heapq.merge(self.tail, self.overflow, key=_by_ctime), count))
 
-    def last(self, count: int) -> list:
+    def last(self, count: int) -> list[Job]:
         """The ``count`` newest jobs, newest first."""
         if not self.overflow:
             return list(islice(reversed(self.tail), count))
@@ -93,7 +98,7 @@ class JobQueue:
                              reverse=True)
         return list(islice(merged, count))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Job]:
         if not self.overflow:
             return iter(self.tail)
         return heapq.merge(self.tail, self.overflow, key=_by_ctime)
@@ -130,12 +135,12 @@ class Queue:
         self.jobs_in = 0
         self.jobs_out = 0
         self.flags = 0
-        self.waiters: deque = deque()
+        self.waiters: deque[Client] = deque()  # blocked in GETJOB, served FIFO
         self.needjobs_bcast_time = 0
         self.needjobs_adhoc_time = 0
         self.needjobs_bcast_attempt = 0
         self.needjobs_adhoc_attempt = 0
-        self.needjobs_responders: dict = {}
+        self.needjobs_responders: dict[str, int] = {}  # node id -> when it sent jobs (ms)
         self.import_start = 0  # the current import window (ms) and its jobs
         self.import_count = 0
         self.import_prev_start = 0  # the window before it
@@ -173,20 +178,20 @@ class Queue:
     def pause_name(self) -> bytes:
         return PAUSE_NAMES[self.flags & 3]
 
-    def push(self, job) -> None:
+    def push(self, job: Job) -> None:
         self.jobs.add(job)
         self.jobs_in += 1
 
-    def remove(self, job) -> None:
+    def remove(self, job: Job) -> None:
         """Take a job out (DEQUEUE, ACK, delete): not counted as jobs-out."""
         self.jobs.remove(job)
 
-    def pop(self):
+    def pop(self) -> Job:
         """Remove and return the oldest job for delivery; the queue must not be empty."""
         self.jobs_out += 1
         return self.jobs.pop()
 
-    def peek(self, count: int) -> list:
+    def peek(self, count: int) -> list[Job]:
         """Oldest ``count`` jobs first, or for a negative count the newest first."""
         return self.jobs.first(count) if count >= 0 else self.jobs.last(-count)
 

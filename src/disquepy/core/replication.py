@@ -16,12 +16,13 @@ from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL
 from .memory import HIGH
 
 if TYPE_CHECKING:
+    from .client import Client
     from .jobcodec import JobFields
     from .membership import Peer
     from .node import Node
 
 REPL_RETRY_MS = 50  # add one more node this often while replication is short
-_NOT_WAITING = (None, 0, False)  # waiting's entry for a job nobody waits for
+_NOT_WAITING: tuple[None, int, bool] = (None, 0, False)  # waiting's entry for a job nobody waits for
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes out this long before a re-queue
 
 
@@ -36,10 +37,11 @@ def _xor_rank(node_id: str, jid: bytes) -> bytes:
 class Replication:
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.waiting: dict[bytes, tuple] = {}  # job id -> (client, deadline ms, extrepl)
+        # job id -> (client, deadline ms or 0, extrepl)
+        self.waiting: dict[bytes, tuple[Client, int, bool]] = {}
 
-    def start(self, job: Job, client, now: int, timeout: int, is_async: bool,
-                          extrepl: bool):
+    def start(self, job: Job, client: Client, now: int, timeout: int, is_async: bool,
+              extrepl: bool) -> bytes | None:
         """ADDJOB with copies on other nodes (REPLJOB to repl-1 nodes, or repl nodes
         when this node keeps no copy). Returns the reply, or None while waiting."""
         others = self.node.members.reach_ids
@@ -112,12 +114,12 @@ class Replication:
             client.blocked_add = None
             self.node.outbox.append((client, resp.error(error)))
 
-    def on_repljob(self, p: Peer, fields, now) -> None:
+    def on_repljob(self, p: Peer, fields: M.Fields, now: int) -> None:
         """Copies of jobs to hold (one or more per message): GOTJOB for each we hold,
         all in one message."""
         full = self.node.mem.level() >= HIGH  # near the limit: other nodes hold new copies
         parts = self.node.jobs.parts
-        got = []
+        got: list[bytes] = []
         for j in fields:  # JobFields, decoded and checked by messages.parse
             jid = j.id
             job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
@@ -170,7 +172,7 @@ class Replication:
             self.node.aof.created(job)
         return job
 
-    def on_gotjob(self, p: Peer, fields, now) -> None:
+    def on_gotjob(self, p: Peer, fields: M.Fields, now: int) -> None:
         """The sender holds copies of these jobs (one or more IDs per message)."""
         parts = self.node.jobs.parts
         for jid in fields:
@@ -195,7 +197,7 @@ class Replication:
                 self.node.outbox.append((client, b"+" + job.id + b"\r\n"))
             self.replicated(job, now, extrepl)
 
-    def on_enqueue(self, p: Peer, fields, now) -> None:
+    def on_enqueue(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
         if job is None or job.state != ACTIVE:
             return
@@ -220,7 +222,7 @@ class Replication:
     def broadcast_working(self, job: Job) -> None:
         self.node.send_to_copies(job, M.WORKING, job.id)
 
-    def on_willqueue(self, p: Peer, fields, now) -> None:
+    def on_willqueue(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
         if job is None:
             return
@@ -231,7 +233,7 @@ class Replication:
         elif job.state == ACKED:
             self.node.send([p.id], M.SETACK, job.id, len(job.delivered))
 
-    def on_queued(self, p: Peer, fields, now) -> None:
+    def on_queued(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
         incr = fields[1]
         if job is None or job.state == ACKED:
@@ -249,7 +251,7 @@ class Replication:
             job.flags |= F_BCAST_WILLQUEUE
         self.node.schedule(job)
 
-    def on_working(self, p: Peer, fields, now) -> None:
+    def on_working(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
         if job is None or job.state == ACKED:
             return

@@ -7,7 +7,18 @@ refused at the memory limit; ``noauth`` commands run before AUTH.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from . import acks, cluster, jobs, queues, server, status
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..node import Node
+    from ..outputs import Reply
+
+    # a command's function: (node, client, argv, now ms) -> its reply
+    Handler = Callable[[Node, Client, list[bytes], int], Reply]
 
 
 class Command:
@@ -16,7 +27,7 @@ class Command:
 
     __slots__ = ("name", "arity", "handler", "denyoom", "noauth", "admin", "args", "summary")
 
-    def __init__(self, name: str, arity: int, handler, flags: str = "", args: str = "",
+    def __init__(self, name: str, arity: int, handler: Handler, flags: str = "", args: str = "",
                  summary: str = "") -> None:
         self.name = name
         self.arity = arity

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...codec import resp
 from ..job import ACKED
 from .args import job_ids
 
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..node import Node
 
-def ackjob(node, client, argv, now):
+
+def ackjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     known = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -21,7 +27,7 @@ def ackjob(node, client, argv, now):
     return resp.integer(known)
 
 
-def fastack(node, client, argv, now):
+def fastack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     known = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -35,7 +41,7 @@ def fastack(node, client, argv, now):
     return resp.integer(known)
 
 
-def acktoken(node, client, argv, now):
+def acktoken(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """ACKTOKEN token [token ...] (disquepy): ACKJOB every job this node delivered
     under these GETJOB TOKENs and still holds; replies with how many it acked. A
     consumer that reads by token (the Spark source) acks a whole batch in one

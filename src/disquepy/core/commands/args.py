@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .. import errors
 from ..errors import ReplyError
 from ..ids import is_valid_job_id
@@ -40,7 +42,7 @@ def parse_timeout(b: bytes) -> int:
     return v
 
 
-def job_ids(argv: list, start: int = 1) -> list:
+def job_ids(argv: list[bytes], start: int = 1) -> list[bytes]:
     """The job IDs in argv[start:]; any malformed one fails the whole command first."""
     ids = argv[start:]
     for jid in ids:
@@ -58,7 +60,8 @@ def parse_cursor(b: bytes, seen: bool) -> int:
     return int(b)
 
 
-def parse_scan(argv: list, value_options: dict) -> tuple[int, int, bool]:
+def parse_scan(argv: list[bytes], value_options: dict[bytes, Callable[[bytes], None]]
+               ) -> tuple[int, int, bool]:
     """The grammar QSCAN and JSCAN share: ``[cursor] [COUNT n] [BUSYLOOP]`` plus the
     command's own options, each taking one value and handled by
     ``value_options[name](value)``. The cursor may stand anywhere: the first word that

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import TYPE_CHECKING
 
 from ...codec import resp
 from ..errors import ReplyError
 
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..node import Node
+    from ..outputs import ShellRequest
+
 _WRONG = "ERR Wrong CLUSTER subcommand or number of arguments"
 
 
-def cluster(node, client, argv, now):
+def cluster(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
     sub = argv[1].lower()
     n = len(argv)
     if sub == b"meet" and n == 4:

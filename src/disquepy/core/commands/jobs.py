@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
 from ..job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
 from ..jobcodec import MAX_IDEM_KEY
 from .args import job_ids, parse_int, parse_scan, parse_timeout
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..node import Node
 
 DEFAULT_TTL = 24 * 3600  # seconds
 DEFAULT_RETRY = 300  # seconds, unless TTL/10 is smaller
@@ -22,7 +28,7 @@ def default_retry(ttl: int) -> int:
     return r if r > 0 else 1
 
 
-def addjob(node, client, argv, now):
+def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
     """ADDJOB queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] [ASYNC]
     [IDEMPOTENT key] (disquepy: the job already added with ``key`` answers instead)"""
     replicate = 0
@@ -36,8 +42,10 @@ def addjob(node, client, argv, now):
     if n == 4:  # the common case: no options, all defaults
         t = argv[3]
         timeout = 0 if t == b"0" else parse_timeout(t)
-        return node.create_job(argv[1], argv[2], DEFAULT_TTL, DEFAULT_RETRY, 0,
-                               node.default_replicate, timeout, False, 0, client, now)
+        reply: bytes | None = node.create_job(argv[1], argv[2], DEFAULT_TTL, DEFAULT_RETRY, 0,
+                                              node.default_replicate, timeout, False, 0,
+                                              client, now)
+        return reply
     j = 4
     while j < n:
         opt = argv[j].lower()
@@ -90,11 +98,12 @@ def addjob(node, client, argv, now):
         jid = node.keys.lookup(idem, now)
         if jid is not None:
             return b"+" + jid + b"\r\n"
-    return node.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout, is_async,
-                           maxlen, client, now, idem)
+    reply = node.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout, is_async,
+                            maxlen, client, now, idem)
+    return reply
 
 
-def show(node, client, argv, now):
+def show(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     jid = job_ids(argv)[0]
     job = node.jobs.get(jid)
     if job is None:
@@ -102,7 +111,7 @@ def show(node, client, argv, now):
     return show_reply(node, job, now, client.proto)
 
 
-def show_reply(node, job: Job, now: int, proto: int) -> bytes:
+def show_reply(node: Node, job: Job, now: int, proto: int) -> bytes:
     """The SHOW array (also JSCAN REPLY all): 15 fields in Disque's order."""
     b, i = resp.bulk, resp.integer
     null = resp.null_bulk(proto)
@@ -127,7 +136,7 @@ def show_reply(node, job: Job, now: int, proto: int) -> bytes:
     ])
 
 
-def deljob(node, client, argv, now):
+def deljob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     deleted = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -139,7 +148,7 @@ def deljob(node, client, argv, now):
     return resp.integer(deleted)
 
 
-def _requeue(node, argv, now, nack: bool) -> bytes:
+def _requeue(node: Node, argv: list[bytes], now: int, nack: bool) -> bytes:
     n = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -148,11 +157,11 @@ def _requeue(node, argv, now, nack: bool) -> bytes:
     return resp.integer(n)
 
 
-def enqueue(node, client, argv, now):
+def enqueue(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     return _requeue(node, argv, now, nack=False)
 
 
-def nack(node, client, argv, now):
+def nack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """NACK id ... [DELAY seconds]: back to the queue now, or (disquepy) after the
     delay, under the same ID with its nack count up by one (a retry with back-off)."""
     delay = None
@@ -173,7 +182,7 @@ def nack(node, client, argv, now):
     return resp.integer(n)
 
 
-def dequeue(node, client, argv, now):
+def dequeue(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     n = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -182,7 +191,7 @@ def dequeue(node, client, argv, now):
     return resp.integer(n)
 
 
-def working(node, client, argv, now):
+def working(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """WORKING id: postpone the next re-queue by one retry period; returns the retry."""
     job = node.jobs.get(job_ids(argv)[0])
     if job is None:
@@ -203,35 +212,42 @@ def working(node, client, argv, now):
     return resp.integer(job.retry)
 
 
-def jscan(node, client, argv, now):
+def jscan(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s ...] [REPLY all|id]"""
-    opts = {"queue": None, "states": 0, "all": False}
+    queue: bytes | None = None
+    states = 0  # a bit per job state asked for; 0: all
+    reply_all = False
 
-    def state(v):
+    def queue_opt(v: bytes) -> None:
+        nonlocal queue
+        queue = v
+
+    def state(v: bytes) -> None:
+        nonlocal states
         st = STATE_BY_NAME.get(v.lower())
         if st is None:
             raise ReplyError(errors.BAD_STATE)
-        opts["states"] |= 1 << st
+        states |= 1 << st
 
-    def reply(v):
+    def reply(v: bytes) -> None:
+        nonlocal reply_all
         kind = v.lower()
         if kind not in (b"all", b"id"):
             raise ReplyError(errors.BAD_REPLY_TYPE)
-        opts["all"] = kind == b"all"
+        reply_all = kind == b"all"
 
     cursor, count, busyloop = parse_scan(argv, {
-        b"queue": lambda v: opts.__setitem__("queue", v), b"state": state, b"reply": reply})
-    queue, states = opts["queue"], opts["states"]
+        b"queue": queue_opt, b"state": state, b"reply": reply})
 
-    def keep(job):
+    def keep(job: Job) -> bool:
         if job.flags & F_DUMMY:
             return False
         if queue is not None and job.queue != queue:
             return False
-        return not states or states & (1 << job.state)
+        return not states or bool(states & (1 << job.state))
 
     cursor, found = node.scan_jobs(cursor, count, busyloop, keep)
-    if opts["all"]:
+    if reply_all:
         items = [show_reply(node, job, now, client.proto) for job in found]
     else:
         items = [b"+" + job.id + b"\r\n" for job in found]

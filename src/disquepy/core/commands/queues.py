@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from ...codec import resp
 from .. import errors
 from ..client import BlockedGet
 from ..errors import ReplyError
 from ..job import ACKED
-from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT
+from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT, Queue
 from .args import parse_int, parse_scan, parse_timeout
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..job import Job
+    from ..node import Node
 
 _NACKS = b"$5\r\nnacks\r\n"
 _ADELIV = b"$21\r\nadditional-deliveries\r\n"
 
 
-def job_reply(job, withcounters: bool) -> bytes:
+def job_reply(job: Job, withcounters: bool) -> bytes:
     """One job as GETJOB / QPEEK return it: [queue, id, body(, counters)]."""
     q, body = job.queue, job.body
     if withcounters:
@@ -24,7 +32,7 @@ def job_reply(job, withcounters: bool) -> bytes:
         len(q), q, job.id, len(body), body)
 
 
-def getjob(node, client, argv, now):
+def getjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [TOKEN t] FROM q1 ... qN
 
     TOKEN (disquepy): the first GETJOB with a token remembers the jobs it delivers;
@@ -78,7 +86,7 @@ def getjob(node, client, argv, now):
         if name not in queues:
             node.queues.create(name, now)
     out = []
-    taken = [] if token is not None else None  # IDs the token will remember
+    taken: list[bytes] | None = [] if token is not None else None  # IDs the token will remember
     while True:
         got = 0
         for name in names:
@@ -93,7 +101,7 @@ def getjob(node, client, argv, now):
                     break
         if got == 0 or len(out) == count:
             break
-    if taken is not None:
+    if taken is not None and token is not None:
         node.keys.token_record(token, tuple(taken), now)
     if out:
         if node.clustered:
@@ -110,9 +118,9 @@ def getjob(node, client, argv, now):
     return None
 
 
-def _token_replay(node, ids: tuple, withcounters: bool, proto: int) -> bytes:
+def _token_replay(node: Node, ids: tuple[bytes, ...], withcounters: bool, proto: int) -> bytes:
     """What a replayed GETJOB TOKEN returns: its jobs still known here, any state."""
-    out = []
+    out: list[bytes] = []
     for jid in ids:
         job = node.jobs.get(jid)
         if job is not None and job.state != ACKED:
@@ -122,12 +130,12 @@ def _token_replay(node, ids: tuple, withcounters: bool, proto: int) -> bytes:
     return b"*%d\r\n" % len(out) + b"".join(out)
 
 
-def qlen(node, client, argv, now):
+def qlen(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     q = node.queues.get(argv[1])
     return resp.integer(len(q.jobs) if q is not None else 0)
 
 
-def qstat(node, client, argv, now):
+def qstat(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     q = node.queues.get(argv[1])
     if q is None:
         return resp.null_array(client.proto)
@@ -146,7 +154,7 @@ def qstat(node, client, argv, now):
     ])
 
 
-def qpeek(node, client, argv, now):
+def qpeek(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     count = parse_int(argv[2])
     q = node.queues.get(argv[1])
     if q is None or count == 0:
@@ -154,17 +162,17 @@ def qpeek(node, client, argv, now):
     return resp.array([job_reply(job, False) for job in q.peek(count)])
 
 
-def qscan(node, client, argv, now):
+def qscan(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE r]"""
     lim = {b"minlen": -1, b"maxlen": -1, b"importrate": -1}
 
-    def setter(name):
+    def setter(name: bytes) -> Callable[[bytes], None]:
         return lambda v: lim.__setitem__(name, parse_int(v))
 
     cursor, count, busyloop = parse_scan(argv, {name: setter(name) for name in lim})
     minlen, maxlen, importrate = lim[b"minlen"], lim[b"maxlen"], lim[b"importrate"]
 
-    def keep(q):
+    def keep(q: Queue) -> bool:
         ln = len(q.jobs)
         return ((minlen < 0 or ln >= minlen) and (maxlen < 0 or ln <= maxlen)
                 and (importrate < 0 or q.import_rate(now) >= importrate))
@@ -177,7 +185,7 @@ _PAUSE_OPTS = {b"none": 0, b"in": PAUSED_IN, b"out": PAUSED_OUT, b"all": PAUSED_
 _PAUSE_REPLIES = [resp.simple(name) for name in PAUSE_NAMES]
 
 
-def pause(node, client, argv, now):
+def pause(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """PAUSE queue option...: in, out, all, none (left to right), state, bcast."""
     flags = 0
     update = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
+
 from ... import __version__
 from ...codec import resp
 from .. import errors
@@ -9,24 +11,30 @@ from ..config import ConfigError
 from ..errors import ReplyError
 from .args import to_int
 
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..node import Node
+    from ..outputs import ShellRequest
+    from . import Command
 
-def ping(node, client, argv, now):
+
+def ping(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     if len(argv) > 2:
         raise ReplyError(errors.wrong_arity("ping"))
     return resp.PONG if len(argv) == 1 else resp.bulk(argv[1])
 
 
-def echo(node, client, argv, now):
+def echo(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     return resp.bulk(argv[1])
 
 
-def quit(node, client, argv, now):
+def quit(node: Node, client: Client, argv: list[bytes], now: int) -> ShellRequest:
     from ..outputs import ShellRequest
 
     return ShellRequest("quit")
 
 
-def cross_protocol(node, client, argv, now):
+def cross_protocol(node: Node, client: Client, argv: list[bytes], now: int) -> ShellRequest:
     """``POST`` and ``Host:`` start an HTTP request, never a Disque command: a web page
     made the operator's browser send one to this port, with commands hidden in its
     body (cross-protocol scripting). Close the link before anything else in the
@@ -36,11 +44,11 @@ def cross_protocol(node, client, argv, now):
     return ShellRequest("security-abort")
 
 
-def time_cmd(node, client, argv, now):
+def time_cmd(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     return resp.bulk_array([b"%d" % (now // 1000), b"%d" % (now % 1000 * 1000)])
 
 
-def select(node, client, argv, now):
+def select(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """Disque has one keyspace; SELECT 0 is accepted so Redis clients can connect."""
     if argv[1] == b"0":
         return resp.OK
@@ -51,7 +59,7 @@ def select(node, client, argv, now):
 
 
 # ------------------------------------------------------------------ auth / hello
-def auth(node, client, argv, now):
+def auth(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """AUTH password, or Redis 6's AUTH default password."""
     if len(argv) > 3:
         raise ReplyError(errors.SYNTAX)
@@ -67,7 +75,7 @@ def auth(node, client, argv, now):
     raise ReplyError(errors.INVALID_PASSWORD)
 
 
-def hello(node, client, argv, now):
+def hello(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """Plain HELLO is Disque's node list; HELLO <protover> ... is Redis's handshake."""
     if len(argv) == 1:
         if not client.authed:
@@ -76,13 +84,13 @@ def hello(node, client, argv, now):
     return redis_hello(node, client, argv)
 
 
-def disque_hello(node) -> bytes:
+def disque_hello(node: Node) -> bytes:
     nodes = [resp.bulk_array([n[0], n[1], b"%d" % n[2], b"%d" % n[3]])
              for n in node.members.hello_nodes()]
     return resp.array([resp.ONE, resp.bulk(node.myid_b), *nodes])
 
 
-def redis_hello(node, client, argv) -> bytes:
+def redis_hello(node: Node, client: Client, argv: list[bytes]) -> bytes:
     ver = to_int(argv[1])
     if ver is None:
         raise ReplyError("ERR Protocol version is not an integer or out of range")
@@ -138,7 +146,28 @@ def _human(n: int) -> str:
     return f"{n}B"
 
 
-def info_sections(node, host: dict, now: int) -> dict:
+class HostFacts(TypedDict, total=False):
+    """What INFO reports that only the shell can read (a missing fact reads as 0 or "")."""
+
+    pid: int
+    rss: int  # resident memory, bytes
+    cpu_user: float  # seconds
+    cpu_sys: float
+    os: str
+    arch_bits: int
+    multiplexing_api: str
+    executable: str
+    config_file: str
+    net_in: int  # bytes
+    net_out: int
+    aof: list[tuple[str, object]]  # the AOF file's persistence fields
+
+
+# INFO: section name -> (field, value) pairs, each value printed as str() does
+InfoSections = dict[str, list[tuple[str, object]]]
+
+
+def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
     """Every INFO section as an ordered list of (field, value) pairs. ``host``: the
     facts only the shell can read (pid, rss, cpu_user, cpu_sys, os, arch_bits,
     multiplexing_api, executable, config_file, net_in, net_out; ``aof``: the AOF
@@ -230,7 +259,7 @@ _TITLES = {"cpu": "CPU"}
 _NOT_DEFAULT = ("commandstats",)  # INFO with no section leaves these out, as Redis
 
 
-def info(node, client, argv, now):
+def info(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
     """INFO needs facts of the process (pid, rss, cpu, the AOF file): the shell reads
     them and answers with info_reply()."""
     if len(argv) > 2:
@@ -241,7 +270,7 @@ def info(node, client, argv, now):
                         if len(argv) == 2 else "default")
 
 
-def info_reply(node, want: str, host: dict, now: int) -> bytes:
+def info_reply(node: Node, want: str, host: HostFacts, now: int) -> bytes:
     sections = info_sections(node, host, now)
     if want == "default":
         sections = {k: v for k, v in sections.items() if k not in _NOT_DEFAULT}
@@ -259,7 +288,7 @@ def info_reply(node, want: str, host: dict, now: int) -> bytes:
 _CONFIG_ARGC = {b"get": 3, b"set": 4, b"resetstat": 2, b"rewrite": 2}
 
 
-def config(node, client, argv, now):
+def config(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
     sub = argv[1].lower()
     want = _CONFIG_ARGC.get(sub)
     if want is None:
@@ -289,14 +318,14 @@ def config(node, client, argv, now):
     return ShellRequest("config-rewrite")
 
 
-def bgrewriteaof(node, client, argv, now):
+def bgrewriteaof(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
     from ..outputs import ShellRequest
 
     return ShellRequest("bgrewriteaof")
 
 
 # -------------------------------------------------------------- SHUTDOWN/DEBUG
-def shutdown(node, client, argv, now):
+def shutdown(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
     from ..outputs import ShellRequest
 
     if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() != b"rewrite-aof"):
@@ -304,7 +333,7 @@ def shutdown(node, client, argv, now):
     return ShellRequest("shutdown", argv[1].lower().decode() if len(argv) == 2 else "")
 
 
-def debug(node, client, argv, now):
+def debug(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
     sub = argv[1].lower()
     if sub == b"flushall" and len(argv) == 2:
         node.flushall()
@@ -338,7 +367,7 @@ def debug(node, client, argv, now):
 
 
 # ---------------------------------------------------------------- CLIENT / COMMAND
-def client(node, client, argv, now):
+def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     sub = argv[1].lower()
     n = len(argv)
     if sub == b"setname" and n == 3:
@@ -376,7 +405,7 @@ def client(node, client, argv, now):
     )
 
 
-def command(node, client, argv, now):
+def command(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     from . import COMMANDS
 
     n = len(argv)
@@ -398,11 +427,11 @@ def command(node, client, argv, now):
     raise ReplyError("ERR Unknown subcommand or wrong number of arguments.")
 
 
-def _unique(table: dict) -> list:
+def _unique(table: dict[bytes, Command]) -> list[Command]:
     return list({id(c): c for c in table.values()}.values())
 
 
-def _command_info(c) -> bytes:
+def _command_info(c: Command) -> bytes:
     flags = [resp.simple(f) for f, on in (("denyoom", c.denyoom), ("admin", c.admin)) if on]
     return resp.array([resp.bulk(c.name), resp.integer(c.arity), resp.array(flags),
                        resp.integer(0), resp.integer(0), resp.integer(0)])

@@ -11,6 +11,8 @@ elsewhere; ask the other nodes), then ``completed``, ``failed``, ``cancelled``,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
@@ -27,6 +29,10 @@ from ..job import (
 )
 from ..outcomes import STATE_NAMES
 from .args import job_ids
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..node import Node
 
 MAX_ERROR = 1024  # FAILJOB ERROR text kept (outcomes.py truncates details there too)
 
@@ -47,7 +53,7 @@ def live_state(job: Job) -> bytes:
     return b"active"
 
 
-def jobstatus(node, client, argv, now):
+def jobstatus(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """JOBSTATUS job-id: a job's state, attempts, times and error or result, live or
     finished (within the outcome retention); -NOJOB if this node knows nothing of it."""
     jid = job_ids(argv)[0]
@@ -86,7 +92,7 @@ def jobstatus(node, client, argv, now):
     ])
 
 
-def cancel(node, client, argv, now):
+def cancel(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """CANCEL job-id: a job nobody works on (queued, scheduled or retrying here) ends
     as cancelled on every node that holds it. A job delivered and not acknowledged, or
     already finished, is not cancelled, and the error says why."""
@@ -112,7 +118,7 @@ def cancel(node, client, argv, now):
     return resp.OK
 
 
-def failjob(node, client, argv, now):
+def failjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """FAILJOB job-id [ERROR text]: the job failed for good (the worker gave up on it):
     its outcome is failed with the error, on every copy, and it is acknowledged."""
     if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2].upper() != b"ERROR"):
