@@ -102,20 +102,11 @@ test-interpreted: $(STAMP) $(EXT)
 	DISQUEPY_INTERPRETED=1 $(BIN)/python -m pytest -p no:cacheprovider tests/unit tests/sim
 
 # The core's type gate (README, "Type checking"), part of `make test`:
-# 1. mypy --strict on the core and the RESP codec, but for STRICT_PENDING: modules not
-#    typed yet (node.py, being split: issue #14). mypy still reads them
-#    (--follow-imports=silent: their errors are not reported) and calls into them may be
-#    untyped (--untyped-calls-exclude). Every other core module, new ones included, must
-#    pass. Once a pending module is typed, take it off the list.
-# 2. mypy as the mypyc build runs it (setup.py; the settings in pyproject.toml), on all
-#    of the core: a module it refuses would not compile.
-STRICT_PENDING := src/disquepy/core/node.py
-STRICT_FILES := $(filter-out $(STRICT_PENDING),$(sort $(wildcard src/disquepy/core/*.py \
-	src/disquepy/core/commands/*.py))) src/disquepy/codec/resp.py
+# 1. mypy --strict on the whole core and the RESP codec (new modules included);
+# 2. mypy as the mypyc build runs it (setup.py; the settings in pyproject.toml): a
+#    module it refuses would not compile.
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict --follow-imports=silent \
-	  $(foreach f,$(STRICT_PENDING),--untyped-calls-exclude=$(subst /,.,$(f:src/%.py=%))) \
-	  $(STRICT_FILES)
+	$(BIN)/mypy --strict src/disquepy/core src/disquepy/codec/resp.py
 	$(BIN)/mypy src/disquepy/core src/disquepy/codec/resp.py
 
 lint: $(STAMP)

@@ -10,6 +10,9 @@ other clients in :attr:`Node.outbox` (e.g. a blocked GETJOB served by a new job)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
 from ..codec import resp
 from . import errors
 from . import messages as M
@@ -18,7 +21,7 @@ from .awake import NEVER, AwakeIndex
 from .client import Client
 from .errors import ReplyError
 from .federation import Federation
-from .ids import JobIdGenerator, new_node_id
+from .ids import JobIdGenerator, Rng, new_node_id
 from .job import (
     ACKED,
     ACTIVE,
@@ -38,11 +41,18 @@ from .keys import Keys
 from .membership import Membership
 from .memory import CLIENT_OVERHEAD, CRITICAL, HIGH, JOB_OVERHEAD, Memory
 from .outcomes import COMPLETED, EXPIRED, FAILED, Outcomes
-from .outputs import Outputs, ShellRequest
+from .outputs import Event, Outputs, ShellRequest
 from .persistence import Persistence
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .queues import Queues
 from .replication import WILLQUEUE_ADVANCE_MS, Replication
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .membership import Peer
+
+T = TypeVar("T")
+BusHandler = Callable[["Peer", M.Fields, int], None]
 
 AMO_DONE_MAX = 50_000  # at-most-once job IDs remembered after they are gone
 
@@ -81,7 +91,7 @@ class Stats:
 
 
 class Node:
-    def __init__(self, config, node_id: str, rng, now: int, ip: str = "",
+    def __init__(self, config: Config, node_id: str, rng: Rng, now: int, ip: str = "",
                  port: int | None = None) -> None:
         self.config = config
         self.myid = node_id
@@ -99,7 +109,7 @@ class Node:
         self.queues = Queues(self)  # by name, and the consumers blocked on them
         self.awake = AwakeIndex()
         self.clients: dict[int, Client] = {}
-        self.outbox: list = []  # (client, reply bytes) for clients other than the caller
+        self.outbox: list[tuple[Client, bytes]] = []  # (client, reply bytes) for clients other than the caller
         self._next_client_id = 0
         self.last_ctime = 0
         self.start_time = now
@@ -113,8 +123,8 @@ class Node:
         self.cmdstats: dict[str, list[int]] = {}
         self.last_stat: list[int] | None = None
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
-        self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
-        self.logs_out: list = []  # (level, line) for the server log
+        self.requests: list[tuple[Client | None, ShellRequest]] = []  # (client or None, ShellRequest) for the shell to finish
+        self.logs_out: list[tuple[str, str]] = []  # (level, line) for the server log
         from .commands import COMMANDS  # here, not at import: the commands import this module
 
         self._cmds = COMMANDS
@@ -128,15 +138,15 @@ class Node:
         self.acks = Acks(self)
         self.fed = Federation(self)
         self.cluster_dirty = False  # nodes.conf must be saved (peers, identity, leaving)
-        self.bus_out: list = []  # (destination ids, message) for take_messages()
+        self.bus_out: list[tuple[list[str], M.Message]] = []  # (destination ids, message) for take_messages()
         self.msgs_sent = 0
         self.msgs_received = 0
-        self._shared: dict = {}  # see shared()
+        self._shared: dict[Any, Any] = {}  # see shared(): values of any hashable kind
         self._malformed_logged = -1000  # when a refused bus message was last logged
         self._malformed_logged_count = 0
         m, r, a, f = self.members, self.repl, self.acks, self.fed
         # bus message type -> handler(peer, fields, now); MEET is handled before a peer exists
-        self._handlers = {
+        self._handlers: dict[int, BusHandler] = {
             M.PING: m.on_ping, M.PONG: m.on_pong, M.FAIL: m.on_fail,
             M.REPLJOB: r.on_repljob, M.GOTJOB: r.on_gotjob, M.ENQUEUE: r.on_enqueue,
             M.WILLQUEUE: r.on_willqueue, M.QUEUED: r.on_queued, M.WORKING: r.on_working,
@@ -146,45 +156,46 @@ class Node:
         }
         self.run_id = f"{rng.getrandbits(160):040x}"
         self._next_cron = now
-        self._ops_samples: list = [(now, 0)]  # (ms, ncommands) every cron, for ops/s
+        self._ops_samples: list[tuple[int, int]] = [(now, 0)]  # (ms, ncommands) every cron, for ops/s
         self.keys = Keys(self)  # ADDJOB IDEMPOTENT keys, GETJOB TOKEN tokens
         # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
         self.events_on = False
-        self.events_out: list = []
+        self.events_out: list[Event] = []
         # IDs of at-most-once jobs delivered here and since forgotten (oldest first)
         self.amo_done: dict[bytes, None] = {}
 
     # ------------------------------------------------------------ cluster bus
-    def shared(self, value):
+    def shared(self, value: T) -> T:
         """One object per distinct value, for what many jobs hold alike: the lists of
         node IDs (delivered, confirmed) of the jobs replicated to the same nodes, and the
         name of a queue a replica holds copies for (it has no Queue object to share the
         name of). Each would otherwise be a new object per job as decoded from the bus
         (64 bytes for a list of three, 33 plus the name for a name). Cleared at 4096."""
-        v = self._shared.get(value)
+        v: T | None = self._shared.get(value)
         if v is None:
             if len(self._shared) >= 4096:
                 self._shared.clear()
-            self._shared[value] = v = value
+            self._shared[value] = value
+            return value
         return v
 
-    def send(self, dsts, mtype: int, *fields) -> None:
+    def send(self, dsts: Sequence[str], mtype: int, *fields: object) -> None:
         if not dsts:
             return
         msg = [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0, *fields]
         self.bus_out.append((list(dsts), msg))
         self.msgs_sent += len(dsts)
 
-    def send_to_copies(self, job: Job, mtype: int, *fields) -> None:
+    def send_to_copies(self, job: Job, mtype: int, *fields: object) -> None:
         """send() to every other node that may hold a copy of ``job``."""
         myid = self.myid
         self.send([n for n in job.delivered if n != myid], mtype, *fields)
 
-    def take_messages(self) -> dict:
+    def take_messages(self) -> dict[str, M.Message]:
         """Take what was sent since the last call, per destination node: one message
         each, a BATCH of them when several (so one frame per peer), in sending order."""
         out, self.bus_out = self.bus_out, []
-        per: dict = {}
+        per: dict[str, list[M.Message]] = {}
         for dsts, msg in out:
             for d in dsts:
                 lst = per.get(d)
@@ -195,7 +206,7 @@ class Node:
         return {d: msgs[0] if len(msgs) == 1 else [M.BATCH, self.myid, self.port, 0, msgs]
                 for d, msgs in per.items()}
 
-    def send_item(self, dsts: list, mtype: int, item) -> None:
+    def send_item(self, dsts: list[str], mtype: int, item: object) -> None:
         """Send one item of a message that carries many (REPLJOB jobs, GOTJOB IDs):
         it joins the previous message when that one is of the same type to the same
         nodes, so a burst of replications costs one message per peer, not one per job.
@@ -211,7 +222,7 @@ class Node:
                            item]))
         self.msgs_sent += len(dsts)
 
-    def send_items(self, dsts: list, mtype: int, items: list) -> None:
+    def send_items(self, dsts: list[str], mtype: int, items: list[Any]) -> None:
         """send_item() of each of ``items``, in one step."""
         out = self.bus_out
         if out:
@@ -247,10 +258,12 @@ class Node:
             self.queues.reply_blocked(resp.error(errors.LEAVING))
         self.members.announce()
 
-    def handle_message(self, msg: list, peer_ip: str, now: int) -> None:
+    def handle_message(self, msg: object, peer_ip: str, now: int) -> None:
         """One message from the bus (a BATCH: each of its messages in turn). What
         breaks the format is refused by ``messages.parse``, counted and logged; an
-        exception raised past that is a bug of the core and propagates."""
+        exception raised past that is a bug of the core and propagates. ``msg`` is
+        whatever the frame decoded to (object: compiled, a narrower annotation would
+        raise TypeError on garbage instead of refusing it)."""
         self.now = now
         try:
             inner = M.batch(msg)
@@ -268,7 +281,7 @@ class Node:
         if self.queues.ready:
             self.queues.serve_ready(now)
 
-    def _handle_one(self, msg, peer_ip: str, now: int) -> None:
+    def _handle_one(self, msg: object, peer_ip: str, now: int) -> None:
         self.msgs_received += 1
         try:
             mtype, sid, sport, sflags, fields = M.parse(msg)
@@ -298,16 +311,16 @@ class Node:
             self.logs_out.append(("warning", f"Malformed cluster bus message from {peer_ip} "
                                              f"refused: {e}{more}"))
 
-    def delivered_ids(self, job: Job) -> list:
+    def delivered_ids(self, job: Job) -> list[bytes]:
         if job.flags & F_DUMMY:
             return []
         return [n.encode() for n in job.delivered] if job.delivered else [self.myid_b]
 
-    def confirmed_ids(self, job: Job) -> list:
+    def confirmed_ids(self, job: Job) -> list[bytes]:
         return [n.encode() for n in job.confirmed]
 
     # ------------------------------------------------------------------ clients
-    def new_client(self, conn=None, addr: str = "", now: int = 0) -> Client:
+    def new_client(self, conn: Any = None, addr: str = "", now: int = 0) -> Client:
         self._next_client_id += 1
         c = Client(self._next_client_id, conn, addr, now)
         c.authed = not self.config.requirepass
@@ -331,7 +344,7 @@ class Node:
         client.qbuf = nbytes
 
     # ---------------------------------------------------------------- dispatch
-    def execute(self, client: Client, argv: list, now: int):
+    def execute(self, client: Client, argv: list[bytes], now: int) -> bytes | None:
         """Run one command. Returns its reply, or None when the reply comes later
         through take_outputs(): a blocked GETJOB, an ADDJOB waiting for its copies, a
         command the shell finishes (its ``requests``)."""
@@ -364,7 +377,7 @@ class Node:
             reply = resp.error(e.msg)
         if self.queues.ready:
             self.queues.serve_ready(now)
-        if reply.__class__ is ShellRequest:
+        if isinstance(reply, ShellRequest):
             self.requests.append((client, reply))  # the shell replies (outputs.py)
             return None
         return reply
@@ -396,7 +409,7 @@ class Node:
                     or self.events_out or self.logs_out or self.cluster_dirty
                     or self.members.links_dirty)
 
-    def config_changed(self, names: list) -> None:
+    def config_changed(self, names: list[str]) -> None:
         """Refresh values derived from the configuration (after CONFIG SET)."""
         self.mem.set_limit(self.config.maxmemory)
         self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
@@ -624,8 +637,8 @@ class Node:
         self.schedule(job)
 
     def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
-                   repl: int, timeout: int, is_async: bool, maxlen: int, client, now: int,
-                   idem: bytes | None = None):
+                   repl: int, timeout: int, is_async: bool, maxlen: int, client: Client,
+                   now: int, idem: bytes | None = None) -> bytes | None:
         """ADDJOB after its arguments were parsed: the checks that need node state,
         then a new job, queued at once unless delayed. Returns the reply (None while a
         synchronous replication is pending). ``idem``: the IDEMPOTENT key, if any."""
@@ -703,7 +716,8 @@ class Node:
                 self.aof.created(job)
         return b"+" + jid + b"\r\n"
 
-    def persistence_info(self, aof_fields: list | None) -> list:
+    def persistence_info(self, aof_fields: list[tuple[str, object]] | None
+                         ) -> list[tuple[str, object]]:
         return [
             ("loading", int(self.loading)),
             ("aof_enabled", int(self.aof.on)),
@@ -729,7 +743,8 @@ class Node:
         self.cmdstats.clear()
 
     # ------------------------------------------------------------------- scans
-    def scan_jobs(self, cursor: int, count: int, busyloop: bool, keep):
+    def scan_jobs(self, cursor: int, count: int, busyloop: bool,
+                  keep: Callable[[Job], bool]) -> tuple[int, list[Job]]:
         return self.jobs.scan(cursor, count, busyloop, keep)
 
     def flushall(self) -> None:
