@@ -36,6 +36,7 @@ from .job import (
     Job,
     move,
 )
+from .jobcodec import COUNTER_TOP
 from .jobtable import JobTable
 from .keys import Keys
 from .membership import Membership
@@ -515,9 +516,12 @@ class Node:
         deferred = flags & F_DEFERRED  # a NACK ... DELAY ending: counted at the NACK
         flags &= ~F_DEFERRED
         if (nack or requeue) and not deferred:
+            # counters saturate below jobcodec's range, so a job stays writable and
+            # loadable (AOF, replication) however often it is re-queued
             if nack:
-                job.nacks += 1
-            else:
+                if job.nacks < COUNTER_TOP:
+                    job.nacks += 1
+            elif job.adeliv < COUNTER_TOP:
                 job.adeliv += 1
             if self.aof.on:
                 self.aof.created(job)  # the counters moved: a reload must not roll them back
@@ -574,7 +578,8 @@ class Node:
         that is not active or an at-most-once job delivered already."""
         if job.state != ACTIVE or (job.retry == 0 and job.flags & F_DELIVERED):
             return False
-        job.nacks += 1
+        if job.nacks < COUNTER_TOP:
+            job.nacks += 1
         job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
         job.qtime = now + delay * 1000
         if self.aof.on:

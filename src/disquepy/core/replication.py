@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..codec import resp
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
+from .jobcodec import COUNTER_TOP
 
 if TYPE_CHECKING:
     from .jobcodec import JobFields
@@ -236,8 +237,9 @@ class Replication:
         if job is None or job.state == ACKED:
             return
         if incr == M.QUEUED_INCR_NACKS:
-            job.nacks += 1
-        elif incr == M.QUEUED_INCR_DELIV:
+            if job.nacks < COUNTER_TOP:
+                job.nacks += 1
+        elif incr == M.QUEUED_INCR_DELIV and job.adeliv < COUNTER_TOP:
             job.adeliv += 1
         if incr and self.node.aof.on and job.state != WAIT_REPL:
             self.node.aof.created(job)  # keep the counters across a reload
