@@ -66,6 +66,9 @@ NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.is
 
 # most items (REPLJOB jobs, GOTJOB IDs) one message carries (see Node.send_item)
 MAX_ITEMS = 1000
+# job body bytes past which a REPLJOB / YOURJOBS message takes no more jobs (one job
+# alone may be bigger): frames stay far below cluster-bus-max-frame
+SOFT_BYTES = 4 << 20
 
 # sender flags
 SF_LEAVING = 1

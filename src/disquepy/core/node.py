@@ -140,6 +140,7 @@ class Node:
         self.fed = Federation(self)
         self.cluster_dirty = False  # nodes.conf must be saved (peers, identity, leaving)
         self.bus_out: list = []  # (destination ids, message) for take_messages()
+        self._item_bytes = 0  # job body bytes in the last message of bus_out
         self.msgs_sent = 0
         self.msgs_received = 0
         self._shared: dict = {}  # see shared()
@@ -200,6 +201,7 @@ class Node:
         """Take what was sent since the last call, per destination node: one message
         each, a BATCH of them when several (so one frame per peer), in sending order."""
         out, self.bus_out = self.bus_out, []
+        self._item_bytes = 0
         per: dict = {}
         for dsts, msg in out:
             for d in dsts:
@@ -208,8 +210,17 @@ class Node:
                     per[d] = [msg]
                 else:
                     lst.append(msg)
-        return {d: msgs[0] if len(msgs) == 1 else [M.BATCH, self.myid, self.port, 0, msgs]
+        return {d: msgs[0] if len(msgs) == 1 else self._batches(msgs)
                 for d, msgs in per.items()}
+
+    def _batches(self, msgs: list):
+        """A BATCH of ``msgs``; a tuple of BATCHes (frames in order) past the
+        MAX_ITEMS messages a peer accepts in one."""
+        head = [M.BATCH, self.myid, self.port, 0]
+        step = M.MAX_ITEMS
+        if len(msgs) <= step:
+            return [*head, msgs]
+        return tuple([*head, msgs[i:i + step]] for i in range(0, len(msgs), step))
 
     def send_item(self, dsts: list, mtype: int, item) -> None:
         """Send one item of a message that carries many (REPLJOB jobs, GOTJOB IDs):
@@ -218,13 +229,17 @@ class Node:
         Only the last message grows, so the order of messages is kept. ``dsts`` must
         be sorted (equal sets compare equal)."""
         out = self.bus_out
+        size = len(item[2]) if type(item) is list else 0  # a job's body
         if out:
             last_dsts, last = out[-1]
-            if last[0] == mtype and last_dsts == dsts and len(last) < M.MAX_ITEMS:
+            if (last[0] == mtype and last_dsts == dsts and len(last) < M.MAX_ITEMS
+                    and self._item_bytes + size <= M.SOFT_BYTES):
                 last.append(item)
+                self._item_bytes += size
                 return
         out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
                            item]))
+        self._item_bytes = size
         self.msgs_sent += len(dsts)
 
     def send_items(self, dsts: list, mtype: int, items: list) -> None:
@@ -237,6 +252,7 @@ class Node:
                 return
         out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
                            *items]))
+        self._item_bytes = 0  # IDs: no bodies
         self.msgs_sent += len(dsts)
 
     def set_identity(self, node_id: str) -> None:
@@ -422,14 +438,29 @@ class Node:
             for c in self.clients.values():
                 c.authed = True
 
-    def _refuse_oom(self):
-        """At the limit: evict what is safe to evict; the OOM reply if still full."""
+    def _refuse_oom(self, extra: int = 0):
+        """At the limit (or ``extra`` bytes from it): evict what is safe to evict; the
+        OOM reply if still full."""
         maxmem = self.config.maxmemory
-        self._evict(maxmem * 95 // 100)
-        if self.used_memory >= maxmem:
+        self._evict(max(0, maxmem * 95 // 100 - extra))
+        if self.used_memory + extra >= maxmem:
             self.stats.oom_refusals += 1
             return resp.error(errors.OOM)
         return None
+
+    def fits_job(self, body_len: int, percent: int = 100) -> bool:
+        """Whether a job with a body this long fits within ``percent`` % of maxmemory:
+        copies from other nodes are refused past it (the sender asks another node)."""
+        return (self.used_memory + JOB_OVERHEAD + body_len
+                <= self.config.maxmemory * percent // 100)
+
+    def refuse_oom(self, extra: int):
+        """The OOM reply if ``extra`` more bytes would not fit in maxmemory (after
+        evicting what is safe to), else None: what one request is about to allocate
+        counts against the limit before it is allocated."""
+        if self.used_memory + extra < self.oom_limit:
+            return None
+        return self._refuse_oom(extra)
 
     # -------------------------------------------------------------- job store
     def register(self, job: Job) -> bool:

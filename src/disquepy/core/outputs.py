@@ -11,7 +11,9 @@ driver, the simulator, the test harnesses — takes everything at once as one
 3. ``links``: the peers to keep bus links to, ``{node id: (ip, bus port)}``, when the
    set changed; links going up or down come back as ``Node.link_state``.
 4. ``messages``: one bus message per peer, ``{node id: message}`` (a BATCH of several
-   when the node sent that peer more than one; see ``messages.py``).
+   when the node sent that peer more than one; see ``messages.py``), or a tuple of
+   BATCHes, sent in order, past the ``MAX_ITEMS`` messages one BATCH may hold
+   (``codec.bus.encode_frame`` encodes either).
 5. ``replies``: ``(client, bytes)`` for clients other than the one whose command
    returned its reply (a blocked GETJOB served, a timed out one, a replicated ADDJOB).
 6. ``requests``: ``(client, ShellRequest)``: commands only the shell can finish (file

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 REPL_RETRY_MS = 50  # add one more node this often while replication is short
 _NOT_WAITING = (None, 0, False)  # waiting's entry for a job nobody waits for
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes out this long before a re-queue
+# a node holds new copies for other nodes while they keep it within this % of
+# maxmemory (checked per job: one REPLJOB of many jobs cannot overshoot it)
+COPIES_UP_TO = 75
 
 
 def _xor_rank(node_id: str, jid: bytes) -> bytes:
@@ -115,7 +118,7 @@ class Replication:
     def on_repljob(self, p: Peer, fields, now) -> None:
         """Copies of jobs to hold (one or more per message): GOTJOB for each we hold,
         all in one message."""
-        full = self.node.memory_level() >= 1  # near the limit: let other nodes hold new copies
+        fits = self.node.fits_job
         parts = self.node.jobs.parts
         got = []
         for j in fields:  # JobFields, decoded and checked by messages.parse
@@ -127,7 +130,7 @@ class Replication:
                 if job.state != WAIT_REPL:
                     got.append(jid)
                 continue
-            if full:
+            if not fits(len(j.body), COPIES_UP_TO):  # the sender asks another node
                 continue
             q = self.node.queues.get(j.queue)
             if q is None:

@@ -7,6 +7,7 @@ from .. import errors
 from ..client import BlockedGet
 from ..errors import ReplyError
 from ..job import ACKED
+from ..node import QUEUE_OVERHEAD
 from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT
 from .args import parse_int, parse_scan, parse_timeout
 
@@ -74,8 +75,12 @@ def getjob(node, client, argv, now):
             return _token_replay(node, ids, withcounters, client.proto)
 
     queues = node.queues
-    for name in names:  # as in Disque, asking for a queue creates it
-        if name not in queues:
+    new = [name for name in names if name not in queues]
+    if new:  # as in Disque, asking for a queue creates it: within maxmemory
+        oom = node.refuse_oom(len(new) * QUEUE_OVERHEAD + sum(map(len, new)))
+        if oom is not None:
+            return oom
+        for name in new:
             node.queue_for(name, now)
     out = []
     taken = [] if token is not None else None  # IDs the token will remember
