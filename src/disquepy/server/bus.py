@@ -296,7 +296,7 @@ class _OutProtocol(asyncio.Protocol):
 class _InProtocol(asyncio.Protocol):
     """One connection a peer opened to us: frames in, nothing out."""
 
-    __slots__ = ("bus", "transport", "reader", "ip", "closing", "hs", "timer", "first")
+    __slots__ = ("bus", "transport", "reader", "ip", "closing", "hs", "timer", "first", "claim")
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
@@ -307,6 +307,7 @@ class _InProtocol(asyncio.Protocol):
         self.hs: Handshake | None = None  # set while the handshake runs
         self.timer = None
         self.first = True  # no byte received yet
+        self.claim = 0  # bytes of the big frame being received, counted in bus._claimed
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -359,7 +360,7 @@ class _InProtocol(asyncio.Protocol):
         if self.hs is not None and not self.closing:
             self.refuse("connection closed during the cluster-secret handshake")
         self.handshake_over()
-        self.closing = True
+        self.close()
         self.bus._inbound.discard(self)
         self.transport = None
 
@@ -418,13 +419,15 @@ class _InProtocol(asyncio.Protocol):
             return
         finally:
             bus._frames_in += n
-        held = len(reader)
-        if held > _BUDGET_CHECK_AT:  # a frame is arriving in parts: does it fit?
-            need = reader.pending_frame()
+        claim = reader.pending_frame() if len(reader) > _BUDGET_CHECK_AT else 0
+        if claim != self.claim:  # a big frame is arriving in parts: does it fit?
+            bus._claimed += claim - self.claim
+            self.claim = claim
             room = bus.room()
-            if need > room:
-                self.garbage(f"a frame of {need} bytes does not fit in maxmemory "
-                             f"({max(0, room)} bytes left)", "memory")
+            if claim and bus._claimed > room:
+                self.garbage(f"a frame of {claim} bytes does not fit in maxmemory "
+                             f"({max(0, room)} bytes left, {bus._claimed - claim} "
+                             "taken by frames arriving on other connections)", "memory")
 
     def garbage(self, reason: str, kind: str = "frame") -> None:
         """Close a connection that sent what is no frame (or too big a one): counted,
@@ -436,6 +439,9 @@ class _InProtocol(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
+        if self.claim:
+            self.bus._claimed -= self.claim
+            self.claim = 0
         if not self.closing:
             self.closing = True
             if self.transport is not None:
@@ -482,6 +488,7 @@ class Bus:
         # in parts must fit, or its connection is closed before it is all buffered
         self.room = room or (lambda: 1 << 62)
         self._pending = 0  # inbound connections in their cluster-secret handshake
+        self._claimed = 0  # bytes of the big frames arriving, all connections together
         self.refusals = RateLimited(log, REFUSAL_LOG_INTERVAL)
         self._servers: list = []
         self._links: dict[str, _Link] = {}
