@@ -176,3 +176,15 @@ def test_bus_job_fields_stay_range_checked():
         except M.Malformed:
             continue
         raise AssertionError(f"field {i} = {bad} accepted")
+
+
+def test_dummy_acks_stay_within_maxmemory():
+    """ACKJOB of IDs nobody here knows holds a dummy ack each (for the other nodes):
+    at most what maxmemory leaves, whatever the number of IDs."""
+    c = Cluster(2, maxmemory=1 * MB)
+    c.meet_all()
+    ids = [b"D-%08x-%s-05a1" % (i, b"A" * 24) for i in range(20_000)]
+    assert c.cmd(0, "ACKJOB", *ids) == 0
+    node = c.nodes[0]
+    assert 0 < node.jobs.count < 20_000
+    assert node.used_memory <= 1 * MB + 1000
