@@ -342,3 +342,25 @@ def test_a_counter_at_the_top_of_its_range_keeps_requeues_going(server_factory):
     c = s.client()
     assert int(c.info("jobs")["registered_jobs"]) == 30
     assert "Malformed cluster bus message" in s.log()
+
+
+def test_a_full_node_refuses_copies_and_the_producer_goes_elsewhere(server_factory):
+    """Three nodes, one of them (b) nearly full: ADDJOB REPLICATE 2 on a still gets
+    its two copies (on c when b refuses), b stays within its maxmemory; with c full
+    too, ADDJOB answers NOREPL at its timeout."""
+    a = server_factory()
+    b = server_factory("--maxmemory", "4mb")
+    c = server_factory("--maxmemory", "8mb")
+    ca, cb, cc = join_cluster([a, b, c])
+    big = "x" * 200_000
+    while int(cb.info("memory")["used_memory"]) < 3 * 1024 * 1024:
+        cb.execute_command("ADDJOB", "fill", big, 0, "REPLICATE", 1)
+    ids = [ca.execute_command("ADDJOB", "q", big, 5000, "REPLICATE", 2) for _ in range(10)]
+    assert all(cb.execute_command("SHOW", j) is None for j in ids)
+    assert all(cc.execute_command("SHOW", j) is not None for j in ids)
+    assert int(cb.info("memory")["used_memory"]) <= 4 * 1024 * 1024
+    while int(cc.info("memory")["used_memory"]) < 6 * 1024 * 1024:
+        cc.execute_command("ADDJOB", "fill", big, 0, "REPLICATE", 1)
+    with pytest.raises(redis.ResponseError, match="NOREPL"):
+        ca.execute_command("ADDJOB", "q", big, 1000, "REPLICATE", 2)
+    assert int(cc.info("memory")["used_memory"]) <= 8 * 1024 * 1024
