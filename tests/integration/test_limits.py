@@ -364,3 +364,20 @@ def test_a_full_node_refuses_copies_and_the_producer_goes_elsewhere(server_facto
     with pytest.raises(redis.ResponseError, match="NOREPL"):
         ca.execute_command("ADDJOB", "q", big, 1000, "REPLICATE", 2)
     assert int(cc.info("memory")["used_memory"]) <= 8 * 1024 * 1024
+
+
+def test_a_frame_arriving_counts_as_used_memory_until_it_is_whole(server_factory):
+    s = server_factory("--maxmemory", "64mb")
+    c = s.client()
+
+    def used() -> int:
+        return int(c.info("memory")["used_memory"])
+    base = used()
+    with bus_connect(s) as sk:
+        sk.sendall(struct.pack(">I", 40 << 20) + b"x" * (2 << 20))
+        wait_for(lambda: used() >= base + (40 << 20), what="the frame counted")
+        # the jobs and the frame share maxmemory: 30 MB more do not fit now
+        with pytest.raises(redis.ResponseError, match="used memory > 'maxmemory'"):
+            for _ in range(30):
+                c.execute_command("ADDJOB", "q", "y" * (1 << 20), 0)
+    wait_for(lambda: used() < base + (35 << 20), what="the claim released")

@@ -115,6 +115,7 @@ class Node:
         self.start_time = now
         self.now = now
         self.used_memory = 0
+        self.bus_buffer = 0  # bytes of bus frames still arriving (set_bus_buffer)
         self.leaving = False
         self.loading = False
         self.stats = Stats()
@@ -361,6 +362,12 @@ class Node:
         in used_memory, as client buffers are in Disque)."""
         self.used_memory += nbytes - client.qbuf
         client.qbuf = nbytes
+
+    def set_bus_buffer(self, nbytes: int) -> None:
+        """The shell reports the bytes of big bus frames still arriving (counted in
+        used_memory until they are whole: a peer's frame competes with the jobs)."""
+        self.used_memory += nbytes - self.bus_buffer
+        self.bus_buffer = nbytes
 
     # ---------------------------------------------------------------- dispatch
     def execute(self, client: Client, argv: list, now: int):
@@ -850,7 +857,7 @@ class Node:
         self.amo_done.clear()
         self.awake = AwakeIndex()
         self.used_memory = CLIENT_OVERHEAD * len(self.clients) + sum(
-            c.qbuf for c in self.clients.values())
+            c.qbuf for c in self.clients.values()) + self.bus_buffer
         self.block_hint = NEVER
 
     def set_pause(self, q: Queue, flags: int, now: int) -> None:

@@ -421,13 +421,12 @@ class _InProtocol(asyncio.Protocol):
             bus._frames_in += n
         claim = reader.pending_frame() if len(reader) > _BUDGET_CHECK_AT else 0
         if claim != self.claim:  # a big frame is arriving in parts: does it fit?
-            bus._claimed += claim - self.claim
+            bus.claim(claim - self.claim)
             self.claim = claim
-            room = bus.room()
-            if claim and bus._claimed > room:
+            room = bus.room()  # (what is claimed is counted as used already)
+            if claim and room < 0:
                 self.garbage(f"a frame of {claim} bytes does not fit in maxmemory "
-                             f"({max(0, room)} bytes left, {bus._claimed - claim} "
-                             "taken by frames arriving on other connections)", "memory")
+                             f"({max(0, room + claim)} bytes left)", "memory")
 
     def garbage(self, reason: str, kind: str = "frame") -> None:
         """Close a connection that sent what is no frame (or too big a one): counted,
@@ -440,7 +439,7 @@ class _InProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         if self.claim:
-            self.bus._claimed -= self.claim
+            self.bus.claim(-self.claim)
             self.claim = 0
         if not self.closing:
             self.closing = True
@@ -469,6 +468,7 @@ class Bus:
         max_connections: int = MAX_CONNECTIONS,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
         room: Callable[[], int] | None = None,
+        on_claimed: Callable[[int], None] | None = None,
     ) -> None:
         self.on_frame = on_frame
         self.on_link = on_link
@@ -489,6 +489,7 @@ class Bus:
         self.room = room or (lambda: 1 << 62)
         self._pending = 0  # inbound connections in their cluster-secret handshake
         self._claimed = 0  # bytes of the big frames arriving, all connections together
+        self.on_claimed = on_claimed  # told the new total (the node counts it as used)
         self.refusals = RateLimited(log, REFUSAL_LOG_INTERVAL)
         self._servers: list = []
         self._links: dict[str, _Link] = {}
@@ -514,6 +515,11 @@ class Bus:
         self._refused_in = 0  # inbound connections that failed the handshake
         self._authenticated_in = 0
         self._handshake_failures = 0  # outbound ones
+
+    def claim(self, delta: int) -> None:
+        self._claimed += delta
+        if self.on_claimed is not None:
+            self.on_claimed(self._claimed)
 
     # ------------------------------------------------------------------ listen
     async def listen(self, bind_addrs: list[str], port: int) -> None:

@@ -261,7 +261,8 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
               max_frame=cfg.cluster_bus_max_frame,
               max_connections=cfg.cluster_bus_max_connections,
               max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
-              room=lambda: int(min(node.oom_limit, 1 << 62)) - node.used_memory)
+              room=lambda: int(min(node.oom_limit, 1 << 62)) - node.used_memory,
+              on_claimed=node.set_bus_buffer)
     bus_port = node.port + cfg.cluster_port_offset
     try:
         await bus.listen(cfg.bind, bus_port)
