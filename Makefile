@@ -146,3 +146,23 @@ soak: $(STAMP) $(EXT)
 	  --duration 60 --json var/soak-chaos.json || rc=1; \
 	if [ $$rc = 0 ]; then echo "== soak: PASS"; else echo "== soak: FAIL (see above)"; fi; \
 	exit $$rc
+
+# Fuzzing (issue #18, docs/SECURITY.md): the decoders' Hypothesis targets (RESP readers,
+# bus frames and messages into the core, AOF records into a node) with FUZZ_EXAMPLES
+# examples each, then a live node under FUZZ_CASES random malformed requests and bus
+# frames (plus the fixed cases, one byte a second for a whole request); prints the
+# cases run per target. `make test` runs the same with a small budget.
+FUZZ_EXAMPLES ?= 3000
+FUZZ_CASES ?= 1000
+FUZZ_SEED ?= 18
+
+.PHONY: fuzz
+
+fuzz: $(STAMP) $(EXT)
+	@mkdir -p var
+	DISQUEPY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DISQUEPY_FUZZ_REPORT=var/fuzz-decoders.json \
+	  $(BIN)/python -m pytest -p no:cacheprovider -q tests/unit/test_fuzz.py
+	DISQUEPY_FUZZ_CASES=$(FUZZ_CASES) DISQUEPY_FUZZ_SEED=$(FUZZ_SEED) \
+	  DISQUEPY_FUZZ_SLOW_BYTES=13 DISQUEPY_FUZZ_REPORT=var/fuzz-live.json \
+	  $(BIN)/python -m pytest -p no:cacheprovider -q tests/integration/test_fuzz_live.py
+	@$(BIN)/python scripts/fuzz_report.py var/fuzz-decoders.json var/fuzz-live.json

@@ -136,7 +136,8 @@ class Cluster:
                 continue
             r = FrameReader()
             r.feed(frame)
-            self.nodes[j].handle_message(r.gets(), IP, self.now)
+            while (msg := r.gets()) is not False:  # one, or a few BATCHes
+                self.nodes[j].handle_message(msg, IP, self.now)
         self.pump()
         return bool(due)
 

@@ -1002,6 +1002,7 @@ SET_VALUES: dict[str, st.SearchStrategy[str]] = {
     "maxmemory-policy": st.sampled_from(["acks", "ACKS", "Acks"]),
     "client-query-buffer-limit": _memory_values(MB),
     "proto-max-bulk-len": _memory_values(MB),
+    "proto-max-multibulk-len": _int_values(1, 10**7),
     "appendonly": st.sampled_from(["yes", "no"]),
     "appendfsync": st.sampled_from(["everysec", "always", "no"]),
     "no-appendfsync-on-rewrite": st.sampled_from(["yes", "no"]),

@@ -131,6 +131,8 @@ def test_replies_written_at_once_without_aof():
 
 
 class FakeBus:
+    max_frame = 1 << 20
+
     def __init__(self) -> None:
         self.sent: list = []
         self.flushes = 0

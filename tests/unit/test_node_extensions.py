@@ -8,6 +8,7 @@ from clusterharness import Cluster
 from nodeharness import Error, Harness
 
 from disquepy.codec import aof
+from disquepy.core.jobcodec import COUNTER_TOP
 
 
 @pytest.fixture
@@ -210,6 +211,28 @@ def test_counters_survive_an_aof_reload(h):
     again = fresh("SHOW", jid)
     assert again[again.index(b"nacks") + 1] == 1
     assert again[again.index(b"additional-deliveries") + 1] == 1
+
+
+def test_counters_saturate_so_the_job_stays_loadable(h):
+    """A counter at the top of the codec's range (a peer may send one) stops there: one
+    more NACK or re-delivery must not write an AOF record the reload then refuses."""
+    h.node.aof.on = True
+    jid = h("ADDJOB", "q", "x", 0, "RETRY", 1)
+    job = h.node.jobs.get(jid)
+    job.nacks = job.adeliv = COUNTER_TOP
+    h("GETJOB", "FROM", "q")
+    h("NACK", jid)
+    h("GETJOB", "FROM", "q")
+    h.advance(1_500)  # re-queued by its retry: one more delivery
+    h("GETJOB", "FROM", "q")
+    h("NACK", jid, "DELAY", 1)
+    assert (job.nacks, job.adeliv) == (COUNTER_TOP, COUNTER_TOP)
+    fresh = Harness()
+    fresh.now = h.now
+    fresh.node.aof.load(aof.scan(b"".join(h.shell.records)).records, h.now, enqueue=False)
+    again = fresh("SHOW", jid)
+    assert again[again.index(b"nacks") + 1] == COUNTER_TOP
+    assert again[again.index(b"additional-deliveries") + 1] == COUNTER_TOP
 
 
 def test_a_delayed_job_reloaded_from_the_aof_keeps_its_delay(h):

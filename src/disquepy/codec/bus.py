@@ -27,7 +27,11 @@ _pack = msgpack.Packer(use_bin_type=True).pack
 _pack_len = _LEN.pack
 
 
-def encode_frame(msg: list) -> bytes:
+def encode_frame(msg: list | tuple) -> bytes:
+    """One frame for a message; for a tuple of messages (a node's output to one peer
+    past one BATCH, see Node.take_messages) their frames one after the other."""
+    if type(msg) is tuple:
+        return b"".join(map(encode_frame, msg))
     payload = _pack(msg)
     return _pack_len(len(payload)) + payload
 
@@ -56,6 +60,11 @@ class FrameReader:
 
     def feed(self, data: bytes) -> None:
         self._buf += data
+
+    def pending_frame(self) -> int:
+        """Bytes the frame being received will take whole (0 before its length)."""
+        buf = self._buf
+        return 4 + _LEN.unpack_from(buf, 0)[0] if len(buf) >= 4 else 0
 
     def gets(self):
         """The next message (a list), or False if more bytes are needed."""

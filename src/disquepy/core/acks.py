@@ -52,9 +52,12 @@ class Acks:
             self.node.unregister(job)
 
     def dummy_ack(self, jid: bytes, now: int) -> Job | None:
-        """Hold an ACK for a job this node never saw; only useful with other nodes."""
+        """Hold an ACK for a job this node never saw; only useful with other nodes.
+        None past maxmemory: the other copies then go on (at least once delivery)."""
         node = self.node
         if node.size <= 1 or node.leaving or id_is_at_most_once(jid):
+            return None
+        if not node.mem.fits_job(0):  # one ACKJOB of 1M unknown IDs must stay in maxmemory
             return None
         job = Job(jid, b"", b"", node.next_ctime(now), id_ttl_minutes(jid) * 60)
         move(job, ACKED)

@@ -1031,6 +1031,38 @@ DIRECTIVES: tuple[Directive, ...] = (
         mutable=True,
         doc="disquepy: largest bulk string accepted from clients.",
     ),
+    Directive(
+        "proto-max-multibulk-len",
+        _Int(1, INT_MAX),
+        1024 * 1024,
+        mutable=True,
+        error="Invalid proto-max-multibulk-len value",
+        doc="disquepy: most arguments one request may have (Disque's fixed 1048576); "
+        "past it the client gets a protocol error and is closed. New connections only.",
+    ),
+    Directive(
+        "cluster-bus-max-frame",
+        _Memory(1 * MB, 1 * GB),
+        576 * MB,
+        error="Invalid cluster-bus-max-frame value",
+        doc="disquepy: largest cluster bus frame a node accepts (and sends: batches are "
+        "split below it); room for one job of proto-max-bulk-len.",
+    ),
+    Directive(
+        "cluster-bus-max-connections",
+        _Int(1, INT_MAX),
+        1024,
+        error="Invalid cluster-bus-max-connections value",
+        doc="disquepy: most inbound cluster bus connections at once (a peer opens one).",
+    ),
+    Directive(
+        "cluster-bus-max-unauthenticated",
+        _Int(1, INT_MAX),
+        32,
+        error="Invalid cluster-bus-max-unauthenticated value",
+        doc="disquepy: most inbound bus connections still in their cluster-secret or "
+        "TLS handshake at once; more are refused until some finish.",
+    ),
     # --- append only file -----------------------------------------------
     Directive("appendonly", _BOOL, False, mutable=True, doc="Log jobs to the AOF."),
     Directive(
@@ -1256,6 +1288,10 @@ class Config:
     maxmemory_policy: str
     client_query_buffer_limit: int
     proto_max_bulk_len: int
+    proto_max_multibulk_len: int
+    cluster_bus_max_frame: int
+    cluster_bus_max_connections: int
+    cluster_bus_max_unauthenticated: int
     delivery_token_ttl: int
     job_outcome_retention: int
     job_outcome_max_memory: int

@@ -117,8 +117,12 @@ class Federation:
         n = len(q.jobs)
         give = min(count, n) if exact else (count if n >= count * 2 else max(1, n // 2))
         out: list[list[object]] = []  # the jobs' wire forms
+        size = 0
         for _ in range(give):
+            if size >= M.SOFT_BYTES:
+                break  # the rest on a later request: one frame stays small
             job = q.jobs.pop()
+            size += len(job.body)
             q.jobs_out += 1
             move(job, ACTIVE)
             delivered = job.delivered or (self.node.myid,)  # () means "only here"
@@ -162,8 +166,11 @@ class Federation:
             q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
 
     def on_yourjobs(self, p: Peer, fields: M.Fields, now: int) -> None:
+        fits = self.node.mem.fits_job
         for j in fields[0]:  # JobFields, decoded and checked by messages.parse
             jid = j.id
+            if not fits(len(j.body)) and jid not in self.node.jobs:
+                continue  # over maxmemory: the sender re-queues its copy at its retry
             q = self.node.queues.create(j.queue, now)
             q.needjobs_responders[p.id] = now
             q.note_import(now)

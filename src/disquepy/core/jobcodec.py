@@ -37,6 +37,7 @@ NDISK = 14
 # what a peer or a file may give: past these a value is a forgery or corruption (and a
 # counter at 2**64-1 could not even be written to the AOF once incremented)
 MAX_COUNTER = 1 << 48  # nacks, additional deliveries
+COUNTER_TOP = MAX_COUNTER - 1  # where the node's counters stop (saturate)
 MAX_SECONDS = 1 << 32  # ttl, delay, retry (ADDJOB refuses more: one limit everywhere)
 MAX_CTIME = 1 << 62  # ns: the year 2116
 MAX_MS = 1 << 53  # qtime, absolute ms

@@ -25,6 +25,11 @@ P_FAIL = 4
 P_LEAVING = 8
 
 GOSSIP_ENTRIES = 3
+# bounds on what gossip makes a node do (see process_gossip): a forged or corrupt
+# message naming thousands of unknown nodes meets a few, not all of them at once
+MEETS_PER_MESSAGE = 8
+MAX_HANDSHAKES = 64
+MAX_PEERS = 4096  # jobcodec.MAX_NODES: a job's copies are listed within it
 PRIORITY_OK, PRIORITY_NOLINK, PRIORITY_PFAIL, PRIORITY_BAD = 1, 5, 10, 100
 
 
@@ -115,12 +120,19 @@ class Membership:
             if not p.flags & P_HANDSHAKE:
                 self.ping(p)
 
+    def handshakes(self) -> int:
+        """Nodes being met (counted when gossip would add one: rare, and bounded)."""
+        return sum(1 for p in self.peers.values() if p.flags & P_HANDSHAKE)
+
     def gossip(self) -> list[list[str | int]]:
         cand = [p for p in self.peers.values() if not p.flags & P_HANDSHAKE]
         chosen = cand if len(cand) <= GOSSIP_ENTRIES else self.node.rng.sample(cand, GOSSIP_ENTRIES)
-        for p in cand:  # failing nodes always travel, so reports reach a majority
-            if p.flags & (P_PFAIL | P_FAIL) and p not in chosen:
-                chosen.append(p)
+        if len(chosen) < len(cand):
+            seen = {p.id for p in chosen}
+            for p in cand:  # failing nodes always travel, so reports reach a majority
+                if p.flags & (P_PFAIL | P_FAIL) and p.id not in seen:
+                    chosen.append(p)
+            chosen = chosen[:M.MAX_GOSSIP]  # what a peer accepts in one message
         return [[p.id, p.ip, p.port, self._gossip_flags(p)] for p in chosen]
 
     @staticmethod
@@ -135,18 +147,29 @@ class Membership:
         return f
 
     def process_gossip(self, sender: Peer, gossip: M.Fields, now: int) -> None:
+        """What a peer says of other nodes. Bounded work per message: at most
+        MEETS_PER_MESSAGE unknown nodes are met from one message (the rest are met
+        when gossip names them again) and none past MAX_PEERS known nodes or
+        MAX_HANDSHAKES nodes being met; our gossip for those MEETs is built once."""
         timeout = self.node.config.cluster_node_timeout
+        meets = 0
+        mine = None
         for nid, ip, port, flags in gossip:  # checked by messages.parse
             if nid == self.node.myid:
                 continue
             p = self.peers.get(nid)
             if p is None:
-                if ip and not flags & M.NF_FAIL:
+                if ip and not flags & M.NF_FAIL and meets < MEETS_PER_MESSAGE \
+                        and len(self.peers) < MAX_PEERS \
+                        and self.handshakes() < MAX_HANDSHAKES:
                     # a node we did not know: meet it (it will learn of us too)
+                    meets += 1
                     p = Peer(nid, ip, port, P_HANDSHAKE, now)
                     self.peers[nid] = p
                     self.peers_changed()
-                    self.node.send([nid], M.MEET, self.gossip(), ip)
+                    if mine is None:
+                        mine = self.gossip()
+                    self.node.send([nid], M.MEET, mine, ip)
                 continue
             if flags & (M.NF_PFAIL | M.NF_FAIL):
                 p.fail_reports[sender.id] = now
@@ -245,6 +268,8 @@ class Membership:
             self.node.ip = your_ip  # we learn our own address from whoever reached us
             self.node.cluster_dirty = True
         p = self.peers.get(sid)
+        if p is None and len(self.peers) >= MAX_PEERS:
+            return  # a cluster this size is forged: don't grow the table further
         if p is None:
             # a node that met us by address: forget any handshake entry for it
             for hp in list(self.peers.values()):

@@ -40,6 +40,7 @@ class Memory:
         # jobs that may be evicted under memory pressure without breaking safety:
         # acked jobs and delivered at-most-once jobs, oldest first
         self.evictable: dict[bytes, Job] = {}
+        self.bus_buffer = 0  # bytes of bus frames still arriving (Node.set_bus_buffer)
 
     def set_limit(self, maxmemory: int) -> None:
         self.limit = maxmemory or float("inf")
@@ -54,14 +55,24 @@ class Memory:
             return HIGH
         return CRITICAL if used < maxmem else FULL
 
-    def refuse_oom(self) -> bytes | None:
-        """At the limit: evict what is safe to evict; the OOM reply if still full."""
+    def refuse_oom(self, extra: int = 0) -> bytes | None:
+        """The OOM reply if ``extra`` more bytes would not fit in maxmemory after
+        evicting what is safe to evict, else None. ``extra``: what one request is
+        about to allocate (e.g. GETJOB's new queues) counts before it is allocated."""
+        if self.used + extra < self.limit:
+            return None
         maxmem = self.node.config.maxmemory
-        self.evict(maxmem * 95 // 100)
-        if self.used >= maxmem:
+        self.evict(max(0, maxmem * 95 // 100 - extra))
+        if self.used + extra >= maxmem:
             self.node.stats.oom_refusals += 1
             return resp.error(errors.OOM)
         return None
+
+    def fits_job(self, body_len: int, percent: int = 100) -> bool:
+        """Whether a job with a body this long fits within ``percent`` % of maxmemory:
+        copies from other nodes are refused past it (the sender asks another node)."""
+        return (self.used + JOB_OVERHEAD + body_len
+                <= self.node.config.maxmemory * percent // 100)
 
     def evict(self, target: int) -> None:
         """Free what does not break safety, oldest first: acked jobs, delivered
@@ -79,7 +90,8 @@ class Memory:
             node.queues.drop_removable()
 
     def clear(self) -> None:
-        """After FLUSHALL: only the clients are left."""
+        """After FLUSHALL: only the clients (and bus frames arriving) are left."""
         self.evictable.clear()
         clients = self.node.clients.values()
-        self.used = CLIENT_OVERHEAD * len(clients) + sum(c.qbuf for c in clients)
+        self.used = (CLIENT_OVERHEAD * len(clients) + sum(c.qbuf for c in clients)
+                     + self.bus_buffer)

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 # What a peer sent is checked by ``parse`` before a handler reads it.
 Message = list[Any]
 Fields = list[Any]
+# what goes to one peer at once: a message, or BATCHes to send in order (Node._batches)
+Outgoing = Message | tuple[Message, ...]
 
 BATCH = 0  # [BATCH, sender, port, flags, [message, ...]]: several messages, one frame
 PING = 1
@@ -72,6 +74,9 @@ NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.is
 
 # most items (REPLJOB jobs, GOTJOB IDs) one message carries (see Node.send_item)
 MAX_ITEMS = 1000
+# job body bytes past which a REPLJOB / YOURJOBS message takes no more jobs (one job
+# alone may be bigger): frames stay far below cluster-bus-max-frame
+SOFT_BYTES = 4 << 20
 
 # sender flags
 SF_LEAVING = 1

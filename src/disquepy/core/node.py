@@ -36,6 +36,7 @@ from .job import (
     Job,
     move,
 )
+from .jobcodec import COUNTER_TOP
 from .jobtable import JobTable
 from .keys import Keys
 from .membership import Membership
@@ -139,6 +140,7 @@ class Node:
         self.fed = Federation(self)
         self.cluster_dirty = False  # nodes.conf must be saved (peers, identity, leaving)
         self.bus_out: list[tuple[list[str], M.Message]] = []  # (destination ids, message) for take_messages()
+        self._item_bytes = 0  # job body bytes in the last message of bus_out
         self.msgs_sent = 0
         self.msgs_received = 0
         self._shared: dict[Any, Any] = {}  # see shared(): values of any hashable kind
@@ -191,10 +193,11 @@ class Node:
         myid = self.myid
         self.send([n for n in job.delivered if n != myid], mtype, *fields)
 
-    def take_messages(self) -> dict[str, M.Message]:
+    def take_messages(self) -> dict[str, M.Outgoing]:
         """Take what was sent since the last call, per destination node: one message
         each, a BATCH of them when several (so one frame per peer), in sending order."""
         out, self.bus_out = self.bus_out, []
+        self._item_bytes = 0
         per: dict[str, list[M.Message]] = {}
         for dsts, msg in out:
             for d in dsts:
@@ -203,8 +206,17 @@ class Node:
                     per[d] = [msg]
                 else:
                     lst.append(msg)
-        return {d: msgs[0] if len(msgs) == 1 else [M.BATCH, self.myid, self.port, 0, msgs]
+        return {d: msgs[0] if len(msgs) == 1 else self._batches(msgs)
                 for d, msgs in per.items()}
+
+    def _batches(self, msgs: list[M.Message]) -> M.Outgoing:
+        """A BATCH of ``msgs``; a tuple of BATCHes (frames in order) past the
+        MAX_ITEMS messages a peer accepts in one."""
+        head: M.Message = [M.BATCH, self.myid, self.port, 0]
+        step = M.MAX_ITEMS
+        if len(msgs) <= step:
+            return [*head, msgs]
+        return tuple([*head, msgs[i:i + step]] for i in range(0, len(msgs), step))
 
     def send_item(self, dsts: list[str], mtype: int, item: object) -> None:
         """Send one item of a message that carries many (REPLJOB jobs, GOTJOB IDs):
@@ -213,13 +225,17 @@ class Node:
         Only the last message grows, so the order of messages is kept. ``dsts`` must
         be sorted (equal sets compare equal)."""
         out = self.bus_out
+        size = len(item[2]) if type(item) is list else 0  # a job's body
         if out:
             last_dsts, last = out[-1]
-            if last[0] == mtype and last_dsts == dsts and len(last) < M.MAX_ITEMS:
+            if (last[0] == mtype and last_dsts == dsts and len(last) < M.MAX_ITEMS
+                    and self._item_bytes + size <= M.SOFT_BYTES):
                 last.append(item)
+                self._item_bytes += size
                 return
         out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
                            item]))
+        self._item_bytes = size
         self.msgs_sent += len(dsts)
 
     def send_items(self, dsts: list[str], mtype: int, items: list[Any]) -> None:
@@ -232,6 +248,7 @@ class Node:
                 return
         out.append((dsts, [mtype, self.myid, self.port, M.SF_LEAVING if self.leaving else 0,
                            *items]))
+        self._item_bytes = 0  # IDs: no bodies
         self.msgs_sent += len(dsts)
 
     def set_identity(self, node_id: str) -> None:
@@ -342,6 +359,13 @@ class Node:
         in used_memory, as client buffers are in Disque)."""
         self.mem.used += nbytes - client.qbuf
         client.qbuf = nbytes
+
+    def set_bus_buffer(self, nbytes: int) -> None:
+        """The shell reports the bytes of big bus frames still arriving (counted in
+        used_memory until they are whole: a peer's frame competes with the jobs)."""
+        mem = self.mem
+        mem.used += nbytes - mem.bus_buffer
+        mem.bus_buffer = nbytes
 
     # ---------------------------------------------------------------- dispatch
     def execute(self, client: Client, argv: list[bytes], now: int) -> bytes | None:
@@ -486,9 +510,12 @@ class Node:
         deferred = flags & F_DEFERRED  # a NACK ... DELAY ending: counted at the NACK
         flags &= ~F_DEFERRED
         if (nack or requeue) and not deferred:
+            # counters saturate below jobcodec's range, so a job stays writable and
+            # loadable (AOF, replication) however often it is re-queued
             if nack:
-                job.nacks += 1
-            else:
+                if job.nacks < COUNTER_TOP:
+                    job.nacks += 1
+            elif job.adeliv < COUNTER_TOP:
                 job.adeliv += 1
             if self.aof.on:
                 self.aof.created(job)  # the counters moved: a reload must not roll them back
@@ -545,7 +572,8 @@ class Node:
         that is not active or an at-most-once job delivered already."""
         if job.state != ACTIVE or (job.retry == 0 and job.flags & F_DELIVERED):
             return False
-        job.nacks += 1
+        if job.nacks < COUNTER_TOP:
+            job.nacks += 1
         job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
         job.qtime = now + delay * 1000
         if self.aof.on:

@@ -11,7 +11,9 @@ driver, the simulator, the test harnesses — takes everything at once as one
 3. ``links``: the peers to keep bus links to, ``{node id: (ip, bus port)}``, when the
    set changed; links going up or down come back as ``Node.link_state``.
 4. ``messages``: one bus message per peer, ``{node id: message}`` (a BATCH of several
-   when the node sent that peer more than one; see ``messages.py``).
+   when the node sent that peer more than one; see ``messages.py``), or a tuple of
+   BATCHes, sent in order, past the ``MAX_ITEMS`` messages one BATCH may hold
+   (``codec.bus.encode_frame`` encodes either).
 5. ``replies``: ``(client, bytes)`` for clients other than the one whose command
    returned its reply (a blocked GETJOB served, a timed out one, a replicated ADDJOB).
 6. ``requests``: ``(client, ShellRequest)``: commands only the shell can finish (file
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .client import Client
-    from .messages import Message
+    from .messages import Outgoing
 
 # (ms, kind, job id, queue, extra): extra is None, (nacks, additional deliveries) for
 # "delivered", (ttl, retry, delay, replicate, body length) for "added"
@@ -62,7 +64,7 @@ class Outputs:
     records: list[bytes]
     nodes_conf: str | None
     links: dict[str, tuple[str, int]] | None
-    messages: dict[str, Message]
+    messages: dict[str, Outgoing]
     replies: list[tuple[Client, bytes]]
     requests: list[tuple[Client | None, ShellRequest]]
     events: list[Event]
@@ -110,7 +112,7 @@ class Shell:
     def sync_links(self, links: dict[str, tuple[str, int]]) -> None:
         pass
 
-    def send_messages(self, messages: dict[str, Message]) -> None:
+    def send_messages(self, messages: dict[str, Outgoing]) -> None:
         pass
 
     def reply(self, client: Client, data: bytes) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..codec import resp
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
-from .memory import HIGH
+from .jobcodec import COUNTER_TOP
 
 if TYPE_CHECKING:
     from .client import Client
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 REPL_RETRY_MS = 50  # add one more node this often while replication is short
 _NOT_WAITING: tuple[None, int, bool] = (None, 0, False)  # waiting's entry for a job nobody waits for
 WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes out this long before a re-queue
+# a node holds new copies for other nodes while they keep it within this % of
+# maxmemory (checked per job: one REPLJOB of many jobs cannot overshoot it)
+COPIES_UP_TO = 75
 
 
 def _xor_rank(node_id: str, jid: bytes) -> bytes:
@@ -117,7 +120,7 @@ class Replication:
     def on_repljob(self, p: Peer, fields: M.Fields, now: int) -> None:
         """Copies of jobs to hold (one or more per message): GOTJOB for each we hold,
         all in one message."""
-        full = self.node.mem.level() >= HIGH  # near the limit: other nodes hold new copies
+        fits = self.node.mem.fits_job
         parts = self.node.jobs.parts
         got: list[bytes] = []
         for j in fields:  # JobFields, decoded and checked by messages.parse
@@ -129,7 +132,7 @@ class Replication:
                 if job.state != WAIT_REPL:
                     got.append(jid)
                 continue
-            if full:
+            if not fits(len(j.body), COPIES_UP_TO):  # the sender asks another node
                 continue
             q = self.node.queues.get(j.queue)
             if q is None:
@@ -239,8 +242,9 @@ class Replication:
         if job is None or job.state == ACKED:
             return
         if incr == M.QUEUED_INCR_NACKS:
-            job.nacks += 1
-        elif incr == M.QUEUED_INCR_DELIV:
+            if job.nacks < COUNTER_TOP:
+                job.nacks += 1
+        elif incr == M.QUEUED_INCR_DELIV and job.adeliv < COUNTER_TOP:
             job.adeliv += 1
         if incr and self.node.aof.on and job.state != WAIT_REPL:
             self.node.aof.created(job)  # keep the counters across a reload

@@ -25,8 +25,12 @@ Sending
 
 Inbound
     Every complete frame goes to ``on_frame(msg, peer_ip)``. A malformed frame (or a
-    callback that raises on it) closes that connection with a warning; a peer can
-    never make the reader hold more than ``max_frame`` + 4 bytes.
+    callback that raises on it) closes that connection with a warning, at most one
+    line per peer address every ``REFUSAL_LOG_INTERVAL``; a peer can never make the
+    reader hold more than ``max_frame`` + 4 bytes, nor more of a frame than the node
+    has memory left for (``room``). At most ``max_connections`` inbound connections
+    are open at once, and at most ``max_unauthenticated`` of them in their
+    cluster-secret handshake: more are refused (and logged) as they arrive.
 
 Authentication (``secret``, the ``cluster-secret`` directive)
     Before any frame, both ends of a connection run ``Handshake``: each sends
@@ -86,6 +90,12 @@ LISTEN_BACKLOG = 511
 HANDSHAKE_TIMEOUT = 5.0
 # at most one log line per peer address and kind of refusal in this many seconds
 REFUSAL_LOG_INTERVAL = 10.0
+# defaults of cluster-bus-max-connections and cluster-bus-max-unauthenticated
+MAX_CONNECTIONS = 1024
+MAX_UNAUTHENTICATED = 32
+# a connection holding more than this of a frame not yet complete is checked against
+# the memory the node has left (Bus.room)
+_BUDGET_CHECK_AT = 1 << 20
 
 ALL = "*"  # set_drop wildcard
 
@@ -286,7 +296,7 @@ class _OutProtocol(asyncio.Protocol):
 class _InProtocol(asyncio.Protocol):
     """One connection a peer opened to us: frames in, nothing out."""
 
-    __slots__ = ("bus", "transport", "reader", "ip", "closing", "hs", "timer", "first")
+    __slots__ = ("bus", "transport", "reader", "ip", "closing", "hs", "timer", "first", "claim")
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
@@ -297,6 +307,7 @@ class _InProtocol(asyncio.Protocol):
         self.hs: Handshake | None = None  # set while the handshake runs
         self.timer = None
         self.first = True  # no byte received yet
+        self.claim = 0  # bytes of the big frame being received, counted in bus._claimed
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -307,25 +318,40 @@ class _InProtocol(asyncio.Protocol):
             self.close()
             return
         _tune_socket(transport)
+        if len(bus._inbound) >= bus.max_connections:
+            self.refuse(f"too many cluster bus connections ({bus.max_connections}, "
+                        "cluster-bus-max-connections)", "limit")
+            return
+        if bus.secret is not None and bus._pending >= bus.max_unauthenticated:
+            self.refuse(f"too many connections in their handshake ({bus.max_unauthenticated},"
+                        " cluster-bus-max-unauthenticated)", "limit")
+            return
         bus._inbound.add(self)
         bus.log.debug(
             "Accepting cluster node connection from %s:%s", self.ip, peer[1] if peer else "?"
         )
         if bus.secret is not None:
+            bus._pending += 1
             self.hs = Handshake(bus.secret, connector=False)
             transport.write(self.hs.hello())
             self.timer = bus.loop.call_later(HANDSHAKE_TIMEOUT, self.refuse,
                                              f"no handshake within {HANDSHAKE_TIMEOUT:g}s")
 
-    def refuse(self, reason: str) -> None:
-        """Close an inbound connection that failed the handshake, logging why."""
+    def refuse(self, reason: str, kind: str | None = None) -> None:
+        """Close an inbound connection that failed the handshake or a limit, logging
+        why (one line per peer address and ``kind`` of refusal per interval)."""
         if self.closing:
             return
         bus = self.bus
         bus._refused_in += 1
-        bus.refusals.warning(("in", self.ip, reason),
+        bus.refusals.warning(("in", self.ip, kind or reason),
                              "Refused cluster bus connection from %s: %s", self.ip, reason)
         self.close()
+
+    def handshake_over(self) -> None:
+        if self.hs is not None:
+            self.hs = None
+            self.bus._pending -= 1
 
     def connection_lost(self, exc) -> None:
         if self.timer is not None:
@@ -333,7 +359,8 @@ class _InProtocol(asyncio.Protocol):
             self.timer = None
         if self.hs is not None and not self.closing:
             self.refuse("connection closed during the cluster-secret handshake")
-        self.closing = True
+        self.handshake_over()
+        self.close()
         self.bus._inbound.discard(self)
         self.transport = None
 
@@ -358,7 +385,7 @@ class _InProtocol(asyncio.Protocol):
                 self.transport.write(reply)
             if not hs.done:
                 return
-            self.hs = None
+            self.handshake_over()
             self.timer.cancel()
             self.timer = None
             bus._authenticated_in += 1
@@ -385,24 +412,35 @@ class _InProtocol(asyncio.Protocol):
                 if self.closing:
                     return
         except BusProtocolError as e:
-            bus._protocol_errors += 1
-            bus.log.warning("Closing cluster bus connection from %s: %s", ip, e)
-            self.close()
+            self.garbage(str(e))
             return
-        except Exception:
-            bus._protocol_errors += 1
-            bus.log.warning(
-                "Closing cluster bus connection from %s: error handling a frame", ip, exc_info=True
-            )
-            self.close()
+        except Exception as e:  # (the driver logs the core's own errors, with a traceback)
+            self.garbage(f"error handling a frame: {e!r}", "error")
             return
         finally:
             bus._frames_in += n
-        if len(reader) > bus.max_frame + 4:  # defensive: the reader already bounds it
-            bus.log.warning("Closing cluster bus connection from %s: buffer over limit", ip)
-            self.close()
+        claim = reader.pending_frame() if len(reader) > _BUDGET_CHECK_AT else 0
+        if claim != self.claim:  # a big frame is arriving in parts: does it fit?
+            bus.claim(claim - self.claim)
+            self.claim = claim
+            room = bus.room()  # (what is claimed is counted as used already)
+            if claim and room < 0:
+                self.garbage(f"a frame of {claim} bytes does not fit in maxmemory "
+                             f"({max(0, room + claim)} bytes left)", "memory")
+
+    def garbage(self, reason: str, kind: str = "frame") -> None:
+        """Close a connection that sent what is no frame (or too big a one): counted,
+        and logged once per peer address and kind every REFUSAL_LOG_INTERVAL seconds."""
+        bus = self.bus
+        bus._protocol_errors += 1
+        bus.refusals.warning(("garbage", self.ip, kind),
+                             "Closing cluster bus connection from %s: %s", self.ip, reason)
+        self.close()
 
     def close(self) -> None:
+        if self.claim:
+            self.bus.claim(-self.claim)
+            self.claim = 0
         if not self.closing:
             self.closing = True
             if self.transport is not None:
@@ -427,6 +465,10 @@ class Bus:
         secret: bytes | None = None,
         ssl_server: ssl.SSLContext | None = None,
         ssl_client: ssl.SSLContext | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        room: Callable[[], int] | None = None,
+        on_claimed: Callable[[int], None] | None = None,
     ) -> None:
         self.on_frame = on_frame
         self.on_link = on_link
@@ -440,6 +482,14 @@ class Bus:
         self.secret = secret or None  # cluster-secret: every link runs Handshake first
         self.ssl_server = ssl_server  # tls-cluster: inbound connections over mutual TLS
         self.ssl_client = ssl_client  # ... and outbound ones
+        self.max_connections = max_connections  # inbound, at once
+        self.max_unauthenticated = max_unauthenticated  # inbound, in their handshake
+        # bytes the node can still take (maxmemory - used_memory): a frame arriving
+        # in parts must fit, or its connection is closed before it is all buffered
+        self.room = room or (lambda: 1 << 62)
+        self._pending = 0  # inbound connections in their cluster-secret handshake
+        self._claimed = 0  # bytes of the big frames arriving, all connections together
+        self.on_claimed = on_claimed  # told the new total (the node counts it as used)
         self.refusals = RateLimited(log, REFUSAL_LOG_INTERVAL)
         self._servers: list = []
         self._links: dict[str, _Link] = {}
@@ -465,6 +515,11 @@ class Bus:
         self._refused_in = 0  # inbound connections that failed the handshake
         self._authenticated_in = 0
         self._handshake_failures = 0  # outbound ones
+
+    def claim(self, delta: int) -> None:
+        self._claimed += delta
+        if self.on_claimed is not None:
+            self.on_claimed(self._claimed)
 
     # ------------------------------------------------------------------ listen
     async def listen(self, bind_addrs: list[str], port: int) -> None:

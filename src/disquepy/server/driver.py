@@ -22,6 +22,7 @@ from ..codec.bus import encode_frame
 from ..core.awake import NEVER
 from ..core.commands.server import info_reply
 from ..core.config import ConfigError
+from ..core.messages import BATCH
 from ..core.outputs import Shell
 from .log import log, set_level
 
@@ -208,6 +209,10 @@ class Driver(Shell):
         hold = aof is not None and aof.holding  # frames leave after the AOF write
         for d, msg in per.items():
             frame = encode_frame(msg)
+            if len(frame) > bus.max_frame:
+                frame = self.fit_frame(msg, bus)
+                if not frame:
+                    continue
             if hold:
                 aof.hold_call(partial(bus.send, d), frame)
             else:
@@ -216,6 +221,23 @@ class Driver(Shell):
             # outputs are delivered once per iteration already (after_event_soon):
             # write now rather than wait for the bus's own end-of-iteration flush
             bus.flush_now()
+
+    def fit_frame(self, msg, bus) -> bytes:
+        """The frames of an output past cluster-bus-max-frame, which the peer would
+        refuse: each message of its BATCHes alone, and any message still too big
+        dropped with a warning (the cluster protocol retries, or the client times out)."""
+        msgs = msg if type(msg) is tuple else (msg,)
+        out = []
+        for m in msgs:
+            for one in (m[4] if m[0] == BATCH else (m,)):
+                frame = encode_frame(one)
+                if len(frame) <= bus.max_frame:
+                    out.append(frame)
+                else:
+                    bus.refusals.warning(("too-big", one[0]), "Dropped a cluster bus message "
+                                         "of %d bytes (type %d): over cluster-bus-max-frame",
+                                         len(frame), one[0])
+        return b"".join(out)
 
     def lock_nodes_conf(self) -> bool:
         """Take an exclusive flock on nodes.conf (created empty if missing), held for

@@ -257,7 +257,12 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
 
     secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
     bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
-              ssl_server=bus_tls_in, ssl_client=bus_tls_out)
+              ssl_server=bus_tls_in, ssl_client=bus_tls_out,
+              max_frame=cfg.cluster_bus_max_frame,
+              max_connections=cfg.cluster_bus_max_connections,
+              max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
+              room=lambda: int(min(node.mem.limit, 1 << 62)) - node.mem.used,
+              on_claimed=node.set_bus_buffer)
     bus_port = node.port + cfg.cluster_port_offset
     try:
         await bus.listen(cfg.bind, bus_port)

@@ -44,6 +44,7 @@ class ClientProtocol(asyncio.Protocol):
         self.reader = resp.make_reader(
             pure=driver.pure_resp,
             max_bulk_len=cfg.proto_max_bulk_len,
+            max_multibulk=cfg.proto_max_multibulk_len,
             query_buffer_limit=cfg.client_query_buffer_limit,
         )
 

@@ -327,8 +327,8 @@ class World:
         self.trace.frame(self.now, src, dst, frame)
         reader = FrameReader()
         reader.feed(frame)
-        msg = self._call(dst, reader.gets)
-        self._call(dst, node.handle_message, msg, IP, self.node_now(dst))
+        while (msg := self._call(dst, reader.gets)) is not False:  # one, or a few BATCHes
+            self._call(dst, node.handle_message, msg, IP, self.node_now(dst))
         self._after(dst)
 
     def _tick(self, i: int) -> None:

@@ -8,7 +8,7 @@ from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
 from ..job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DUMMY, QUEUED, STATE_BY_NAME, Job
-from ..jobcodec import MAX_IDEM_KEY
+from ..jobcodec import MAX_IDEM_KEY, MAX_SECONDS
 from .args import job_ids, parse_int, parse_scan, parse_timeout
 
 if TYPE_CHECKING:
@@ -57,17 +57,17 @@ def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
             j += 1
         elif opt == b"ttl" and not last:
             ttl = parse_int(argv[j + 1], errors.TTL_RANGE)
-            if ttl <= 0:
+            if not 0 < ttl < MAX_SECONDS:  # C Disque truncates to 32 bits silently
                 raise ReplyError(errors.TTL_RANGE)
             j += 1
         elif opt == b"retry" and not last:
             retry = parse_int(argv[j + 1], errors.RETRY_RANGE)
-            if retry < 0:
+            if not 0 <= retry < MAX_SECONDS:
                 raise ReplyError(errors.RETRY_RANGE)
             j += 1
         elif opt == b"delay" and not last:
             delay = parse_int(argv[j + 1], errors.DELAY_RANGE)
-            if delay < 0:
+            if not 0 <= delay < MAX_SECONDS:
                 raise ReplyError(errors.DELAY_RANGE)
             j += 1
         elif opt == b"maxlen" and not last:
@@ -167,7 +167,7 @@ def nack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     delay = None
     if len(argv) >= 2 and argv[-2].upper() == b"DELAY":
         delay = parse_int(argv[-1], errors.NACK_DELAY)
-        if delay < 0:
+        if not 0 <= delay < MAX_SECONDS:  # the ADDJOB range: qtime stays storable
             raise ReplyError(errors.NACK_DELAY)
         argv = argv[:-2]
     elif argv[-1].upper() == b"DELAY":

@@ -11,6 +11,7 @@ from ..client import BlockedGet
 from ..errors import ReplyError
 from ..job import ACKED
 from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT, Queue
+from ..queues import QUEUE_OVERHEAD
 from .args import parse_int, parse_scan, parse_timeout
 
 if TYPE_CHECKING:
@@ -82,8 +83,12 @@ def getjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
             return _token_replay(node, ids, withcounters, client.proto)
 
     queues = node.queues.by_name
-    for name in names:  # as in Disque, asking for a queue creates it
-        if name not in queues:
+    new = [name for name in names if name not in queues]
+    if new:  # as in Disque, asking for a queue creates it: within maxmemory
+        oom = node.mem.refuse_oom(len(new) * QUEUE_OVERHEAD + sum(map(len, new)))
+        if oom is not None:
+            return oom
+        for name in new:
             node.queues.create(name, now)
     out = []
     taken: list[bytes] | None = [] if token is not None else None  # IDs the token will remember

@@ -1,0 +1,383 @@
+"""Limits on what one request or one peer can make a node do (issue #18, items 4-5),
+on real processes: each limit refuses, logs, and leaves the node serving."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import struct
+import time
+
+import pytest
+import redis
+from support import hello_ok, join_cluster, raw, wait_for
+
+AOF = ["--appendonly", "yes", "--appendfsync", "always"]
+
+
+def show(c, jid) -> dict:
+    r = c.execute_command("SHOW", jid)
+    return dict(zip(r[::2], r[1::2], strict=True))
+
+
+# ----------------------------------------------------------- 32-bit job fields
+@pytest.mark.parametrize("opt", ["TTL", "RETRY", "DELAY"])
+def test_addjob_refuses_seconds_past_32_bits(server, opt):
+    c = server.client()
+    errors = {"TTL": "TTL must be a number > 0",
+              "RETRY": "RETRY time must be a non negative number",
+              "DELAY": "DELAY time must be a non negative number"}
+    with pytest.raises(redis.ResponseError, match=errors[opt]):
+        c.execute_command("ADDJOB", "q", "b", 0, opt, 2**32)
+    assert c.execute_command("QLEN", "q") == 0
+
+
+def test_largest_32_bit_fields_replicate_and_survive_a_restart(server_factory):
+    """What ADDJOB takes, replication and the AOF carry: the largest values reach the
+    copy and come back from the file (C Disque would have truncated them)."""
+    a, b = server_factory(*AOF), server_factory(*AOF)
+    ca, cb = join_cluster([a, b])
+    top = 2**32 - 1
+    jid = ca.execute_command("ADDJOB", "q", "big", 0, "REPLICATE", 2, "TTL", top,
+                             "RETRY", top, "DELAY", top - 1)
+    assert show(cb, jid)[b"retry"] == top
+    a.kill(signal.SIGTERM)
+    a.start()
+    ca = a.client()
+    s = show(ca, jid)
+    assert (s[b"retry"], s[b"delay"]) == (top, top - 1) and s[b"ttl"] > top - 100
+    wait_for(lambda: hello_ok(ca, 2), what="the restarted node to rejoin")
+
+
+# --------------------------------------------------------- one request's size
+def rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
+
+
+def request(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
+
+
+def test_getjob_naming_too_many_new_queues_is_refused_within_maxmemory(server_factory):
+    """GETJOB creates the queues it names: 200,000 new ones (~240 MB of queues) on a
+    node with 50 MB of maxmemory are refused at once with -OOM, nothing created, and
+    other clients go on adding jobs (before: it blocked, grew RSS by ~240 MB and left
+    every ADDJOB answering -OOM)."""
+    s = server_factory("--maxmemory", "50mb")
+    c = s.client()
+    before = rss_mb(s.proc.pid)
+    names = [b"queue-%d" % i for i in range(200_000)]
+    t = time.monotonic()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=20) as sk:
+        sk.sendall(request(b"GETJOB", b"TIMEOUT", b"2000", b"FROM", *names))
+        reply = sk.recv(200)
+    assert reply.startswith(b"-OOM "), reply
+    assert time.monotonic() - t < 1.9  # answered, not blocked for its timeout
+    assert c.execute_command("QSCAN", "COUNT", 1000)[1] == []
+    assert c.execute_command("ADDJOB", "q", "still-works", 0).startswith(b"D-")
+    assert rss_mb(s.proc.pid) - before < 100
+    # within the limit the same command blocks as in Disque, and creates its queues
+    few = [b"queue-%d" % i for i in range(1000)]
+    reply = raw(s.port, request(b"GETJOB", b"TIMEOUT", b"100", b"FROM", *few), timeout=5,
+                until=b"\r\n")
+    assert reply == b"*-1\r\n"
+    assert int(c.info("memory")["used_memory"]) > 1000 * 1000
+
+
+def test_proto_max_multibulk_len(server_factory):
+    s = server_factory("--proto-max-multibulk-len", "1000")
+    ok = raw(s.port, request(b"ACKJOB", *[b"x"] * 999), until=b"\r\n")
+    assert ok.startswith(b"-BADID")  # parsed and run: 1000 arguments
+    out = raw(s.port, request(b"ACKJOB", *[b"x"] * 1000))
+    assert out == b"-ERR Protocol error: invalid multibulk length\r\n"  # then closed
+    # refused from the header alone, before any element arrives
+    assert raw(s.port, b"*1001\r\n") == b"-ERR Protocol error: invalid multibulk length\r\n"
+    c = s.client()
+    assert c.config_get("proto-max-multibulk-len") == {"proto-max-multibulk-len": "1000"}
+    c.config_set("proto-max-multibulk-len", 2000)  # new connections take it
+    assert raw(s.port, request(b"ACKJOB", *[b"x"] * 1500), until=b"\r\n").startswith(b"-BADID")
+
+
+def test_maxclients_refuses_one_more_client(server_factory):
+    s = server_factory("--maxclients", "3")
+    held = [socket.create_connection(("127.0.0.1", s.port), timeout=5) for _ in range(3)]
+    try:
+        for sk in held:
+            sk.sendall(b"PING\r\n")
+            assert sk.recv(100) == b"+PONG\r\n"
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as extra:
+            assert extra.recv(100) == b"-ERR max number of clients reached\r\n"
+            assert extra.recv(100) == b""  # closed
+    finally:
+        for sk in held:
+            sk.close()
+    c = s.client()
+    assert wait_for(lambda: c.ping())
+    assert c.info("stats")["rejected_connections"] == 1
+
+
+# ------------------------------------------------------------------ the bus
+SECRET = "s3cret-for-the-limits-tests"
+
+
+def bus_connect(s, timeout: float = 5.0) -> socket.socket:
+    """A connection to the node's bus port (which opens just after its client port)."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", s.port + 10000), timeout=timeout)
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def closed_by_peer(sk: socket.socket, within: float = 3.0) -> bool:
+    """True once the node closed ``sk`` (EOF or reset), False if still open after
+    ``within`` seconds. What the node sent first (a handshake hello) is skipped."""
+    sk.settimeout(within)
+    try:
+        while sk.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def log_lines(s, text: str) -> list:
+    return [ln for ln in s.log().splitlines() if text in ln]
+
+
+def forged_jobs(n: int, body: bytes, retry: int = 60, nacks: int = 0) -> list:
+    """Jobs in their bus form, as a node would replicate them."""
+    import random as _random
+
+    from disquepy.core import messages as M
+    from disquepy.core.config import Config
+    from disquepy.core.node import Node
+
+    node = Node(Config(), "f" * 40, _random.Random(5), int(time.time() * 1000))
+    client = node.new_client()
+    out = []
+    for _ in range(n):
+        r = node.create_job(b"q", body, 3600, retry, 0, 1, 0, True, 0, client, node.now)
+        w = M.job_to_wire(node.jobs.get(r[1:-2]))
+        w[8] = nacks
+        out.append(w)
+    return out
+
+
+def forged_frame(*msgs) -> bytes:
+    """One frame from a fake peer: a MEET (so the node knows it) then ``msgs``."""
+    from disquepy.codec.bus import encode_frame
+    from disquepy.core import messages as M
+
+    fake = "e" * 40
+    meet = [M.MEET, fake, 7000, 0, [], "127.0.0.1"]
+    return encode_frame([M.BATCH, fake, 7000, 0, [meet, *[[t, fake, 7000, 0, *f]
+                                                         for t, f in msgs]]])
+
+
+def test_bus_frame_over_the_limit_closes_the_connection(server_factory):
+    s = server_factory("--cluster-bus-max-frame", "1mb")
+    c = s.client()
+    jid = c.execute_command("ADDJOB", "q", "kept", 0)
+    with bus_connect(s) as sk:
+        sk.sendall(struct.pack(">I", 2 * 1024 * 1024) + b"x" * 1000)
+        assert closed_by_peer(sk)
+    wait_for(lambda: log_lines(s, "frame of 2097152 bytes exceeds the limit"))
+    assert c.execute_command("SHOW", jid) is not None
+
+
+def test_a_frame_arriving_in_parts_must_fit_in_maxmemory(server_factory):
+    """Before: a peer could make a node buffer up to 1 GiB per connection, whatever
+    its maxmemory (3 x 256 MB took 817 MB of RSS)."""
+    s = server_factory("--maxmemory", "8mb")
+    before = rss_mb(s.proc.pid)
+    socks = [bus_connect(s) for _ in range(3)]
+    try:
+        for sk in socks:
+            sk.sendall(struct.pack(">I", 256 * 1024 * 1024))
+            with contextlib.suppress(OSError):
+                for _ in range(64):  # 16 MB, unless closed before
+                    sk.sendall(b"x" * 256 * 1024)
+        assert all(closed_by_peer(sk) for sk in socks)
+    finally:
+        for sk in socks:
+            sk.close()
+    assert rss_mb(s.proc.pid) - before < 30
+    assert log_lines(s, "does not fit in maxmemory")
+    assert s.client().ping()
+
+
+def test_bus_connection_limits(server_factory):
+    s = server_factory("--cluster-bus-max-connections", "4")
+    held = [bus_connect(s) for _ in range(4)]
+    try:
+        time.sleep(0.2)
+        with bus_connect(s) as extra:
+            assert closed_by_peer(extra, 2)
+        assert not closed_by_peer(held[0], 0.3)  # those already in stay
+    finally:
+        for sk in held:
+            sk.close()
+    wait_for(lambda: log_lines(s, "too many cluster bus connections (4"))
+    with bus_connect(s) as again:  # room again once they left
+        assert not closed_by_peer(again, 0.5)
+
+
+def test_connections_in_their_handshake_are_limited(server_factory):
+    """With a cluster-secret, connections that have not proved it yet (they have
+    5 s) are at most cluster-bus-max-unauthenticated at once; more are refused now."""
+    s = server_factory("--cluster-secret", SECRET, "--cluster-bus-max-unauthenticated", "2")
+    silent = [bus_connect(s) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        t = time.monotonic()
+        with bus_connect(s) as extra:
+            assert closed_by_peer(extra, 3)
+        assert time.monotonic() - t < 2  # refused at once, not at the handshake timeout
+    finally:
+        for sk in silent:
+            sk.close()
+    wait_for(lambda: log_lines(s, "too many connections in their handshake (2"))
+    time.sleep(0.2)
+    with bus_connect(s) as again:  # the two left: a new one gets the node's hello
+        again.settimeout(3)
+        assert again.recv(4) == b"DQBA"
+
+
+def test_garbage_frames_are_logged_once_per_peer(server_factory):
+    """130 garbage frames left 130 warnings (tracebacks among them); now one line per
+    peer address and kind every 10 s, and the node and its jobs are untouched."""
+    s = server_factory()
+    c = s.client()
+    jid = c.execute_command("ADDJOB", "q", "kept", 0)
+    garbage = [b"\xc1" * 20, b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1",
+               b"\x00\x00\x00\x02\x93\x01", b"\x00\x00\x00\x01\x01"]
+    for i in range(60):
+        with bus_connect(s) as sk:
+            frame = garbage[i % len(garbage)]
+            if frame[:3] != b"\x00\x00\x00":
+                frame = struct.pack(">I", len(frame)) + frame
+            sk.sendall(frame)
+            closed_by_peer(sk, 2)
+    assert c.ping()
+    lines = log_lines(s, "Closing cluster bus connection from 127.0.0.1")
+    assert 1 <= len(lines) <= 3, lines
+    assert "Traceback" not in s.log()
+    assert c.execute_command("SHOW", jid) is not None
+
+
+def test_a_meet_flood_is_bounded_work(server_factory):
+    """One 585 KB frame of MEETs naming 10,240 unknown nodes stalled a node ~12 s."""
+    import random as _random
+
+    from disquepy.core import messages as M
+
+    s = server_factory()
+    rng = _random.Random(3)
+    entries = [[[f"{rng.getrandbits(160):040x}", "127.0.0.2", rng.randint(1, 60000), 0]
+                for _ in range(512)] for _ in range(20)]
+    frame = forged_frame(*[(M.MEET, [g, "127.0.0.1"]) for g in entries])
+    assert len(frame) > 500_000
+    c = s.client()
+    with bus_connect(s) as sk:
+        sk.sendall(frame)
+        time.sleep(0.05)
+        t = time.monotonic()
+        assert c.ping()
+        assert time.monotonic() - t < 1.0
+    nodes = c.execute_command("CLUSTER", "NODES").decode().splitlines()
+    assert len(nodes) < 100
+
+
+def test_forged_copies_stop_at_the_nodes_memory_limit(server_factory):
+    """100 jobs of 100 KB replicated to a node of 4 MB: copies are held up to 75% of
+    maxmemory (before: all 10 MB of them, and every ADDJOB then got -OOM)."""
+    from disquepy.core import messages as M
+
+    s = server_factory("--maxmemory", "4mb")
+    c = s.client()
+    jobs = forged_jobs(99, b"y" * 100_000)
+    with bus_connect(s) as sk:
+        for i in range(0, 99, 9):  # frames under 1 MB: each arrives whole, fits
+            sk.sendall(forged_frame((M.REPLJOB, jobs[i:i + 9])))
+        wait_for(lambda: int(c.info("jobs")["registered_jobs"]) > 0)
+        time.sleep(0.3)
+        assert not closed_by_peer(sk, 0.1)
+    assert 20 <= int(c.info("jobs")["registered_jobs"]) < 40
+    assert int(c.info("memory")["used_memory"]) <= 3 * 1024 * 1024
+    assert c.execute_command("ADDJOB", "mine", "z", 0, "REPLICATE", 1).startswith(b"D-")
+
+
+def test_a_counter_at_the_top_of_its_range_keeps_requeues_going(server_factory):
+    """A peer sent 30 jobs with a counter at 2**64-1 to a node with AOF on: the timer
+    tick raised and none came back. Out of range is refused at the codec; at the top
+    of the range the counter stops, the jobs re-queue and survive a restart."""
+    from disquepy.core import messages as M
+    from disquepy.core.jobcodec import COUNTER_TOP
+
+    s = server_factory(*AOF)
+    c = s.client()
+    with bus_connect(s) as sk:
+        sk.sendall(forged_frame((M.REPLJOB, forged_jobs(5, b"bad", retry=1,
+                                                         nacks=2**64 - 1))))
+        sk.sendall(forged_frame((M.REPLJOB, forged_jobs(30, b"top", retry=1,
+                                                         nacks=COUNTER_TOP))))
+        wait_for(lambda: c.execute_command("QLEN", "q") == 30, timeout=10,
+                 what="30 jobs re-queued by their retry")
+    assert int(c.info("jobs")["registered_jobs"]) == 30  # the 5 bad ones refused
+    jobs = c.execute_command("GETJOB", "COUNT", 30, "WITHCOUNTERS", "FROM", "q")
+    for _ in range(2):  # NACK them: the counter stays at its top
+        c.execute_command("NACK", *[j[1] for j in jobs])
+        jobs = c.execute_command("GETJOB", "COUNT", 30, "WITHCOUNTERS", "FROM", "q")
+    assert {j[4] for j in jobs} == {COUNTER_TOP}
+    s.kill(signal.SIGTERM)
+    s.start()
+    c = s.client()
+    assert int(c.info("jobs")["registered_jobs"]) == 30
+    assert "Malformed cluster bus message" in s.log()
+
+
+def test_a_full_node_refuses_copies_and_the_producer_goes_elsewhere(server_factory):
+    """Three nodes, one of them (b) nearly full: ADDJOB REPLICATE 2 on a still gets
+    its two copies (on c when b refuses), b stays within its maxmemory; with c full
+    too, ADDJOB answers NOREPL at its timeout."""
+    a = server_factory()
+    b = server_factory("--maxmemory", "4mb")
+    c = server_factory("--maxmemory", "8mb")
+    ca, cb, cc = join_cluster([a, b, c])
+    big = "x" * 200_000
+    while int(cb.info("memory")["used_memory"]) < 3 * 1024 * 1024:
+        cb.execute_command("ADDJOB", "fill", big, 0, "REPLICATE", 1)
+    ids = [ca.execute_command("ADDJOB", "q", big, 5000, "REPLICATE", 2) for _ in range(10)]
+    assert all(cb.execute_command("SHOW", j) is None for j in ids)
+    assert all(cc.execute_command("SHOW", j) is not None for j in ids)
+    assert int(cb.info("memory")["used_memory"]) <= 4 * 1024 * 1024
+    while int(cc.info("memory")["used_memory"]) < 6 * 1024 * 1024:
+        cc.execute_command("ADDJOB", "fill", big, 0, "REPLICATE", 1)
+    with pytest.raises(redis.ResponseError, match="NOREPL"):
+        ca.execute_command("ADDJOB", "q", big, 1000, "REPLICATE", 2)
+    assert int(cc.info("memory")["used_memory"]) <= 8 * 1024 * 1024
+
+
+def test_a_frame_arriving_counts_as_used_memory_until_it_is_whole(server_factory):
+    s = server_factory("--maxmemory", "64mb")
+    c = s.client()
+
+    def used() -> int:
+        return int(c.info("memory")["used_memory"])
+    base = used()
+    with bus_connect(s) as sk:
+        sk.sendall(struct.pack(">I", 40 << 20) + b"x" * (2 << 20))
+        wait_for(lambda: used() >= base + (40 << 20), what="the frame counted")
+        # the jobs and the frame share maxmemory: 30 MB more do not fit now
+        with pytest.raises(redis.ResponseError, match="used memory > 'maxmemory'"):
+            for _ in range(30):
+                c.execute_command("ADDJOB", "q", "y" * (1 << 20), 0)
+    wait_for(lambda: used() < base + (35 << 20), what="the claim released")
