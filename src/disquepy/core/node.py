@@ -17,8 +17,10 @@ from ..codec import resp
 from . import errors
 from . import messages as M
 from .acks import Acks
+from .acl import Acl, AclError
 from .awake import NEVER, AwakeIndex
 from .client import Client
+from .config import ConfigError
 from .errors import ReplyError
 from .federation import Federation
 from .ids import JobIdGenerator, new_node_id
@@ -124,9 +126,17 @@ class Node:
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
         self.logs_out: list = []  # (level, line) for the server log
-        from .commands import COMMANDS  # here, not at import: the commands import this module
+        # here, not at import: the commands import this module
+        from .commands import COMMANDS, renamed_table
 
-        self._cmds = COMMANDS
+        try:
+            self._cmds = renamed_table(config.rename_command)
+            # users and what each may run (acl.py)
+            self.acl = Acl(frozenset(c.name for c in COMMANDS.values()),
+                           frozenset(c.name for c in COMMANDS.values() if c.noauth))
+            self.acl.configure(config.user, config.requirepass)
+        except (ValueError, AclError) as e:
+            raise ConfigError(f"*** FATAL CONFIG ERROR ***\n{e}", kind="invalid", reason=str(e)) from None
         self.oom_limit: float = 0.0
         # how jobs ended, for JOBSTATUS after they are gone (see outcomes.py)
         self.outcomes = Outcomes(config.job_outcome_retention * 1000,
@@ -325,7 +335,7 @@ class Node:
     def new_client(self, conn=None, addr: str = "", now: int = 0) -> Client:
         self._next_client_id += 1
         c = Client(self._next_client_id, conn, addr, now)
-        c.authed = not self.config.requirepass
+        c.authed, c.allowed = self.acl.default_state
         self.clients[c.id] = c
         self.stats.connections += 1
         self.used_memory += CLIENT_OVERHEAD
@@ -362,8 +372,9 @@ class Node:
         arity = cmd.arity
         if (n != arity) if arity > 0 else (n < -arity):
             return resp.error(errors.wrong_arity(cmd.name))
-        if not client.authed and not cmd.noauth:
-            return resp.error(errors.NOAUTH)
+        allowed = client.allowed  # None: every command (computed at AUTH, acl.py)
+        if allowed is not None and cmd.name not in allowed:
+            return self._refused(client, cmd.name)
         if cmd.denyoom and self.used_memory >= self.oom_limit:
             oom = self._refuse_oom()
             if oom is not None:
@@ -417,9 +428,19 @@ class Node:
         self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
         if self.outcomes.max_bytes != self.config.job_outcome_max_memory:
             self.outcomes.max_bytes = self.config.job_outcome_max_memory
-        if "requirepass" in names and not self.config.requirepass:
-            for c in self.clients.values():
-                c.authed = True
+        if "requirepass" in names:
+            self.acl.set_requirepass(self.config.requirepass)
+            if not self.config.requirepass:  # the default user has nopass again
+                authed, allowed = self.acl.default_state
+                for c in self.clients.values():
+                    if not c.authed:
+                        c.authed, c.allowed, c.user = authed, allowed, "default"
+
+    def _refused(self, client: Client, name: str) -> bytes:
+        if not client.authed:
+            return resp.error(errors.NOAUTH)
+        self.acl.denied += 1
+        return resp.error(errors.noperm(client.user, name))
 
     def _refuse_oom(self):
         """At the limit: evict what is safe to evict; the OOM reply if still full."""

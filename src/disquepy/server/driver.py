@@ -354,6 +354,10 @@ class Driver(Shell):
                             "an attacker attempting to use Cross Protocol Scripting to "
                             "compromise your Disque instance. Connection aborted.")
             return None
+        if kind == "auth-failed":  # answer later; this client's next commands wait
+            delay_ms, error = req.args
+            self.loop.call_later(delay_ms / 1000, self._late_reply, conn, error)
+            return None
         if kind == "shutdown":
             conn.close()
             self.shutdown(req.args[0] if req.args else "")
@@ -373,6 +377,12 @@ class Driver(Shell):
             self.bus.set_drop(req.args[0], req.args[1])
             return resp.OK
         return resp.error(f"ERR unsupported request {kind}")
+
+    @staticmethod
+    def _late_reply(conn, data: bytes) -> None:
+        if conn is not None and not conn.closing:
+            conn.send_replies(data)
+            conn.resume()
 
     def config_rewrite(self) -> bytes:
         path = self.config_path

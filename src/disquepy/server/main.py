@@ -208,8 +208,12 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
                  bus_tls_out=None) -> int:
     loop = asyncio.get_running_loop()
     sysrand = random.SystemRandom()
-    node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)), Driver.now(),
-                port=tls.announced_port(cfg))
+    try:
+        node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)),
+                    Driver.now(), port=tls.announced_port(cfg))
+    except ConfigError as e:  # rename-command, user: checked against the command table
+        log.warning("Fatal config error: %s", e.reason)
+        return 1
     driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
     try:
         if not driver.lock_nodes_conf():

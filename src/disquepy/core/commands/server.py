@@ -52,19 +52,90 @@ def select(node, client, argv, now):
 
 # ------------------------------------------------------------------ auth / hello
 def auth(node, client, argv, now):
-    """AUTH password, or Redis 6's AUTH default password."""
-    if len(argv) > 3:
+    """AUTH password (the default user's), or AUTH username password (core/acl.py)."""
+    n = len(argv)
+    if n > 3:
         raise ReplyError(errors.SYNTAX)
-    if not node.config.requirepass:
-        raise ReplyError(errors.AUTH_NOT_SET)
-    if len(argv) == 3 and argv[1] != b"default":
-        client.authed = False
-        raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
-    if argv[-1].decode("utf-8", "surrogateescape") == node.config.requirepass:
-        client.authed = True
+    if n == 2:
+        if not node.acl.needs_password():
+            raise ReplyError(errors.AUTH_NOT_SET)
+        name = "default"
+    else:
+        name = argv[1].decode("utf-8", "surrogateescape")
+    if _login(node, client, name, argv[-1]):
         return resp.OK
-    client.authed = False
-    raise ReplyError(errors.INVALID_PASSWORD)
+    return _auth_failed(node, client, name,
+                        errors.INVALID_PASSWORD if n == 2 else errors.WRONGPASS, now)
+
+
+def _login(node, client, name: str, password: bytes) -> bool:
+    """Authenticate the connection as ``name``; what it may run is set here, once."""
+    acl = node.acl
+    if acl.authenticate(name, password.decode("utf-8", "surrogateescape")) is None:
+        return False
+    client.authed = True
+    client.user = name
+    client.allowed = acl.allowed(name)
+    client.auth_fails = 0
+    return True
+
+
+def _auth_failed(node, client, name: str, error: str, now: int):
+    """The error comes after a delay that doubles with each failure on the connection
+    (the shell waits without blocking anyone else; later commands of this client
+    wait too); the attempt is logged, at most one line a second."""
+    from ..outputs import ShellRequest
+
+    client.auth_fails += 1
+    delay, line = node.acl.auth_failed(name, client.addr, client.auth_fails, now)
+    if line is not None:
+        node.logs_out.append(("warning", line))
+    return ShellRequest("auth-failed", delay, resp.error(error))
+
+
+def require(node, client, name: str) -> None:
+    """A subcommand allowed one by one (``client|list``): NOPERM unless the user may."""
+    allowed = client.allowed
+    if allowed is not None and name not in allowed:
+        node.acl.denied += 1
+        raise ReplyError(errors.noperm(client.user, name))
+
+
+def acl(node, client, argv, now):
+    """ACL WHOAMI | CAT [category] | USERS | LIST | GETUSER name (users come from the
+    ``user`` config lines; see core/acl.py)."""
+    from .. import acl as aclmod
+
+    sub = argv[1].lower().decode("utf-8", "replace")
+    n = len(argv)
+    lo, hi = {"cat": (2, 3), "getuser": (3, 3)}.get(sub, (2, 2))
+    if sub not in aclmod.SUBCOMMANDS["acl"] or not lo <= n <= hi:
+        raise ReplyError(f"ERR unknown subcommand or wrong number of arguments for "
+                         f"'{argv[1].decode(errors='replace')}'. Try ACL HELP.")
+    require(node, client, "acl|" + sub)
+    users = node.acl.users
+    if sub == "whoami":
+        return resp.bulk(client.user.encode())
+    if sub == "users":
+        return resp.bulk_array([u.encode() for u in sorted(users)])
+    if sub == "list":
+        return resp.bulk_array([users[u].describe().encode() for u in sorted(users)])
+    if sub == "getuser":
+        u = users.get(argv[2].decode("utf-8", "surrogateescape"))
+        if u is None:
+            return resp.null_bulk(client.proto)
+        return resp.encode({
+            "flags": ["on" if u.enabled else "off", *(["nopass"] if u.nopass else [])],
+            "passwords": list(u.hashes),
+            "commands": " ".join(u.rules or ["nocommands"]),
+        }, client.proto)
+    if n == 2:  # cat
+        return resp.bulk_array([c.encode() for c in aclmod.category_names()])
+    names = aclmod.category_commands(argv[2].lower().decode("utf-8", "replace"),
+                                     node.acl.known)
+    if names is None:
+        raise ReplyError(f"ERR Unknown category '{argv[2].decode(errors='replace')}'")
+    return resp.bulk_array([c.encode() for c in names])
 
 
 def hello(node, client, argv, now):
@@ -91,31 +162,25 @@ def redis_hello(node, client, argv) -> bytes:
     j = 2
     n = len(argv)
     name = None
-    authed = client.authed
+    login = None
     while j < n:
         opt = argv[j].lower()
         if opt == b"auth" and j + 2 < n:
-            user, pw = argv[j + 1], argv[j + 2]
-            if not node.config.requirepass:
-                raise ReplyError(errors.AUTH_NOT_SET)
-            if user != b"default" or pw.decode("utf-8", "surrogateescape") != (
-                node.config.requirepass
-            ):
-                raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
-            authed = True
+            login = (argv[j + 1].decode("utf-8", "surrogateescape"), argv[j + 2])
             j += 3
         elif opt == b"setname" and j + 1 < n:
             name = argv[j + 1]
             j += 2
         else:
             raise ReplyError(f"ERR Syntax error in HELLO option '{argv[j].decode(errors='replace')}'")
-    if not authed:
+    if login is not None and not _login(node, client, *login):
+        return _auth_failed(node, client, login[0], errors.WRONGPASS, node.now)
+    if not client.authed:
         raise ReplyError(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
             "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client "
             "and select the RESP protocol version at the same time"
         )
-    client.authed = True
     client.proto = ver
     if name is not None:
         client.name = name
@@ -202,6 +267,8 @@ def info_sections(node, host: dict, now: int) -> dict:
             ("total_net_input_bytes", host.get("net_in", 0)),
             ("total_net_output_bytes", host.get("net_out", 0)),
             ("rejected_connections", st.rejected_connections),
+            ("acl_access_denied_auth", node.acl.fails),
+            ("acl_access_denied_cmd", node.acl.denied),
             ("jobs_added", st.jobs_added),
             ("jobs_delivered", st.jobs_delivered),
             ("jobs_acked", st.jobs_acked),
@@ -341,6 +408,8 @@ def debug(node, client, argv, now):
 def client(node, client, argv, now):
     sub = argv[1].lower()
     n = len(argv)
+    if client.allowed is not None:  # subcommands are allowed one by one (core/acl.py)
+        require(node, client, "client|" + sub.decode("utf-8", "replace"))
     if sub == b"setname" and n == 3:
         if b" " in argv[2] or b"\n" in argv[2]:
             raise ReplyError("ERR Client names cannot contain spaces, newlines or special "
@@ -366,7 +435,7 @@ def client(node, client, argv, now):
             lines.append(
                 f"id={c.id} addr={c.addr} name={c.name.decode(errors='replace')} "
                 f"age={(now - c.ctime) // 1000} idle={(now - c.last_cmd_time) // 1000} "
-                f"flags={'b' if c.blocked else 'N'} qbuf={c.qbuf} "
+                f"flags={'b' if c.blocked else 'N'} qbuf={c.qbuf} user={c.user} "
                 f"lib-name={c.lib_name.decode(errors='replace')} "
                 f"lib-ver={c.lib_ver.decode(errors='replace')}"
             )
