@@ -23,7 +23,7 @@ from ..core.awake import NEVER
 from ..core.commands.server import info_reply
 from ..core.config import ConfigError
 from ..core.outputs import Shell
-from .log import log, set_level
+from .log import VERBOSE, log, set_level
 
 
 class Driver(Shell):
@@ -49,7 +49,8 @@ class Driver(Shell):
         self._security_logged = -NEVER  # when the cross-protocol warning was last logged
         node.events_on = config.event_log
         self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
-        self.config_changed(["client-output-buffer-limit"])
+        self._idle_ticking = False  # the `timeout` check runs (while timeout > 0)
+        self.config_changed(["client-output-buffer-limit", "timeout"])
 
     @staticmethod
     def now() -> int:
@@ -110,6 +111,7 @@ class Driver(Shell):
         conn = client.conn
         if conn is None:
             return
+        client.last_cmd_time = self.node.now  # a reply is an interaction (Redis's too)
         aof = self.aof
         if aof is not None and aof.holding:
             aof.hold(conn, data)  # behind replies waiting for the AOF write
@@ -182,6 +184,25 @@ class Driver(Shell):
             self.aof.close()
             self.aof = None
         self.node.aof.on = False
+
+    def _idle_tick(self) -> None:
+        """Once a second while ``timeout`` is set: close the clients idle for longer,
+        as Redis does, but not those waiting for a reply (a blocked GETJOB, an ADDJOB
+        waiting for its copies, a shell request): they are not idle, they wait."""
+        timeout = self.config.timeout
+        if not timeout:
+            self._idle_ticking = False
+            return
+        now = self.now()
+        oldest = now - timeout * 1000
+        idle = [c for c in self.node.clients.values()
+                if c.last_cmd_time < oldest and c.blocked is None and c.blocked_add is None
+                and c.conn is not None and not c.conn.waiting]
+        for c in idle:
+            log.log(VERBOSE, "Closing idle client %s (idle for %d s)", c.addr,
+                    (now - c.last_cmd_time) // 1000)
+            c.conn.close()
+        self.loop.call_later(1.0, self._idle_tick)
 
     def _aof_tick(self) -> None:
         if self.aof is not None:
@@ -408,6 +429,9 @@ class Driver(Shell):
         if "client-output-buffer-limit" in names:
             limit = self.config.client_output_buffer_limit
             self.obuf_limit = limit if limit.hard_bytes or limit.soft_bytes else None
+        if "timeout" in names and self.config.timeout and not self._idle_ticking:
+            self._idle_ticking = True
+            self.loop.call_later(1.0, self._idle_tick)
         if "loglevel" in names:
             set_level(self.config.loglevel)
         if "appendonly" in names:
