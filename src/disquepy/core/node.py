@@ -126,6 +126,9 @@ class Node:
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
         self.logs_out: list = []  # (level, line) for the server log
+        # CLUSTER MEET asks the shell to check the peer's bus first (the server does;
+        # the simulator and the test harnesses meet at once)
+        self.probe_meet = False
         # here, not at import: the commands import this module
         from .commands import COMMANDS, renamed_table
 

@@ -48,6 +48,8 @@ class Driver(Shell):
         self._events_ticking = False
         self._security_logged = -NEVER  # when the cross-protocol warning was last logged
         node.events_on = config.event_log
+        node.probe_meet = True  # CLUSTER MEET: see _meet
+        self._tasks: set = set()  # CLUSTER MEET probes running (a reference keeps each)
         self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
         self._idle_ticking = False  # the `timeout` check runs (while timeout > 0)
         self.config_changed(["client-output-buffer-limit", "timeout"])
@@ -379,6 +381,11 @@ class Driver(Shell):
             delay_ms, error = req.args
             self.loop.call_later(delay_ms / 1000, self._late_reply, conn, error)
             return None
+        if kind == "cluster-meet":
+            task = self.loop.create_task(self._meet(conn, *req.args))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return None
         if kind == "shutdown":
             conn.close()
             self.shutdown(req.args[0] if req.args else "")
@@ -398,6 +405,23 @@ class Driver(Shell):
             self.bus.set_drop(req.args[0], req.args[1])
             return resp.OK
         return resp.error(f"ERR unsupported request {kind}")
+
+    async def _meet(self, conn, ip: str, port: int) -> None:
+        """CLUSTER MEET: first one connection to the node's bus, to tell the operator
+        now, in the reply, when that node and this one would refuse each other (another
+        cluster-secret, none on one side, a certificate the other does not accept)
+        instead of a MEET that never lands and a line in each log."""
+        why = None
+        if self.bus is not None:
+            why = await self.bus.probe(ip, port + self.config.cluster_port_offset)
+        if why is None:
+            self.node.members.meet(ip, port, self.now())
+            self.after_event()
+            reply = resp.OK
+        else:
+            log.warning("CLUSTER MEET %s:%d refused: %s", ip, port, why)
+            reply = resp.error(f"ERR CLUSTER MEET {ip}:{port} failed: {why}")
+        self._late_reply(conn, reply)
 
     @staticmethod
     def _late_reply(conn, data: bytes) -> None:

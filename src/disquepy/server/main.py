@@ -235,6 +235,20 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         return 1
     log.info("Disque (disquepy %s) starting, pid=%d, node id %s", __version__, os.getpid(),
              node.myid)
+    # the bus first: once the client port answers, a CLUSTER MEET toward this node works
+    from .bus import Bus
+
+    secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
+    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
+              ssl_server=bus_tls_in, ssl_client=bus_tls_out)
+    bus_port = node.port + cfg.cluster_port_offset
+    try:
+        await bus.listen(cfg.bind, bus_port)
+    except OSError as e:
+        log.warning("Creating the cluster bus listening socket on port %d: %s", bus_port,
+                    e.strerror)
+        return 1
+    driver.bus = bus
     listeners = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
     if cfg.tls_port:
         listeners.append((cfg.tls_port, client_tls))
@@ -257,19 +271,6 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         log.warning("Creating Server %s listening socket %s:%d: %s", "TLS" if ctx else "TCP",
                     addr, port, e.strerror)
         return 1
-    from .bus import Bus
-
-    secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
-    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
-              ssl_server=bus_tls_in, ssl_client=bus_tls_out)
-    bus_port = node.port + cfg.cluster_port_offset
-    try:
-        await bus.listen(cfg.bind, bus_port)
-    except OSError as e:
-        log.warning("Creating the cluster bus listening socket on port %d: %s", bus_port,
-                    e.strerror)
-        return 1
-    driver.bus = bus
     bus.sync_links(node.members.peer_links())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.shutdown, "signal")

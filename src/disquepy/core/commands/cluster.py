@@ -23,6 +23,10 @@ def cluster(node, client, argv, now):
                 ipaddress.ip_address(ip)
             except ValueError:
                 raise ReplyError(f"ERR Invalid node address specified: {ip}:{port}") from None
+        if node.probe_meet:  # the shell checks the bus first (cluster-secret, TLS)
+            from ..outputs import ShellRequest
+
+            return ShellRequest("cluster-meet", ip, int(port))
         node.members.meet(ip, int(port), now)
         return resp.OK
     if sub == b"nodes" and n == 2:
