@@ -7,7 +7,7 @@ refused at the memory limit; ``noauth`` commands run before AUTH.
 
 from __future__ import annotations
 
-from . import acks, cluster, jobs, queues, server, status
+from . import acks, cluster, jobs, queues, server, status, users
 
 
 class Command:
@@ -108,13 +108,13 @@ _TABLE = [
     Command("info", -1, server.info,
             args='needs facts of the process',
             summary="The node's state, counters and settings"),
-    Command("hello", -1, server.hello, "n",
+    Command("hello", -1, users.hello, "n",
             args='[protover [AUTH username password] [SETNAME name]]',
             summary="The cluster's nodes (Disque), or Redis's handshake with protover"),
-    Command("auth", -2, server.auth, "n",
+    Command("auth", -2, users.auth, "n",
             args='[username] password',
             summary='Authenticate the connection, as the default user or as username'),
-    Command("acl", -2, server.acl,
+    Command("acl", -2, users.acl,
             args='WHOAMI | CAT [category] | USERS | LIST | GETUSER username',
             summary="Users and what they may run: who this connection is, the roles, the users"),
     Command("config", -2, server.config, "a",
@@ -158,7 +158,7 @@ COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in _TABLE}
 COMMANDS.update({c.name.upper().encode(): c for c in _TABLE})
 
 
-def renamed_table(renames: list) -> dict[bytes, Command]:
+def renamed_table(renames: list[tuple[str, str]]) -> dict[bytes, Command]:
     """The command table after ``rename-command old new`` lines, in order: ``old`` is
     no longer known, ``new`` (unless empty: the command is removed) runs it. The
     command keeps its own name in statistics and ACL rules. Raises ValueError for a

@@ -1,4 +1,5 @@
-"""Server commands: PING, ECHO, INFO, HELLO, AUTH, CONFIG, SHUTDOWN, DEBUG, CLIENT, ..."""
+"""Server commands: PING, ECHO, INFO, CONFIG, SHUTDOWN, DEBUG, CLIENT, ... (HELLO, AUTH
+and ACL: users.py)."""
 
 from __future__ import annotations
 
@@ -48,151 +49,6 @@ def select(node, client, argv, now):
     if v is None:
         raise ReplyError(errors.NOT_INTEGER)
     raise ReplyError("ERR DB index is out of range")
-
-
-# ------------------------------------------------------------------ auth / hello
-def auth(node, client, argv, now):
-    """AUTH password (the default user's), or AUTH username password (core/acl.py)."""
-    n = len(argv)
-    if n > 3:
-        raise ReplyError(errors.SYNTAX)
-    if n == 2:
-        if not node.acl.needs_password():
-            raise ReplyError(errors.AUTH_NOT_SET)
-        name = "default"
-    else:
-        name = argv[1].decode("utf-8", "surrogateescape")
-    if _login(node, client, name, argv[-1]):
-        return resp.OK
-    return _auth_failed(node, client, name,
-                        errors.INVALID_PASSWORD if n == 2 else errors.WRONGPASS, now)
-
-
-def _login(node, client, name: str, password: bytes) -> bool:
-    """Authenticate the connection as ``name``; what it may run is set here, once."""
-    acl = node.acl
-    if acl.authenticate(name, password.decode("utf-8", "surrogateescape")) is None:
-        return False
-    client.authed = True
-    client.user = name
-    client.allowed = acl.allowed(name)
-    client.auth_fails = 0
-    return True
-
-
-def _auth_failed(node, client, name: str, error: str, now: int):
-    """The error comes after a delay that doubles with each failure on the connection
-    (the shell waits without blocking anyone else; later commands of this client
-    wait too); the attempt is logged, at most one line a second."""
-    from ..outputs import ShellRequest
-
-    client.auth_fails += 1
-    delay, line = node.acl.auth_failed(name, client.addr, client.auth_fails, now)
-    if line is not None:
-        node.logs_out.append(("warning", line))
-    return ShellRequest("auth-failed", delay, resp.error(error))
-
-
-def require(node, client, name: str) -> None:
-    """A subcommand allowed one by one (``client|list``): NOPERM unless the user may."""
-    allowed = client.allowed
-    if allowed is not None and name not in allowed:
-        node.acl.denied += 1
-        raise ReplyError(errors.noperm(client.user, name))
-
-
-def acl(node, client, argv, now):
-    """ACL WHOAMI | CAT [category] | USERS | LIST | GETUSER name (users come from the
-    ``user`` config lines; see core/acl.py)."""
-    from .. import acl as aclmod
-
-    sub = argv[1].lower().decode("utf-8", "replace")
-    n = len(argv)
-    lo, hi = {"cat": (2, 3), "getuser": (3, 3)}.get(sub, (2, 2))
-    if sub not in aclmod.SUBCOMMANDS["acl"] or not lo <= n <= hi:
-        raise ReplyError(f"ERR unknown subcommand or wrong number of arguments for "
-                         f"'{argv[1].decode(errors='replace')}'. Try ACL HELP.")
-    require(node, client, "acl|" + sub)
-    users = node.acl.users
-    if sub == "whoami":
-        return resp.bulk(client.user.encode())
-    if sub == "users":
-        return resp.bulk_array([u.encode() for u in sorted(users)])
-    if sub == "list":
-        return resp.bulk_array([users[u].describe().encode() for u in sorted(users)])
-    if sub == "getuser":
-        u = users.get(argv[2].decode("utf-8", "surrogateescape"))
-        if u is None:
-            return resp.null_bulk(client.proto)
-        return resp.encode({
-            "flags": ["on" if u.enabled else "off", *(["nopass"] if u.nopass else [])],
-            "passwords": list(u.hashes),
-            "commands": " ".join(u.rules or ["nocommands"]),
-        }, client.proto)
-    if n == 2:  # cat
-        return resp.bulk_array([c.encode() for c in aclmod.category_names()])
-    names = aclmod.category_commands(argv[2].lower().decode("utf-8", "replace"),
-                                     node.acl.known)
-    if names is None:
-        raise ReplyError(f"ERR Unknown category '{argv[2].decode(errors='replace')}'")
-    return resp.bulk_array([c.encode() for c in names])
-
-
-def hello(node, client, argv, now):
-    """Plain HELLO is Disque's node list; HELLO <protover> ... is Redis's handshake."""
-    if len(argv) == 1:
-        if not client.authed:
-            return resp.error(errors.NOAUTH)
-        return disque_hello(node)
-    return redis_hello(node, client, argv)
-
-
-def disque_hello(node) -> bytes:
-    nodes = [resp.bulk_array([n[0], n[1], b"%d" % n[2], b"%d" % n[3]])
-             for n in node.members.hello_nodes()]
-    return resp.array([resp.ONE, resp.bulk(node.myid_b), *nodes])
-
-
-def redis_hello(node, client, argv) -> bytes:
-    ver = to_int(argv[1])
-    if ver is None:
-        raise ReplyError("ERR Protocol version is not an integer or out of range")
-    if ver not in (2, 3):
-        raise ReplyError("NOPROTO unsupported protocol version")
-    j = 2
-    n = len(argv)
-    name = None
-    login = None
-    while j < n:
-        opt = argv[j].lower()
-        if opt == b"auth" and j + 2 < n:
-            login = (argv[j + 1].decode("utf-8", "surrogateescape"), argv[j + 2])
-            j += 3
-        elif opt == b"setname" and j + 1 < n:
-            name = argv[j + 1]
-            j += 2
-        else:
-            raise ReplyError(f"ERR Syntax error in HELLO option '{argv[j].decode(errors='replace')}'")
-    if login is not None and not _login(node, client, *login):
-        return _auth_failed(node, client, login[0], errors.WRONGPASS, node.now)
-    if not client.authed:
-        raise ReplyError(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
-            "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client "
-            "and select the RESP protocol version at the same time"
-        )
-    client.proto = ver
-    if name is not None:
-        client.name = name
-    return resp.encode({
-        "server": "disque",
-        "version": __version__,
-        "proto": ver,
-        "id": client.id,
-        "mode": "cluster" if node.size > 1 else "standalone",
-        "role": "master",
-        "modules": [],
-    }, ver)
 
 
 # ------------------------------------------------------------------------ INFO
@@ -409,6 +265,8 @@ def client(node, client, argv, now):
     sub = argv[1].lower()
     n = len(argv)
     if client.allowed is not None:  # subcommands are allowed one by one (core/acl.py)
+        from .users import require
+
         require(node, client, "client|" + sub.decode("utf-8", "replace"))
     if sub == b"setname" and n == 3:
         if b" " in argv[2] or b"\n" in argv[2]:
