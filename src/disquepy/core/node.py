@@ -375,8 +375,8 @@ class Node:
         arity = cmd.arity
         if (n != arity) if arity > 0 else (n < -arity):
             return resp.error(errors.wrong_arity(cmd.name))
-        allowed = client.allowed  # None: every command (computed at AUTH, acl.py)
-        if allowed is not None and cmd.name not in allowed:
+        # what the client's user may run, None for everything (set at AUTH, acl.py)
+        if client.allowed is not None and cmd.name not in client.allowed:
             return self._refused(client, cmd.name)
         if cmd.denyoom and self.used_memory >= self.oom_limit:
             oom = self._refuse_oom()
