@@ -9,7 +9,7 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import CLUSTER_TIMEOUT_MS, Server, join_cluster  # noqa: E402
+from support import CLUSTER_TIMEOUT_MS, Server, join_cluster, start_secure_server  # noqa: E402
 
 # Tests send SIGINT to the processes they start (Ctrl-C in the CLI, the cluster script,
 # the chaos runner). A shell started in the background (`make test &`, nohup) hands its
@@ -38,6 +38,13 @@ def server_factory(tmp_path):
     yield make
     for s in servers:
         s.kill()
+
+
+@pytest.fixture
+def secure_server(server_factory, tmp_path):
+    """A node with one ACL user per role and a mutual-TLS port (support.py's
+    ``start_secure_server``), for the tools' user and TLS options."""
+    return start_secure_server(server_factory, tmp_path / "certs")
 
 
 @pytest.fixture(scope="session")

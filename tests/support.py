@@ -170,3 +170,31 @@ def join_cluster(servers: list) -> list:
     for c in clients:
         wait_for(lambda c=c: hello_ok(c, len(servers)), what="cluster to converge")
     return clients
+
+
+# ------------------------------------------------------------ users and TLS
+#: one ACL user per role (name: (password, rule)) on a ``secure_server``
+ROLE_USERS = {"ops": ("opspw", "+@admin"), "producer": ("prodpw", "+@producer"),
+              "consumer": ("conspw", "+@consumer"), "viewer": ("viewpw", "+@read")}
+
+
+def start_secure_server(server_factory, certs: Path, *extra: str):
+    """A node with a user per role (``ROLE_USERS``; ``requirepass defaultpw``) and a TLS
+    port (``.tls_port``, mutual TLS) beside the plain one. ``.ca`` is its CA; ``.tls``
+    the client-side files: ``{"cacert", "cert", "key"}``."""
+    from tlscerts import CA
+
+    ca = CA(certs)
+    crt, key = ca.issue("node")
+    tls_port = free_port()
+    conf = "requirepass defaultpw\n" + "".join(
+        f"user {name} on >{pw} {rule}\n" for name, (pw, rule) in ROLE_USERS.items())
+    s = server_factory("--tls-port", str(tls_port), "--tls-cert-file", crt,
+                       "--tls-key-file", key, "--tls-ca-cert-file", str(ca.cert_path),
+                       *extra, conf=conf)
+    wait_for(lambda: f"ready to accept TLS connections on port {tls_port}" in s.log(),
+             what="the TLS listener")
+    app_crt, app_key = ca.issue("app")
+    s.tls_port, s.ca = tls_port, ca
+    s.tls = {"cacert": str(ca.cert_path), "cert": app_crt, "key": app_key}
+    return s

@@ -25,6 +25,7 @@ def cli_env(home: Path) -> dict[str, str]:
     """Environment for a CLI process: HOME (history file) in the test's directory."""
     env = dict(os.environ, HOME=str(home), PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
     env.pop("DISQUE_AUTH", None)
+    env.pop("DISQUE_USER", None)
     env.pop("DISQUE_HISTFILE", None)
     return env
 

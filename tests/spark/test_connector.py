@@ -109,7 +109,7 @@ def test_unknown_options_are_refused_naming_the_valid_ones(single):
     schema = StructType().add("body", StringType())
     with pytest.raises(ValueError, match=r"the disque sink: unknown option 'replicat' "
                        r"\(did you mean 'replicate'\?\); valid options: nodes, password, "
-                       r"queue, .*batchSize"):
+                       r"user, tls, tlsCaCert, tlsCert, tlsKey, queue, .*batchSize"):
         _AddJobSpec.from_options(lower_options({"queue": "q", "Replicat": "2"}), schema)
     with pytest.raises(ValueError, match="the disque batch source: unknown option "
                        "'qeue'.*did you mean 'queue'"):

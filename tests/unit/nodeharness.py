@@ -33,8 +33,12 @@ class HarnessShell(Shell):
     def finish(self, client, req) -> None:
         if req.kind == "config-changed":
             return
-        data = info_reply(self.node, req.args[0], {}, self.node.now) if req.kind == "info" \
-            else req
+        if req.kind == "info":
+            data = info_reply(self.node, req.args[0], {}, self.node.now)
+        elif req.kind == "auth-failed":  # the error, without the delay
+            data = req.args[1]
+        else:
+            data = req
         self.finished[client.id] = data
 
     def run(self, client) -> bytes | None:

@@ -91,7 +91,7 @@ def raw_command(target: Target, argv: tuple[str, ...]) -> None:
     from .repl import to_wire
 
     session = RawSession(target.host, target.port, target.password,
-                         target.tls_options)
+                         target.tls_options, target.user)
     try:
         reply = session.call(*[to_wire(a) for a in argv])
     finally:
@@ -119,8 +119,11 @@ GLOBAL_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("-h", "host"), dict(default="127.0.0.1", show_default=True, help="Server hostname.")),
     (("-p", "port"), dict(default=7711, show_default=True, type=click.IntRange(1, 65535),
                           help="Server port.")),
-    (("-a", "password"), dict(default=None, envvar="DISQUE_AUTH",
-                              help="Password (AUTH); also from $DISQUE_AUTH.")),
+    (("-a", "--pass", "password"), dict(default=None, envvar="DISQUE_AUTH",
+                                        help="Password (AUTH); also from $DISQUE_AUTH.")),
+    (("--user", "user"), dict(default=None, envvar="DISQUE_USER",
+                              help="ACL user to AUTH as, with -a (AUTH user password); also "
+                                   "from $DISQUE_USER.")),
     (("--raw",), dict(is_flag=True, help="Print raw values, without quotes and types.")),
     (("--tls",), dict(is_flag=True, help="Connect over TLS (the server's tls-port).")),
     (("--cacert",), dict(default=None, help="CA certificate file that verifies the server "
@@ -162,12 +165,13 @@ def _global_options(fn: Any) -> Any:
 @_global_options
 @click.version_option(package_name="disquepy", message="disque %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, host: str, port: int, password: str | None, raw: bool, tls: bool,
-        cacert: str | None, cert: str | None, key: str | None) -> None:
+def cli(ctx: click.Context, host: str, port: int, password: str | None, user: str | None,
+        raw: bool, tls: bool, cacert: str | None, cert: str | None, key: str | None) -> None:
     """redis-cli for Disque, plus friendly commands.
 
     \b
     disque [-h HOST] [-p PORT] [-a PASSWORD] CMD [ARG...]   one command, reply printed
+    disque --user NAME -a PASSWORD ...                       as an ACL user
     disque --tls --cacert CA [--cert C --key K] -p PORT ...  the same over TLS
     disque                                                   interactive prompt
     disque cluster create H:P H:P ...                        join nodes into a cluster
@@ -177,10 +181,10 @@ def cli(ctx: click.Context, host: str, port: int, password: str | None, raw: boo
     Lower-case friendly command names take precedence; any other word (ADDJOB, info,
     CLUSTER INFO, ...) is sent to the server as typed, unless it looks like a typo of a
     friendly command (and is no server command): then the closest names are suggested.
-    -h, -p, -a, --raw and the TLS options may also follow a friendly command
+    -h, -p, -a, --user, --raw and the TLS options may also follow a friendly command
     (disque jobs q -p 7712).
     """
-    ctx.obj = Target(host=host, port=port, password=password, raw=raw, tls=tls,
+    ctx.obj = Target(host=host, port=port, password=password, user=user, raw=raw, tls=tls,
                      cacert=cacert, cert=cert, key=key)
     if ctx.invoked_subcommand is None:
         from .repl import run_repl

@@ -58,11 +58,12 @@ def parse_addr(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
 
 @dataclass
 class Target:
-    """The node the command line talks to (from ``-h``, ``-p``, ``-a``)."""
+    """The node the command line talks to (from ``-h``, ``-p``, ``-a``, ``--user``)."""
 
     host: str = "127.0.0.1"
     port: int = 7711
     password: str | None = None
+    user: str | None = None  # an ACL user: AUTH user password
     raw: bool = False
     tls: bool = False  # --tls, with --cacert, --cert, --key as redis-cli
     cacert: str | None = None
@@ -86,7 +87,7 @@ class Target:
               connect_timeout: float = CONNECT_TIMEOUT) -> redis.Redis:
         """A redis-py client (RESP2) on this node or on ``host:port``; closed at exit."""
         c = redis.Redis(host=host or self.host, port=port or self.port,
-                        password=self.password, protocol=2,
+                        username=self.user, password=self.password, protocol=2,
                         socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
                         retry=Retry(NoBackoff(), 0),  # report failures at once, no retries
                         **self.tls_options)
@@ -102,7 +103,7 @@ class Target:
 
         self.redis(host, port, socket_timeout=CONNECT_TIMEOUT).ping()
         c = Disque([f"{host or self.host}:{port or self.port}"], password=self.password,
-                   socket_timeout=10.0, socket_connect_timeout=CONNECT_TIMEOUT,
+                   username=self.user, socket_timeout=10.0, socket_connect_timeout=CONNECT_TIMEOUT,
                    **self.tls_options)
         self._clients.append(c)
         return c
@@ -122,11 +123,12 @@ class RawSession:
     """
 
     def __init__(self, host: str, port: int, password: str | None = None,
-                 tls: dict | None = None) -> None:
+                 tls: dict | None = None, username: str | None = None) -> None:
         self.host, self.port = host, port
         tls = dict(tls or {})
         cls = redis.SSLConnection if tls.pop("ssl", False) else redis.Connection
-        self.conn = cls(host=host, port=port, password=password, protocol=2,
+        self.conn = cls(host=host, port=port, username=username, password=password,
+                        protocol=2,
                         parser_class=ReplyParser, socket_connect_timeout=CONNECT_TIMEOUT,
                         **tls)
 

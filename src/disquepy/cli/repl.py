@@ -138,7 +138,7 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
     interactive = stdin.isatty()
     history = _History(interactive and stdin is sys.stdin)
     session = RawSession(target.host, target.port, target.password,
-                         target.tls_options)
+                         target.tls_options, target.user)
     failed = False
     try:
         session.connect()

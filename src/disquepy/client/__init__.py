@@ -21,6 +21,7 @@ from ._common import (
     NodeInfo,
     NoJobError,
     NoNodesError,
+    NoPermissionError,
     NoReplError,
     PausedError,
     ResponseError,
@@ -45,5 +46,6 @@ __all__ = [
     "NoReplError",
     "TryAgainError",
     "NoNodesError",
+    "NoPermissionError",
     "Affinity",
 ]

@@ -74,6 +74,12 @@ class TryAgainError(ResponseError):
     code = "TRYAGAIN"
 
 
+class NoPermissionError(ResponseError, rexc.NoPermissionError):
+    """``-NOPERM``: the client's ACL user may not run that command (its role)."""
+
+    code = "NOPERM"
+
+
 class NoNodesError(DisqueError, rexc.ConnectionError):
     """No node of the seed list (or learned through HELLO) accepts connections."""
 
@@ -90,6 +96,7 @@ _CODE_CLASSES: dict[str, type[ResponseError]] = {
     "PAUSED": PausedError,
     "NOREPL": NoReplError,
     "TRYAGAIN": TryAgainError,
+    "NOPERM": NoPermissionError,
 }
 
 
@@ -100,6 +107,8 @@ def convert_error(e: rexc.ResponseError) -> ResponseError:
     msg = str(e)
     word = msg.split(" ", 1)[0]
     code = word if word in ERROR_CODES else "ERR"  # redis-py strips a leading "ERR "
+    if isinstance(e, rexc.NoPermissionError):  # ... and "NOPERM "
+        code = "NOPERM"
     cls = _CODE_CLASSES.get(code, ResponseError)
     err = cls(msg, code)
     err.__cause__ = e

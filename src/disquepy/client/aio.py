@@ -54,7 +54,8 @@ class AsyncDisque(Commands):
     """
 
     def __init__(self, nodes: NodeSpec | Sequence[NodeSpec] | None = None, *,
-                 password: str | None = None, socket_timeout: float | None = None,
+                 password: str | None = None, username: str | None = None,
+                 socket_timeout: float | None = None,
                  affinity: bool = False, decode_bodies: bool = False,
                  socket_connect_timeout: float = 2.0, shuffle: bool = True,
                  affinity_window: int = 32, affinity_ratio: float = 2.0,
@@ -63,6 +64,7 @@ class AsyncDisque(Commands):
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self._seeds = parse_nodes(nodes)
         self._password = password
+        self._username = username  # an ACL user (AUTH username password); None: default
         self._tls = tls_options(ssl, ssl_ca_certs, ssl_certfile, ssl_keyfile,
                                 ssl_check_hostname)
         self._socket_timeout = socket_timeout
@@ -90,7 +92,8 @@ class AsyncDisque(Commands):
     def _client_for(self, addr: Address) -> aredis.Redis:
         r = self._clients.get(addr)
         if r is None:
-            r = aredis.Redis(host=addr[0], port=addr[1], password=self._password,
+            r = aredis.Redis(host=addr[0], port=addr[1], username=self._username,
+                             password=self._password,
                              socket_timeout=self._socket_timeout,
                              socket_connect_timeout=self._connect_timeout, protocol=2,
                              retry=Retry(NoBackoff(), 0),

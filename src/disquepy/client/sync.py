@@ -67,6 +67,10 @@ class Disque(Commands):
     A seed that HELLO shows with a worse priority than another node (a leaving node)
     is left for the better one at connect time.
 
+    ``password`` authenticates every connection (``AUTH password``: the server's
+    ``requirepass``); with ``username`` as that ACL user (``AUTH username password``),
+    whose role decides what the client may run (docs/SECURITY.md).
+
     ``ssl=True`` connects over TLS (the servers' ``tls-port``; a cluster with
     ``tls-cluster yes`` lists those ports in HELLO): ``ssl_ca_certs`` is the CA file
     that verifies the servers (the system's CAs when None), ``ssl_certfile`` and
@@ -76,7 +80,8 @@ class Disque(Commands):
     """
 
     def __init__(self, nodes: NodeSpec | Sequence[NodeSpec] | None = None, *,
-                 password: str | None = None, socket_timeout: float | None = None,
+                 password: str | None = None, username: str | None = None,
+                 socket_timeout: float | None = None,
                  affinity: bool = False, decode_bodies: bool = False,
                  socket_connect_timeout: float = 2.0, shuffle: bool = True,
                  affinity_window: int = 32, affinity_ratio: float = 2.0,
@@ -85,6 +90,7 @@ class Disque(Commands):
                  ssl_keyfile: str | None = None, ssl_check_hostname: bool = True) -> None:
         self._seeds = parse_nodes(nodes)
         self._password = password
+        self._username = username  # an ACL user (AUTH username password); None: default
         self._tls = tls_options(ssl, ssl_ca_certs, ssl_certfile, ssl_keyfile,
                                 ssl_check_hostname)
         self._socket_timeout = socket_timeout
@@ -107,7 +113,8 @@ class Disque(Commands):
     def _client_for(self, addr: Address) -> redis.Redis:
         r = self._clients.get(addr)
         if r is None:
-            r = redis.Redis(host=addr[0], port=addr[1], password=self._password,
+            r = redis.Redis(host=addr[0], port=addr[1], username=self._username,
+                            password=self._password,
                             socket_timeout=self._socket_timeout,
                             socket_connect_timeout=self._connect_timeout, protocol=2,
                             retry=Retry(NoBackoff(), 0), max_connections=self._max_connections, **self._tls)

@@ -31,6 +31,9 @@ class Client:
         "addr",
         "proto",
         "authed",
+        "user",
+        "allowed",
+        "auth_fails",
         "name",
         "lib_name",
         "lib_ver",
@@ -50,6 +53,10 @@ class Client:
         self.addr = addr
         self.proto = 2
         self.authed = False
+        self.user = "default"  # the ACL user (core/acl.py)
+        # the command names it may run, None for all: set at AUTH (Acl.allowed)
+        self.allowed: frozenset[str] | None = None
+        self.auth_fails = 0  # failed AUTH attempts on this connection (their delay)
         self.name = b""
         self.lib_name = b""
         self.lib_ver = b""

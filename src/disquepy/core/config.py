@@ -597,6 +597,35 @@ class _Secret(_String):
         return text
 
 
+class _User(_Type):
+    """``user <name> <rule>...``: repeatable, one user a line (core/acl.py reads the
+    rules; here their syntax is checked, the command names once the node has its
+    command table)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(1, None)
+
+    def parse(self, args: Sequence[str]) -> list[str]:
+        from .acl import AclError, parse_user
+
+        try:
+            parse_user(list(args), None)
+        except AclError as e:
+            raise _Invalid(f"Error in user declaration: {e}") from None
+        return list(args)
+
+    def render(self, value: list[list[str]]) -> str:
+        return " ".join(u[0] for u in value)  # names only: rules hold password hashes
+
+    def lines(self, name: str, value: list[list[str]]) -> list[str]:
+        return [f"{name} " + " ".join(quote_arg(a) for a in u) for u in value]
+
+    def copy(self, value: list[list[str]]) -> list[list[str]]:
+        return list(value)
+
+
 class _Octal(_Type):
     __slots__ = ("hi",)
 
@@ -920,6 +949,16 @@ DIRECTIVES: tuple[Directive, ...] = (
         rewritable=False,
         repeatable=True,
         doc="Rename (or, with an empty name, remove) a command.",
+    ),
+    Directive(
+        "user",
+        _User(),
+        [],
+        gettable=False,
+        rewritable=False,
+        repeatable=True,
+        doc=("A user, as Redis's: user <name> [on|off] [>password|#sha256-hex|nopass]... "
+             "[+@admin|+@producer|+@consumer|+@read|+command|-command]... (docs/SECURITY.md)."),
     ),
     # --- TLS (Redis's directives) ----------------------------------------
     Directive(
@@ -1273,6 +1312,7 @@ class Config:
     dir: str
     requirepass: str
     rename_command: list[tuple[str, str]]
+    user: list[list[str]]
     tls_port: int
     tls_cert_file: str
     tls_key_file: str
@@ -1537,9 +1577,19 @@ class Config:
         """The ``bind`` addresses protected mode forbids: when
         ``protected-mode`` is on and no ``requirepass`` is set, every address
         that is not a loopback one (``localhost``, 127.0.0.0/8, ::1)."""
-        if not self.protected_mode or self.requirepass:
+        if not self.protected_mode or self.requirepass or self.default_user_locked():
             return []
         return [a for a in self.bind if not _is_loopback(a)]
+
+    def default_user_locked(self) -> bool:
+        """A ``user default`` line makes new connections AUTH first (a password, or off)."""
+        from .acl import parse_user
+
+        for args in self.user:
+            if args[0] == "default":
+                u = parse_user(args, None)
+                return not (u.enabled and u.nopass)
+        return False
 
     def unauthenticated_bus_violations(self) -> list[str]:
         """The ``bind`` addresses beyond loopback when the cluster bus would be

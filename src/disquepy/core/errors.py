@@ -28,6 +28,7 @@ OOM = "OOM command not allowed when used memory > 'maxmemory'."
 NOAUTH = "NOAUTH Authentication required."
 INVALID_PASSWORD = "ERR invalid password"
 AUTH_NOT_SET = "ERR Client sent AUTH, but no password is set"
+WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
 RETRY0_REPLICATE = (  # sic: two spaces, as Disque sends it
     "ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
 )
@@ -56,6 +57,11 @@ TOOLATE = (
 
 def unknown_command(name: bytes) -> str:
     return f"ERR unknown command '{name.decode('utf-8', 'replace')}'"
+
+
+def noperm(user: str, name: str) -> str:
+    """Redis's refusal of a command the user's ACL rules do not allow."""
+    return f"NOPERM User {user} has no permissions to run the '{name}' command"
 
 
 def wrong_arity(name: str) -> str:

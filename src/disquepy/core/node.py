@@ -17,8 +17,10 @@ from ..codec import resp
 from . import errors
 from . import messages as M
 from .acks import Acks
+from .acl import Acl, AclError
 from .awake import NEVER, AwakeIndex
 from .client import Client
+from .config import ConfigError
 from .errors import ReplyError
 from .federation import Federation
 from .ids import JobIdGenerator, Rng, new_node_id
@@ -126,9 +128,21 @@ class Node:
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list[tuple[Client | None, ShellRequest]] = []  # (client or None, ShellRequest) for the shell to finish
         self.logs_out: list[tuple[str, str]] = []  # (level, line) for the server log
-        from .commands import COMMANDS  # here, not at import: the commands import this module
+        # CLUSTER MEET asks the shell to check the peer's bus first (the server does;
+        # the simulator and the test harnesses meet at once)
+        self.probe_meet = False
+        # here, not at import: the commands import this module
+        from .commands import COMMANDS, renamed_table
 
-        self._cmds = COMMANDS
+        try:
+            self._cmds = renamed_table(config.rename_command)
+            # users and what each may run (acl.py)
+            self.acl = Acl(frozenset(c.name for c in COMMANDS.values()),
+                           frozenset(c.name for c in COMMANDS.values() if c.noauth))
+            self.acl.configure(config.user, config.requirepass)
+        except (ValueError, AclError) as e:
+            raise ConfigError(f"*** FATAL CONFIG ERROR ***\n{e}", kind="invalid",
+                              reason=str(e)) from None
         # how jobs ended, for JOBSTATUS after they are gone (see outcomes.py)
         self.outcomes = Outcomes(config.job_outcome_retention * 1000,
                                  config.job_outcome_max_memory)
@@ -340,7 +354,7 @@ class Node:
     def new_client(self, conn: Any = None, addr: str = "", now: int = 0) -> Client:
         self._next_client_id += 1
         c = Client(self._next_client_id, conn, addr, now)
-        c.authed = not self.config.requirepass
+        c.authed, c.allowed = self.acl.default_state
         self.clients[c.id] = c
         self.stats.connections += 1
         self.mem.used += CLIENT_OVERHEAD
@@ -384,8 +398,9 @@ class Node:
         arity = cmd.arity
         if (n != arity) if arity > 0 else (n < -arity):
             return resp.error(errors.wrong_arity(cmd.name))
-        if not client.authed and not cmd.noauth:
-            return resp.error(errors.NOAUTH)
+        # what the client's user may run, None for everything (set at AUTH, acl.py)
+        if client.allowed is not None and cmd.name not in client.allowed:
+            return self._refused(client, cmd.name)
         if cmd.denyoom and self.mem.used >= self.mem.limit:
             oom = self.mem.refuse_oom()
             if oom is not None:
@@ -439,9 +454,19 @@ class Node:
         self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
         if self.outcomes.max_bytes != self.config.job_outcome_max_memory:
             self.outcomes.max_bytes = self.config.job_outcome_max_memory
-        if "requirepass" in names and not self.config.requirepass:
-            for c in self.clients.values():
-                c.authed = True
+        if "requirepass" in names:
+            self.acl.set_requirepass(self.config.requirepass)
+            if not self.config.requirepass:  # the default user has nopass again
+                authed, allowed = self.acl.default_state
+                for c in self.clients.values():
+                    if not c.authed:
+                        c.authed, c.allowed, c.user = authed, allowed, "default"
+
+    def _refused(self, client: Client, name: str) -> bytes:
+        if not client.authed:
+            return resp.error(errors.NOAUTH)
+        self.acl.denied += 1
+        return resp.error(errors.noperm(client.user, name))
 
     # -------------------------------------------------------------- job store
     def register(self, job: Job) -> bool:

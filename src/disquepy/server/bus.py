@@ -96,6 +96,9 @@ MAX_UNAUTHENTICATED = 32
 # a connection holding more than this of a frame not yet complete is checked against
 # the memory the node has left (Bus.room)
 _BUDGET_CHECK_AT = 1 << 20
+# CLUSTER MEET's probe without a secret: a node with one sends its handshake at once;
+# a node without one sends nothing, so this long with nothing received means "none"
+PROBE_QUIET = 0.25
 
 ALL = "*"  # set_drop wildcard
 
@@ -916,6 +919,57 @@ class Bus:
             self._flush_handle.cancel()
             self._flush_handle = None
         self._dirty.clear()
+
+    async def probe(self, ip: str, port: int) -> str | None:
+        """CLUSTER MEET's check of the bus at ``ip:port`` before the node meets it: why
+        that node would refuse this one (or this one it) as a peer, or None when the
+        link would work, or when nothing answers (the MEET then goes on, retried as
+        for any node that is down, as in Disque). One connection, closed after."""
+        kw: dict = {}
+        if self.ssl_client is not None:
+            kw = {"ssl": self.ssl_client, "server_hostname": ip,
+                  "ssl_handshake_timeout": HANDSHAKE_TIMEOUT}
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(ip, port, **kw),
+                                                    CONNECT_TIMEOUT + HANDSHAKE_TIMEOUT)
+        except ssl.SSLError as e:
+            return f"TLS with that node failed: {describe_tls_error(e)}"
+        except (TimeoutError, OSError):
+            return None
+        hs = Handshake(self.secret, connector=True) if self.secret is not None else None
+        try:
+            if hs is None:
+                try:
+                    data = await asyncio.wait_for(reader.read(HS_HELLO), PROBE_QUIET)
+                except TimeoutError:
+                    return None  # quiet: no secret there either
+                if data[:4] == HS_MAGIC:
+                    return "that node uses a cluster-secret and this node has none"
+                return "that node closed the connection" if not data else None
+            writer.write(hs.hello())
+            deadline = self.loop.time() + HANDSHAKE_TIMEOUT
+            while not hs.done:
+                data = await asyncio.wait_for(reader.read(4096),
+                                              max(0.0, deadline - self.loop.time()))
+                if not data:
+                    if hs.peer_nonce is None:
+                        return ("that node has no cluster-secret (it refused this node's "
+                                "handshake)")
+                    return "wrong cluster-secret (that node refused this node's)"
+                reply = hs.feed(data)
+                if reply:
+                    writer.write(reply)
+            return None
+        except HandshakeError as e:
+            return str(e)
+        except ssl.SSLError as e:
+            return f"TLS with that node failed: {describe_tls_error(e)}"
+        except TimeoutError:
+            return f"no cluster-secret handshake within {HANDSHAKE_TIMEOUT:g}s"
+        except OSError as e:
+            return f"that node closed the connection ({e.strerror or e})"
+        finally:
+            writer.close()
 
     async def wait_closed(self) -> None:
         """After ``close``: wait until the listening sockets are closed."""

@@ -24,7 +24,7 @@ from ..core.commands.server import info_reply
 from ..core.config import ConfigError
 from ..core.messages import BATCH
 from ..core.outputs import Shell
-from .log import log, set_level
+from .log import VERBOSE, log, set_level
 
 
 class Driver(Shell):
@@ -49,8 +49,11 @@ class Driver(Shell):
         self._events_ticking = False
         self._security_logged = -NEVER  # when the cross-protocol warning was last logged
         node.events_on = config.event_log
+        node.probe_meet = True  # CLUSTER MEET: see _meet
+        self._tasks: set = set()  # CLUSTER MEET probes running (a reference keeps each)
         self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
-        self.config_changed(["client-output-buffer-limit"])
+        self._idle_ticking = False  # the `timeout` check runs (while timeout > 0)
+        self.config_changed(["client-output-buffer-limit", "timeout"])
 
     @staticmethod
     def now() -> int:
@@ -111,6 +114,7 @@ class Driver(Shell):
         conn = client.conn
         if conn is None:
             return
+        client.last_cmd_time = self.node.now  # a reply is an interaction (Redis's too)
         aof = self.aof
         if aof is not None and aof.holding:
             aof.hold(conn, data)  # behind replies waiting for the AOF write
@@ -183,6 +187,25 @@ class Driver(Shell):
             self.aof.close()
             self.aof = None
         self.node.aof.on = False
+
+    def _idle_tick(self) -> None:
+        """Once a second while ``timeout`` is set: close the clients idle for longer,
+        as Redis does, but not those waiting for a reply (a blocked GETJOB, an ADDJOB
+        waiting for its copies, a shell request): they are not idle, they wait."""
+        timeout = self.config.timeout
+        if not timeout:
+            self._idle_ticking = False
+            return
+        now = self.now()
+        oldest = now - timeout * 1000
+        idle = [c for c in self.node.clients.values()
+                if c.last_cmd_time < oldest and c.blocked is None and c.blocked_add is None
+                and c.conn is not None and not c.conn.waiting]
+        for c in idle:
+            log.log(VERBOSE, "Closing idle client %s (idle for %d s)", c.addr,
+                    (now - c.last_cmd_time) // 1000)
+            c.conn.close()
+        self.loop.call_later(1.0, self._idle_tick)
 
     def _aof_tick(self) -> None:
         if self.aof is not None:
@@ -376,6 +399,15 @@ class Driver(Shell):
                             "an attacker attempting to use Cross Protocol Scripting to "
                             "compromise your Disque instance. Connection aborted.")
             return None
+        if kind == "auth-failed":  # answer later; this client's next commands wait
+            delay_ms, error = req.args
+            self.loop.call_later(delay_ms / 1000, self._late_reply, conn, error)
+            return None
+        if kind == "cluster-meet":
+            task = self.loop.create_task(self._meet(conn, *req.args))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return None
         if kind == "shutdown":
             conn.close()
             self.shutdown(req.args[0] if req.args else "")
@@ -395,6 +427,29 @@ class Driver(Shell):
             self.bus.set_drop(req.args[0], req.args[1])
             return resp.OK
         return resp.error(f"ERR unsupported request {kind}")
+
+    async def _meet(self, conn, ip: str, port: int) -> None:
+        """CLUSTER MEET: first one connection to the node's bus, to tell the operator
+        now, in the reply, when that node and this one would refuse each other (another
+        cluster-secret, none on one side, a certificate the other does not accept)
+        instead of a MEET that never lands and a line in each log."""
+        why = None
+        if self.bus is not None:
+            why = await self.bus.probe(ip, port + self.config.cluster_port_offset)
+        if why is None:
+            self.node.members.meet(ip, port, self.now())
+            self.after_event()
+            reply = resp.OK
+        else:
+            log.warning("CLUSTER MEET %s:%d refused: %s", ip, port, why)
+            reply = resp.error(f"ERR CLUSTER MEET {ip}:{port} failed: {why}")
+        self._late_reply(conn, reply)
+
+    @staticmethod
+    def _late_reply(conn, data: bytes) -> None:
+        if conn is not None and not conn.closing:
+            conn.send_replies(data)
+            conn.resume()
 
     def config_rewrite(self) -> bytes:
         path = self.config_path
@@ -420,6 +475,9 @@ class Driver(Shell):
         if "client-output-buffer-limit" in names:
             limit = self.config.client_output_buffer_limit
             self.obuf_limit = limit if limit.hard_bytes or limit.soft_bytes else None
+        if "timeout" in names and self.config.timeout and not self._idle_ticking:
+            self._idle_ticking = True
+            self.loop.call_later(1.0, self._idle_tick)
         if "loglevel" in names:
             set_level(self.config.loglevel)
         if "appendonly" in names:

@@ -208,8 +208,12 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
                  bus_tls_out=None) -> int:
     loop = asyncio.get_running_loop()
     sysrand = random.SystemRandom()
-    node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)), Driver.now(),
-                port=tls.announced_port(cfg))
+    try:
+        node = Node(cfg, new_node_id(sysrand), random.Random(sysrand.getrandbits(64)),
+                    Driver.now(), port=tls.announced_port(cfg))
+    except ConfigError as e:  # rename-command, user: checked against the command table
+        log.warning("Fatal config error: %s", e.reason)
+        return 1
     driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
     try:
         if not driver.lock_nodes_conf():
@@ -231,6 +235,25 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         return 1
     log.info("Disque (disquepy %s) starting, pid=%d, node id %s", __version__, os.getpid(),
              node.myid)
+    # the bus first: once the client port answers, a CLUSTER MEET toward this node works
+    from .bus import Bus
+
+    secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
+    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
+              ssl_server=bus_tls_in, ssl_client=bus_tls_out,
+              max_frame=cfg.cluster_bus_max_frame,
+              max_connections=cfg.cluster_bus_max_connections,
+              max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
+              room=lambda: int(min(node.mem.limit, 1 << 62)) - node.mem.used,
+              on_claimed=node.set_bus_buffer)
+    bus_port = node.port + cfg.cluster_port_offset
+    try:
+        await bus.listen(cfg.bind, bus_port)
+    except OSError as e:
+        log.warning("Creating the cluster bus listening socket on port %d: %s", bus_port,
+                    e.strerror)
+        return 1
+    driver.bus = bus
     listeners = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
     if cfg.tls_port:
         listeners.append((cfg.tls_port, client_tls))
@@ -253,24 +276,6 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         log.warning("Creating Server %s listening socket %s:%d: %s", "TLS" if ctx else "TCP",
                     addr, port, e.strerror)
         return 1
-    from .bus import Bus
-
-    secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
-    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
-              ssl_server=bus_tls_in, ssl_client=bus_tls_out,
-              max_frame=cfg.cluster_bus_max_frame,
-              max_connections=cfg.cluster_bus_max_connections,
-              max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
-              room=lambda: int(min(node.mem.limit, 1 << 62)) - node.mem.used,
-              on_claimed=node.set_bus_buffer)
-    bus_port = node.port + cfg.cluster_port_offset
-    try:
-        await bus.listen(cfg.bind, bus_port)
-    except OSError as e:
-        log.warning("Creating the cluster bus listening socket on port %d: %s", bus_port,
-                    e.strerror)
-        return 1
-    driver.bus = bus
     bus.sync_links(node.members.peer_links())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.shutdown, "signal")

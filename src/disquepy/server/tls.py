@@ -234,7 +234,10 @@ class TlsServerProtocol(asyncio.Protocol):
             except (ssl.SSLError, OSError) as e:
                 self._fail(describe(e))
                 return
-            if data and self.app is not None:
+            if not data:  # close_notify: CPython's SSLObject.read returns b"" for it
+                self.close()  # (answered, so a client waiting for ours closes at once)
+                return
+            if self.app is not None:
                 self.app.data_received(data)
             if not incoming.pending and not sslobj.pending():
                 break

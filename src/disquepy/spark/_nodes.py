@@ -22,7 +22,7 @@ PROBE_QUEUE = "__disquepy_spark_probe__"
 
 
 #: every option the "disque" format knows, by use (the spelling shown in errors)
-COMMON_OPTIONS = ("nodes", "password")
+COMMON_OPTIONS = ("nodes", "password", "user", "tls", "tlsCaCert", "tlsCert", "tlsKey")
 WRITE_OPTIONS = ("queue", "queueColumn", "bodyColumn", "keyColumn", "idempotent", "replicate",
                  "retry", "ttl", "delay", "maxlen", "async", "timeout", "batchSize",
                  "connections", "reportFile")
@@ -106,11 +106,43 @@ class NodeAddr:
     priority: int
 
 
-def connect(host: str, port: int, password: str | None = None,
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """Whom to AUTH as and how to reach the nodes (picklable, for the executors): the
+    options ``password``, ``user`` (an ACL user), ``tls`` with ``tlsCaCert`` (the CA
+    that verifies the nodes), ``tlsCert`` and ``tlsKey`` (a client certificate)."""
+
+    password: str | None = None
+    user: str | None = None
+    tls: bool = False
+    ca_cert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def redis_options(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"username": self.user, "password": self.password}
+        if self.tls:
+            kw.update(ssl=True, ssl_ca_certs=self.ca_cert, ssl_certfile=self.cert,
+                      ssl_keyfile=self.key)
+        return kw
+
+
+def auth_options(opts: dict[str, str]) -> Auth:
+    """The connection options of a reader or writer (see :class:`Auth`)."""
+    tls = opt_bool(opts, "tls", False)
+    files = [opts.get(k) or None for k in ("tlscacert", "tlscert", "tlskey")]
+    if not tls and any(files):
+        raise ValueError("options 'tlsCaCert', 'tlsCert' and 'tlsKey' need tls=true")
+    if bool(files[1]) != bool(files[2]):
+        raise ValueError("options 'tlsCert' and 'tlsKey' go together")
+    return Auth(opts.get("password") or None, opts.get("user") or None, tls, *files)
+
+
+def connect(host: str, port: int, auth: Auth | None = None,
             timeout: float | None = 30.0) -> redis.Redis:
     """A RESP2 redis-py client on one node (no retries hidden behind our back)."""
-    return redis.Redis(host=host, port=port, password=password, protocol=2,
-                       socket_timeout=timeout, socket_connect_timeout=10)
+    return redis.Redis(host=host, port=port, protocol=2, socket_timeout=timeout,
+                       socket_connect_timeout=10, **(auth or Auth()).redis_options())
 
 
 def discover(opts: dict[str, str]) -> list[NodeAddr]:
@@ -119,12 +151,12 @@ def discover(opts: dict[str, str]) -> list[NodeAddr]:
     Nodes reported with priority >= 100 (failing) are left out when others remain.
     """
     seeds = opt_list(opts, "nodes") or [DEFAULT_NODES]
-    password = opts.get("password")
+    auth = auth_options(opts)
     errors = []
     for seed in seeds:
         host, port = parse_addr(seed)
         try:
-            c = connect(host, port, password, timeout=10)
+            c = connect(host, port, auth, timeout=10)
             try:
                 reply = c.execute_command("HELLO")
             finally:

@@ -124,7 +124,9 @@ from ._nodes import (
     STREAM_READ_OPTIONS,
     WRITE_OPTIONS,
     AddJobPacker,
+    Auth,
     NodeAddr,
+    auth_options,
     check_options,
     connect,
     discover,
@@ -220,7 +222,7 @@ class _AddJobSpec:
     extra: tuple = ()
     batch_size: int = 1000
     connections: int | None = None  # None: see sync_connections
-    password: str | None = None
+    auth: Auth | None = None
 
     def sync_connections(self, n_nodes: int) -> int:
         """Connections per task: the ``connections`` option, else 16 when the jobs are
@@ -270,7 +272,7 @@ class _AddJobSpec:
                    idempotent=opt_bool(opts, "idempotent", True),
                    timeout_ms=opt_int(opts, "timeout", 10000), extra=tuple(extra),
                    batch_size=max(1, opt_int(opts, "batchsize", 1000)),
-                   connections=_connections(opts), password=opts.get("password"))
+                   connections=_connections(opts), auth=auth_options(opts))
 
 
 def _connections(opts: dict[str, str]) -> int | None:
@@ -342,7 +344,7 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
     written = 0
     row = 0
     try:
-        conns.append(connect(node.host, node.port, spec.password))
+        conns.append(connect(node.host, node.port, spec.auth))
         for batch in batches:
             n = batch.num_rows
             if n == 0:
@@ -369,7 +371,7 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
                     continue
                 k = min(n_conns, len(cmds))
                 while len(conns) < k:
-                    conns.append(connect(node.host, node.port, spec.password))
+                    conns.append(connect(node.host, node.port, spec.auth))
                 written += sum(pool.map(lambda c, part: _add_all(c, node, part), conns[:k],
                                         [cmds[j::k] for j in range(k)]))
             row += n
@@ -498,7 +500,7 @@ class DisqueSnapshotReader(DataSourceReader):
         if copies not in ("all", "primary"):
             raise ValueError("option copies: all or primary")
         self.primary_only = copies == "primary"
-        self.password = opts.get("password")
+        self.auth = auth_options(opts)
         self.nodes = discover(opts)
 
     def partitions(self) -> list[NodePartition]:
@@ -508,7 +510,7 @@ class DisqueSnapshotReader(DataSourceReader):
     def read(self, partition: NodePartition) -> Any:
         """Scan one node with JSCAN REPLY all; yields Arrow record batches."""
         node = partition.node
-        conn = connect(node.host, node.port, self.password)
+        conn = connect(node.host, node.port, self.auth)
         prefix = node.id[:8]
         seen: set[bytes] = set()
         try:
@@ -648,7 +650,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self.queues:
             raise ValueError("the disque stream source needs option queue (or queues)")
         self.fmt = _body_type(opts)
-        self.password = opts.get("password")
+        self.auth = auth_options(opts)
         self.max_jobs = opt_int(opts, "maxjobspertrigger", None)
         self.fetch = max(1, opt_int(opts, "fetchsize", 1000))
         # read tasks per node and batch: a node's jobs are fetched (and turned into
@@ -696,7 +698,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = {}
         for nid, node in self._refresh_nodes().items():
             try:
-                c = connect(node.host, node.port, self.password, timeout=10)
+                c = connect(node.host, node.port, self.auth, timeout=10)
                 try:
                     out[nid] = sum(pipeline(c, [("QLEN", q) for q in self.queues]))
                 finally:
@@ -779,7 +781,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: BatchPartition) -> Any:
         """Executor side: fetch this node's share under the batch's tokens."""
         node = partition.node
-        conn = connect(node.host, node.port, self.password)
+        conn = connect(node.host, node.port, self.auth)
         try:
             for reply in self._fetch(conn, partition.chunks, partition.queues):
                 if reply:
@@ -826,7 +828,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             cmds = [("GETJOB", "NOHANG", "COUNT", k, "TOKEN", t, "FROM", PROBE_QUEUE)
                     for t, k in chunk_tokens(base, int(count), self.fetch)]
-            c = connect(node.host, node.port, self.password)
+            c = connect(node.host, node.port, self.auth)
             try:
                 ids = []
                 for reply in pipeline(c, cmds):
@@ -855,7 +857,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             tokens = [t for t, _ in chunk_tokens(base, int(count), self.fetch)]
             try:
-                c = connect(node.host, node.port, self.password)
+                c = connect(node.host, node.port, self.auth)
             except Exception as e:  # not acked: the jobs come back by retry (duplicates)
                 log.warning("disque stream: ACKTOKEN on %s failed: %s", nid[:8], e)
                 continue
@@ -883,7 +885,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         node = self._node(nid)
         if node is None:
             return []
-        c = connect(node.host, node.port, self.password, timeout=10)
+        c = connect(node.host, node.port, self.auth, timeout=10)
         try:
             jobs = c.execute_command("QPEEK", mark_queue(f"spark:{stream}"), 100000)
         finally:
@@ -898,7 +900,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                        if marker_batch(tok) <= upto]
                 if old:
                     node = self.nodes[nid]
-                    c = connect(node.host, node.port, self.password, timeout=10)
+                    c = connect(node.host, node.port, self.auth, timeout=10)
                     try:
                         c.execute_command("DELJOB", *old)
                     finally:
@@ -956,7 +958,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     node = self.nodes.get(nid)
                     if node is None or not ids:
                         continue
-                    c = connect(node.host, node.port, self.password)
+                    c = connect(node.host, node.port, self.auth)
                     try:
                         replies = pipeline(c, [("WORKING", i) for i in ids])
                         n += sum(1 for r in replies if not isinstance(r, Exception))
@@ -975,7 +977,8 @@ class DisqueDataSource(DataSource):
     """The ``"disque"`` format: batch/stream read and write of disquepy queues.
 
     Options (keys case-insensitive): ``nodes`` (seed list ``host:port,...``, default
-    ``127.0.0.1:7711``), ``password``, ``queue``/``queues``; write: ``replicate``,
+    ``127.0.0.1:7711``), ``password``, ``user``, ``tls`` (with ``tlsCaCert``,
+    ``tlsCert``, ``tlsKey``), ``queue``/``queues``; write: ``replicate``,
     ``retry``, ``ttl``, ``delay``, ``maxlen``, ``async``, ``timeout`` (ms, default
     10000), ``bodyColumn`` (default ``body``; string/binary as is, struct/map/array as
     JSON; without such a column the whole row as JSON), ``queueColumn``, ``keyColumn``,

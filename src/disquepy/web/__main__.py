@@ -8,6 +8,8 @@ import logging
 import os
 import sys
 
+from ..client import options as connection_options
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="disque-web",
@@ -16,11 +18,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated seed nodes host:port (env DISQUE_NODES)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--password", default=os.environ.get("DISQUE_PASSWORD"))
     p.add_argument("--cache-ttl", type=float, default=1.0,
                    help="seconds a cluster snapshot (dashboard, /metrics) is reused")
     p.add_argument("--log-level", default="info")
+    connection_options.add_arguments(p)
     a = p.parse_args(argv)
+    conn = connection_options.client_kwargs(p, a)
     nodes = [n.strip() for n in a.nodes.split(",") if n.strip()]
     if not nodes:
         p.error("--nodes is empty")
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import create_app
 
-    app = create_app(nodes, password=a.password, cache_ttl=a.cache_ttl)
+    app = create_app(nodes, cache_ttl=a.cache_ttl, **conn)
     logging.getLogger("disquepy.web").info(
         "disque-web on http://%s:%d/ (nodes %s; API docs at /docs)", a.host, a.port,
         ",".join(nodes))

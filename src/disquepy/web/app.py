@@ -94,23 +94,26 @@ def _error(http_status: int, message: str, headers: dict | None = None,
 
 
 _DISQUE_HTTP = {"PAUSED": 409, "MAXLEN": 429, "NOREPL": 503, "OOM": 503, "LEAVING": 503,
-                "TRYAGAIN": 503, "BADID": 400}
+                "TRYAGAIN": 503, "BADID": 400, "NOPERM": 403}
 
 
 # ---------------------------------------------------------------------------- app
 
 
 def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: float = 1.0,
-               socket_timeout: float = 10.0) -> FastAPIOffline:
-    """The FastAPI app for the cluster reachable through the seed ``nodes``."""
+               socket_timeout: float = 10.0, **connection) -> FastAPIOffline:
+    """The FastAPI app for the cluster reachable through the seed ``nodes``;
+    ``connection``: the clients' other options (``username``, ``ssl``, ``ssl_ca_certs``,
+    ``ssl_certfile``, ``ssl_keyfile``: see :class:`~disquepy.client.Disque`)."""
     seeds = list(nodes)  # (the name "nodes" is a route below)
-    client = Disque(seeds, password=password, socket_timeout=socket_timeout)
+    connection["password"] = password
+    client = Disque(seeds, socket_timeout=socket_timeout, **connection)
     view = ClusterView(client, cache_ttl)
     state: dict[str, AsyncDisque] = {}
 
     @asynccontextmanager
     async def lifespan(app):
-        state["aio"] = AsyncDisque(seeds, password=password, socket_timeout=socket_timeout)
+        state["aio"] = AsyncDisque(seeds, socket_timeout=socket_timeout, **connection)
         try:
             yield
         finally:

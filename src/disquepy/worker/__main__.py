@@ -20,6 +20,7 @@ import sys
 import traceback
 
 from ..client import Disque
+from ..client import options as connection_options
 from ..client._common import parse_nodes
 from ..client.priority import DEFAULT_LOW_SHARE
 from ..server.log import _RedisFormatter
@@ -117,8 +118,6 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("-n", "--nodes", type=_nodes, metavar="HOST:PORT,...",
                    default=os.environ.get("DISQUE_NODES", "127.0.0.1:7711"),
                    help="comma-separated seed nodes; $DISQUE_NODES sets the default")
-    p.add_argument("--password", default=None,
-                   help="password for AUTH (default: $DISQUE_PASSWORD, else none)")
     p.add_argument("--body", choices=("json", "bytes", "text"), default="json",
                    help="how the handler gets the job body: decoded JSON (a body that is "
                         "not JSON arrives as bytes), bytes, or text")
@@ -155,6 +154,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="log threshold (job outcomes are INFO, failures WARNING)")
     p.add_argument("-p", "--processes", type=_whole(1), default=1, metavar="N",
                    help="run a pool of N worker processes (SIGTERM/SIGINT forwarded)")
+    connection_options.add_arguments(p)
     return p
 
 
@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     a = p.parse_args(argv)
+    conn = connection_options.client_kwargs(p, a)
     obj = _load_reporting(a.target)
     queues = [q.strip() for q in a.queues.split(",") if q.strip()]
     common = dict(shutdown_timeout=a.shutdown_timeout, poll_timeout_ms=a.poll_timeout_ms,
@@ -241,8 +242,7 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
         metrics.serve(a.metrics_port)
         logging.getLogger("disquepy.worker").info(
             "metrics at http://127.0.0.1:%d/metrics", a.metrics_port)
-    password = a.password if a.password is not None else os.environ.get("DISQUE_PASSWORD")
-    client = Disque(a.nodes.split(","), password=password, affinity=a.affinity)
+    client = Disque(a.nodes.split(","), affinity=a.affinity, **conn)
     if isinstance(obj, Tasks):
         w = obj.worker(a.concurrency, queues or None, client, **common)
     else:
@@ -251,6 +251,8 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
                    dead_letter_deliveries=a.dead_letter_deliveries, **common)
     clean = w.run()
     client.close()
+    if w.fatal is not None:
+        return 1  # nothing to retry: the command line or the server's users must change
     return 0 if clean else 3
 
 

@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import Disque, DisqueError, Job, NoJobError
+from redis import exceptions as rexc
+
+from ..client import Disque, DisqueError, Job, NoJobError, NoPermissionError
 from ..client._common import NodeSpec, parse_show
 from ..client.priority import DEFAULT_LOW_SHARE, PriorityOrder, split
 from .backoff import Backoff
@@ -220,6 +222,9 @@ class Worker:
         self._inflight: dict[str, _InFlight] = {}
         self._inflight_lock = threading.Lock()
         self._stop = threading.Event()  # stop fetching
+        # an error no retry mends (a wrong password, a user whose role cannot take jobs):
+        # the worker stops, and run() returns False
+        self.fatal: Exception | None = None
         self._done = threading.Event()  # every fetch thread has exited
         self._threads: list[threading.Thread] = []
         self._hb_thread: threading.Thread | None = None
@@ -300,7 +305,7 @@ class Worker:
                 if not any(t.is_alive() for t in self._threads):
                     break
                 time.sleep(0.05)
-            return self.stop(timeout=0)
+            return self.stop(timeout=0) and self.fatal is None
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
@@ -330,6 +335,12 @@ class Worker:
                         jobs = get(self._fetch_queues(), timeout_ms=self.poll_timeout_ms,
                                    with_counters=True)
                     errors = 0
+                except (rexc.AuthenticationError, NoPermissionError) as e:
+                    self.fatal = e
+                    self.log.error("event=fatal error=%r: stopping (check --user, "
+                                   "--password and the user's role)", str(e))
+                    self._stop.set()
+                    break
                 except DisqueError as e:
                     errors += 1
                     self.log.warning("event=fetch-error error=%r", e)

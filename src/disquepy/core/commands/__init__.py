@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import acks, cluster, jobs, queues, server, status
+from . import acks, cluster, jobs, queues, server, status, users
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -119,12 +119,15 @@ _TABLE = [
     Command("info", -1, server.info,
             args='needs facts of the process',
             summary="The node's state, counters and settings"),
-    Command("hello", -1, server.hello, "n",
+    Command("hello", -1, users.hello, "n",
             args='[protover [AUTH username password] [SETNAME name]]',
             summary="The cluster's nodes (Disque), or Redis's handshake with protover"),
-    Command("auth", -2, server.auth, "n",
-            args='password',
-            summary='Authenticate the connection'),
+    Command("auth", -2, users.auth, "n",
+            args='[username] password',
+            summary='Authenticate the connection, as the default user or as username'),
+    Command("acl", -2, users.acl,
+            args='WHOAMI | CAT [category] | USERS | LIST | GETUSER username',
+            summary="Users and what they may run: who this connection is, the roles, the users"),
     Command("config", -2, server.config, "a",
             args='GET parameter | SET parameter value | RESETSTAT | REWRITE',
             summary='Read or change the configuration'),
@@ -164,3 +167,26 @@ _TABLE = [
 # keyed by the lower- and upper-case names, so the usual spellings skip a .lower()
 COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in _TABLE}
 COMMANDS.update({c.name.upper().encode(): c for c in _TABLE})
+
+
+def renamed_table(renames: list[tuple[str, str]]) -> dict[bytes, Command]:
+    """The command table after ``rename-command old new`` lines, in order: ``old`` is
+    no longer known, ``new`` (unless empty: the command is removed) runs it. The
+    command keeps its own name in statistics and ACL rules. Raises ValueError for a
+    command that does not exist or a new name that does, as Redis refuses to start."""
+    if not renames:
+        return COMMANDS
+    table = dict(COMMANDS)
+    for old, new in renames:
+        cmd = table.get(old.encode("utf-8", "surrogateescape"))
+        if cmd is None:
+            raise ValueError(f"No such command in rename-command: '{old}'")
+        new_b = new.encode("utf-8", "surrogateescape")
+        if new_b and new_b in table:
+            raise ValueError(f"Target command name already exists in rename-command: '{new}'")
+        for key in [k for k, c in table.items() if c is cmd]:
+            del table[key]
+        if new_b:
+            table[new_b] = cmd
+            table[new_b.upper()] = cmd
+    return table

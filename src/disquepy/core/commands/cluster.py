@@ -29,6 +29,10 @@ def cluster(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | 
                 ipaddress.ip_address(ip)
             except ValueError:
                 raise ReplyError(f"ERR Invalid node address specified: {ip}:{port}") from None
+        if node.probe_meet:  # the shell checks the bus first (cluster-secret, TLS)
+            from ..outputs import ShellRequest
+
+            return ShellRequest("cluster-meet", ip, int(port))
         node.members.meet(ip, int(port), now)
         return resp.OK
     if sub == b"nodes" and n == 2:

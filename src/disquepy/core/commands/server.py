@@ -1,4 +1,5 @@
-"""Server commands: PING, ECHO, INFO, HELLO, AUTH, CONFIG, SHUTDOWN, DEBUG, CLIENT, ..."""
+"""Server commands: PING, ECHO, INFO, CONFIG, SHUTDOWN, DEBUG, CLIENT, ... (HELLO, AUTH
+and ACL: users.py)."""
 
 from __future__ import annotations
 
@@ -56,86 +57,6 @@ def select(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     if v is None:
         raise ReplyError(errors.NOT_INTEGER)
     raise ReplyError("ERR DB index is out of range")
-
-
-# ------------------------------------------------------------------ auth / hello
-def auth(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
-    """AUTH password, or Redis 6's AUTH default password."""
-    if len(argv) > 3:
-        raise ReplyError(errors.SYNTAX)
-    if not node.config.requirepass:
-        raise ReplyError(errors.AUTH_NOT_SET)
-    if len(argv) == 3 and argv[1] != b"default":
-        client.authed = False
-        raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
-    if argv[-1].decode("utf-8", "surrogateescape") == node.config.requirepass:
-        client.authed = True
-        return resp.OK
-    client.authed = False
-    raise ReplyError(errors.INVALID_PASSWORD)
-
-
-def hello(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
-    """Plain HELLO is Disque's node list; HELLO <protover> ... is Redis's handshake."""
-    if len(argv) == 1:
-        if not client.authed:
-            return resp.error(errors.NOAUTH)
-        return disque_hello(node)
-    return redis_hello(node, client, argv)
-
-
-def disque_hello(node: Node) -> bytes:
-    nodes = [resp.bulk_array([n[0], n[1], b"%d" % n[2], b"%d" % n[3]])
-             for n in node.members.hello_nodes()]
-    return resp.array([resp.ONE, resp.bulk(node.myid_b), *nodes])
-
-
-def redis_hello(node: Node, client: Client, argv: list[bytes]) -> bytes:
-    ver = to_int(argv[1])
-    if ver is None:
-        raise ReplyError("ERR Protocol version is not an integer or out of range")
-    if ver not in (2, 3):
-        raise ReplyError("NOPROTO unsupported protocol version")
-    j = 2
-    n = len(argv)
-    name = None
-    authed = client.authed
-    while j < n:
-        opt = argv[j].lower()
-        if opt == b"auth" and j + 2 < n:
-            user, pw = argv[j + 1], argv[j + 2]
-            if not node.config.requirepass:
-                raise ReplyError(errors.AUTH_NOT_SET)
-            if user != b"default" or pw.decode("utf-8", "surrogateescape") != (
-                node.config.requirepass
-            ):
-                raise ReplyError("WRONGPASS invalid username-password pair or user is disabled.")
-            authed = True
-            j += 3
-        elif opt == b"setname" and j + 1 < n:
-            name = argv[j + 1]
-            j += 2
-        else:
-            raise ReplyError(f"ERR Syntax error in HELLO option '{argv[j].decode(errors='replace')}'")
-    if not authed:
-        raise ReplyError(
-            "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
-            "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client "
-            "and select the RESP protocol version at the same time"
-        )
-    client.authed = True
-    client.proto = ver
-    if name is not None:
-        client.name = name
-    return resp.encode({
-        "server": "disque",
-        "version": __version__,
-        "proto": ver,
-        "id": client.id,
-        "mode": "cluster" if node.size > 1 else "standalone",
-        "role": "master",
-        "modules": [],
-    }, ver)
 
 
 # ------------------------------------------------------------------------ INFO
@@ -231,6 +152,8 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
             ("total_net_input_bytes", host.get("net_in", 0)),
             ("total_net_output_bytes", host.get("net_out", 0)),
             ("rejected_connections", st.rejected_connections),
+            ("acl_access_denied_auth", node.acl.fails),
+            ("acl_access_denied_cmd", node.acl.denied),
             ("jobs_added", st.jobs_added),
             ("jobs_delivered", st.jobs_delivered),
             ("jobs_acked", st.jobs_acked),
@@ -370,6 +293,10 @@ def debug(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Sh
 def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     sub = argv[1].lower()
     n = len(argv)
+    if client.allowed is not None:  # subcommands are allowed one by one (core/acl.py)
+        from .users import require
+
+        require(node, client, "client|" + sub.decode("utf-8", "replace"))
     if sub == b"setname" and n == 3:
         if b" " in argv[2] or b"\n" in argv[2]:
             raise ReplyError("ERR Client names cannot contain spaces, newlines or special "
@@ -395,7 +322,7 @@ def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
             lines.append(
                 f"id={c.id} addr={c.addr} name={c.name.decode(errors='replace')} "
                 f"age={(now - c.ctime) // 1000} idle={(now - c.last_cmd_time) // 1000} "
-                f"flags={'b' if c.blocked else 'N'} qbuf={c.qbuf} "
+                f"flags={'b' if c.blocked else 'N'} qbuf={c.qbuf} user={c.user} "
                 f"lib-name={c.lib_name.decode(errors='replace')} "
                 f"lib-ver={c.lib_ver.decode(errors='replace')}"
             )
