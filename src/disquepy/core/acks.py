@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from . import messages as M
 from .ids import id_is_at_most_once, id_ttl_minutes
-from .job import ACKED, ACTIVE, F_DUMMY, QUEUED, WAIT_REPL, Job, move
+from .job import ACKED, ACTIVE, F_DUMMY, F_OUTCOME, QUEUED, WAIT_REPL, Job, move
 from .outcomes import CANCELLED, COMPLETED, FAILED
 
 if TYPE_CHECKING:
@@ -26,15 +26,18 @@ class Acks:
     def __init__(self, node: Node) -> None:
         self.node = node
 
-    def ack(self, job: Job, now: int) -> None:
+    def ack(self, job: Job, now: int, result: bytes = b"") -> None:
         """ACK-JOB(job): the job is done; it will never be queued again. A node with
-        no peers holds the only copy, so garbage collection is immediate."""
+        no peers holds the only copy, so garbage collection is immediate. ``result``
+        (ACKJOB ... RESULT) is kept in the outcome here and on every copy."""
         if job.state == ACKED:
             return
         node = self.node
         node.stats.jobs_acked += 1
         if node.events_on:
             node.events_out.append((now, "acked", job.id, job.queue, None))
+        if result:
+            self._completed_with(job, result, now)
         node.record_outcome(job, COMPLETED, now)
         if not node.clustered:
             node.unregister(job)
@@ -166,8 +169,20 @@ class Acks:
             self.node.record_outcome(job, COMPLETED, now)
         self.node.unregister(job)
 
-    def fast_ack(self, job: Job, now: int) -> None:
+    def _completed_with(self, job: Job, result: bytes, now: int) -> None:
+        """Record a completion with the worker's result and send it to the copies
+        before the ack's own messages (their outcome is then recorded with it)."""
+        node = self.node
+        if job.flags & F_OUTCOME or job.state == WAIT_REPL or not node.outcomes_on:
+            return
+        result = result[:node.outcomes.max_detail]
+        node.record_outcome(job, COMPLETED, now, result)
+        node.send_to_copies(job, M.OUTCOME, job.id, COMPLETED, result)
+
+    def fast_ack(self, job: Job, now: int, result: bytes = b"") -> None:
         if job.state != ACKED:
+            if result:
+                self._completed_with(job, result, now)
             self.node.record_outcome(job, COMPLETED, now)
         others = [n for n in job.delivered if n != self.node.myid]
         self.node.send(others, M.DELJOB, job.id, [self.node.myid, *others])
@@ -193,7 +208,8 @@ class Acks:
         node.unregister(job)
 
     def on_outcome(self, p: Peer, fields, now) -> None:
-        """A copy's job failed (an ack follows) or was cancelled (gone everywhere)."""
+        """A copy's job completed with a result or failed (an ack follows), or was
+        cancelled (gone everywhere)."""
         job = self.node.jobs.get(fields[0])
         if job is None:
             return

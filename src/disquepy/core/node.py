@@ -559,8 +559,12 @@ class Node:
         job.flags = flags | F_OUTCOME
         done = state == COMPLETED or state == FAILED  # delivered at least once, somewhere
         attempts = job.nacks + job.adeliv + (1 if done or flags & F_DELIVERED else 0)
+        created = job.ctime // 1_000_000
         self.outcomes.record_raw(job.id, state, job.queue.decode("latin-1"), attempts,
-                                 job.ctime // 1_000_000, now, detail)
+                                 created, now, detail)
+        if self.aof.on:
+            self.aof.outcome(job.id, state, job.queue, attempts, created, now,
+                             detail[:self.outcomes.max_detail])
 
     @property
     def outcomes_on(self) -> bool:

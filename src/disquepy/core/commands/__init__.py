@@ -71,11 +71,12 @@ _TABLE = [
     # acks
     Command("ackjob", -1, acks.ackjob,
     # never refused at OOM: acks free memory
-            args='job-id [job-id ...]',
-            summary='Acknowledge jobs: delete them cluster-wide'),
+            args='job-id [job-id ...] [RESULT data]',
+            summary=('Acknowledge jobs: delete them cluster-wide (RESULT: kept in their '
+                     'outcome, see JOBSTATUS)')),
     Command("fastack", -1, acks.fastack,
-            args='job-id [job-id ...]',
-            summary='Acknowledge jobs best-effort, without waiting'),
+            args='job-id [job-id ...] [RESULT data]',
+            summary='Acknowledge jobs best-effort, without waiting (RESULT as for ACKJOB)'),
     Command("acktoken", -2, acks.acktoken,
             args='token [token ...]',
             summary='Acknowledge every job a GETJOB with this TOKEN delivered here'),

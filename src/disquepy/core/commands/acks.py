@@ -7,7 +7,18 @@ from ..job import ACKED
 from .args import job_ids
 
 
+def split_result(argv: list) -> tuple[list, bytes]:
+    """``argv`` without a trailing ``RESULT data`` (disquepy), and the data (b'' if none).
+    ``RESULT`` is never a job ID, so the IDs before it stay unambiguous."""
+    if len(argv) >= 3 and len(argv[-2]) == 6 and argv[-2].upper() == b"RESULT":
+        return argv[:-2], argv[-1]
+    return argv, b""
+
+
 def ackjob(node, client, argv, now):
+    """ACKJOB id [id ...] [RESULT data]: with RESULT (disquepy), the jobs' outcome
+    (completed) keeps ``data`` (truncated to the outcome detail limit), on every copy."""
+    argv, result = split_result(argv)
     known = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -15,13 +26,15 @@ def ackjob(node, client, argv, now):
             job = node.acks.dummy_ack(jid, now)
         elif job.state != ACKED:
             known += 1
-            node.acks.ack(job, now)
+            node.acks.ack(job, now, result)
         if job is not None and job.state == ACKED:
             node.acks.start_gc(job, now)
     return resp.integer(known)
 
 
 def fastack(node, client, argv, now):
+    """FASTACK id [id ...] [RESULT data]: RESULT as for ACKJOB."""
+    argv, result = split_result(argv)
     known = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -29,7 +42,7 @@ def fastack(node, client, argv, now):
             known += 1
             if node.events_on and job.state != ACKED:
                 node.events_out.append((now, "acked", jid, job.queue, None))
-            node.acks.fast_ack(job, now)
+            node.acks.fast_ack(job, now, result)
         else:
             node.acks.fast_ack_unknown(jid)
     return resp.integer(known)
