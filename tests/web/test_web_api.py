@@ -274,3 +274,13 @@ def test_node_failure_mid_traffic_fails_over_without_duplicates(make_cluster, we
         assert len(queued) == len(set(queued))
     finally:
         survivor.close()
+
+
+def test_a_completed_job_shows_the_workers_result(http, dq):
+    jid = submit(http, payload={"a": 1}, queue="sums")["job_id"]
+    (job,) = dq.get_jobs("sums:medium" if dq.qlen("sums:medium") else "sums", nohang=True)
+    assert job.id == jid
+    dq.ack(jid, result={"total": 3})
+    st = http.get(f"/jobs/{jid}").json()
+    assert st["status"] == "completed" and st["result"] == {"total": 3}
+    assert st["finished_at"] >= st["created_at"] and st["error"] is None

@@ -196,7 +196,8 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
                         404: {"description": "no node knows the job"}})
     def job_status(job_id: str) -> Any:
         """What became of a job: `queued`, `scheduled`, `in_progress`, `retrying`,
-        `completed`, `failed` (with its error), `cancelled`."""
+        `completed` (with the worker's `result`, if it sent one), `failed` (with its
+        `error`), `cancelled`, `expired`."""
         if not valid_id(job_id):
             return _error(400, f"not a job ID: {job_id[:60]!r}")
         st = client.status(job_id).to_dict()
