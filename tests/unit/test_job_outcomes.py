@@ -41,7 +41,7 @@ def test_failjob_keeps_the_error_and_the_job_is_gone():
     st = status(h, jid)
     assert st["state"] == b"failed" and st["detail"] == b"ValueError: bad input"
     assert h("FAILJOB", jid) == Error("NOJOB Job not known in the context of this node.")
-    assert h("FAILJOB", jid, "REASON", "x") == Error("ERR syntax error")
+    assert h("FAILJOB", jid, "BECAUSE", "x") == Error("ERR syntax error")
 
 
 def test_cancel_queued_and_refusals_that_say_why():

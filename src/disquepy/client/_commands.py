@@ -90,11 +90,18 @@ class Commands:
         back-off). Returns how many."""
         return self._run(["NACK", *ids, *(["DELAY", delay] if delay else [])], parse_int)
 
-    def fail(self, id: str, error: str = "") -> int:
+    def fail(self, id: str, error: str = "", reason: str | None = None) -> int:
         """FAILJOB (disquepy): give up on a job: its outcome is ``failed`` with ``error``
-        on every node that holds it, and it is acknowledged. Returns 1, or 0 if it had
-        ended already; raises :class:`NoJobError` if this node does not know it."""
-        return self._run(["FAILJOB", id, *(["ERROR", error] if error else [])], parse_int)
+        on every node that holds it, and it is acknowledged. ``reason`` (a word) labels
+        it in the nodes' dead-lettered counts (``failed`` if not given). Returns 1, or 0
+        if it had ended already; raises :class:`NoJobError` if this node does not know
+        it."""
+        return self._run(["FAILJOB", id, *(["ERROR", error] if error else []),
+                          *(["REASON", reason] if reason else [])], parse_int)
+
+    def job_metrics(self, *queues: str) -> list:
+        """JOBMETRICS (disquepy) on one node: per-queue counters and histograms, raw."""
+        return self._run(["JOBMETRICS", *queues], lambda r: r)
 
     def job_status(self, id: str) -> list:
         """JOBSTATUS (disquepy) on one node: the raw field/value list; see :meth:`status`

@@ -36,6 +36,8 @@ from .job import (
     Job,
     move,
 )
+from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED, JobMetrics
+from .jobmetrics import EXPIRED as M_EXPIRED
 from .jobtable import JobTable
 from .keys import Keys
 from .membership import Membership
@@ -131,6 +133,7 @@ class Node:
         # how jobs ended, for JOBSTATUS after they are gone (see outcomes.py)
         self.outcomes = Outcomes(config.job_outcome_retention * 1000,
                                  config.job_outcome_max_memory)
+        self.metrics = JobMetrics()  # per-queue counters and histograms (JOBMETRICS)
         self.config_changed([])
         # the cluster, by topic (each owns its state; see their modules)
         self.members = Membership(self, now)
@@ -446,6 +449,7 @@ class Node:
     def unregister(self, job: Job) -> None:
         if self.aof.on:
             self.aof.deleted(job)
+        self.metrics.gone(job.id)
         if job.retry == 0 and (job.flags & F_DELIVERED or job.state == ACKED):
             # an at-most-once job delivered (or acked) here: a late or duplicated
             # YOURJOBS / REPLJOB must not bring it back to be delivered again
@@ -521,6 +525,9 @@ class Node:
                 job.adeliv += 1
             if self.aof.on:
                 self.aof.created(job)  # the counters moved: a reload must not roll them back
+            self.metrics.requeued(job.id, job.queue, NACKED if nack else REQUEUED, now)
+        elif deferred:
+            self.metrics.requeued(job.id, job.queue, -1, now)  # counted at the NACK
         if self.events_on:
             if nack:
                 self.events_out.append((now, "nacked", job.id, job.queue, None))
@@ -581,6 +588,8 @@ class Node:
         job.nacks += 1
         job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
         job.qtime = now + delay * 1000
+        self.metrics.count(job.queue, RETRIED)
+        self.metrics.delivered_at.pop(job.id, None)
         if self.aof.on:
             self.aof.created(job)
         if self.events_on:
@@ -612,6 +621,8 @@ class Node:
             self.evictable[job.id] = job
         q.atime = now
         self.stats.jobs_delivered += 1
+        self.metrics.delivered(job.id, job.queue, job.ctime // 1_000_000 + job.delay * 1000,
+                               now)
         if self.events_on:
             self.events_out.append((now, "delivered", job.id, job.queue,
                                     (job.nacks, job.adeliv)))
@@ -641,6 +652,8 @@ class Node:
                 self.events_out.append((now, "expired", job.id, job.queue, None))
             if job.state != ACKED:
                 self.record_outcome(job, EXPIRED, now)
+                if job.id[2:10] == self.myid[:8].encode():  # counted by its creator
+                    self.metrics.count(job.queue, M_EXPIRED)
             self.unregister(job)
             return
         state = job.state
@@ -702,6 +715,7 @@ class Node:
         self.jobs.count += 1
         self.used_memory += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
+        self.metrics.count(qname, ADDED)
         if idem is not None:
             self.keys.bind(idem, job)
         if self.events_on:

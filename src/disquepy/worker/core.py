@@ -502,7 +502,7 @@ class Worker:
         try:
             dead_id = self.client.add_job(dq, dl, ttl=DEAD_TTL)
             try:  # the job's outcome: failed with the error, on every node holding it
-                self.client.fail(job.id, err[:1024])
+                self.client.fail(job.id, err[:1024], reason)
             except DisqueError:
                 self._ack(job.id)  # a node without FAILJOB, or one that lost the job
         except DisqueError as e:
