@@ -161,3 +161,20 @@ def test_node_job_counters_and_time_histograms(web, http, dq, server):
     assert m[("disquepy_queue_processing_seconds_count", lab)] == 2
     assert m[("disquepy_queue_processing_seconds_bucket", le("0.25"))] == 0
     assert m[("disquepy_queue_processing_seconds_bucket", le("1.0"))] == 2
+
+
+def test_several_workers_share_the_port_and_their_counters(server, web_factory):
+    """disque-web --workers 2: both processes serve; /metrics sums this process's own
+    counters over them (prometheus-client's multiprocess files), whichever answers."""
+    w = web_factory([f"127.0.0.1:{server.port}"], "--workers", "2")
+    for i in range(30):
+        with httpx.Client(base_url=w.url, timeout=30) as c:  # new connections: both
+            assert c.post("/jobs", json={"payload": i, "queue": "wk"}).status_code == 202
+    assert Disque(f"127.0.0.1:{server.port}").qlen("wk") == 30
+    key = ("disquepy_web_jobs_submitted_total", (("priority", "medium"), ("queue", "wk")))
+    for _ in range(4):  # each scrape may be served by either worker: the same total
+        m, _ = scrape(w.url)
+        assert m[key] == 30
+        assert m[("disquepy_queue_jobs_added_total", (("node", f"127.0.0.1:{server.port}"),
+                                                     ("priority", "medium"),
+                                                     ("queue", "wk")))] >= 30

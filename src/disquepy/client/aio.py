@@ -177,6 +177,11 @@ class AsyncDisque(Commands):
         return fmt_addr(self._addr) if self._addr is not None else None
 
     @property
+    def address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the node in use (``None`` before the first command)."""
+        return self._addr
+
+    @property
     def node_id(self) -> str | None:
         """The ID of the node in use (``None`` before the first command)."""
         return self._my_id

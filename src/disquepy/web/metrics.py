@@ -16,6 +16,7 @@ own ``/metrics`` has its per-task view (:mod:`disquepy.worker.metrics`).
 
 from __future__ import annotations
 
+import os
 import time
 
 from fastapi import Response
@@ -184,10 +185,16 @@ def install_metrics(app, view: ClusterView) -> CollectorRegistry:
     disable_created_metrics()  # no *_created series: they double every counter's lines
     registry = CollectorRegistry()
     registry.register(ClusterCollector(view))
+    own = registry
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # disque-web --workers N: summed
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)
+        own = None  # the counters are read from the shared files, not registered twice
     app.state.submitted = Counter("disquepy_web_jobs_submitted", "Jobs submitted through "
-                                  "POST /jobs", ["queue", "priority"], registry=registry)
+                                  "POST /jobs", ["queue", "priority"], registry=own)
     app.state.cancelled = Counter("disquepy_web_jobs_cancelled", "Jobs cancelled through "
-                                  "this process", ["queue", "priority"], registry=registry)
+                                  "this process", ["queue", "priority"], registry=own)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
