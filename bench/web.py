@@ -19,10 +19,17 @@ Starts its own node (bench/servers.py) and a ``disque-web`` in front of it, then
            time is from navigation start to the first table row drawn, read in the page
            (performance.now()), median of 5 loads, each in a fresh browser (after one
            load not counted: the first start of Chromium reads its files from disk). Target: under 1 s.
+  status   the node's CPU per JOBSTATUS against SHOW, on live jobs and on finished ones
+           (outcomes), pipelined by 1000, from /proc, best of 5. Target (issue #15): the
+           status command costs no more than SHOW.
 
     .venv/bin/python bench/web.py                        # about 2 minutes (make bench: "web")
     .venv/bin/python bench/web.py --quick                # smoke run
     .venv/bin/python bench/web.py --only post --conc 8 --seconds 5
+    .venv/bin/python bench/web.py --only post --web-workers 1 --http http.client
+
+disque-web runs with ``--workers 2`` (one per core of this 2-core machine) unless
+``--web-workers`` says otherwise.
 """
 
 from __future__ import annotations
@@ -248,6 +255,37 @@ def bench_render(node: Server, web_port: int, jobs: int, loads: int) -> dict:
     return out
 
 
+def bench_status(node: Server, n: int = 20_000) -> dict:
+    node.flush()
+    r = node.client()
+    p = r.pipeline(transaction=False)
+    for i in range(n):
+        p.execute_command("ADDJOB", "status", f"body-{i:08d}", 0)
+    ids = p.execute()
+    finished, live = ids[: n // 2], ids[n // 2:]
+    p = r.pipeline(transaction=False)
+    for jid in finished:
+        p.execute_command("ACKJOB", jid)
+    p.execute()
+
+    def cost(cmd: str, jids: list) -> float:
+        best = float("inf")
+        for _ in range(5):
+            c0 = node.cpu()
+            for k in range(0, len(jids), 1000):
+                p = r.pipeline(transaction=False)
+                for jid in jids[k:k + 1000]:
+                    p.execute_command(cmd, jid)
+                p.execute()
+            best = min(best, (node.cpu() - c0) / len(jids) * 1e6)
+        return round(best, 1)
+
+    out = {"show_live_us": cost("SHOW", live), "jobstatus_live_us": cost("JOBSTATUS", live),
+           "jobstatus_finished_us": cost("JOBSTATUS", finished)}
+    r.close()
+    return out
+
+
 def loadavg() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -260,7 +298,7 @@ def verdict(what: str, passed: bool) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="post,render")
+    ap.add_argument("--only", default="post,render,status")
     ap.add_argument("--conc", type=int, default=8, help="threads on each side (post)")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
@@ -268,8 +306,8 @@ def main() -> int:
     ap.add_argument("--loads", type=int, default=5)
     ap.add_argument("--http", choices=("raw", "http.client"), default="raw",
                     help="the load generator's HTTP client (raw: as cheap as add_job's)")
-    ap.add_argument("--web-workers", type=int, default=1,
-                    help="disque-web --workers (uvicorn worker processes)")
+    ap.add_argument("--web-workers", type=int, default=2,
+                    help="disque-web --workers (uvicorn worker processes; one per core)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 s, 1 round, 20k jobs")
     a = ap.parse_args()
     if a.quick:
@@ -296,6 +334,15 @@ def main() -> int:
                 ms = result["render"][f"{view}_ms"]
                 ok &= verdict(f"dashboard {view} view with {result['render']['queued']} "
                               f"queued jobs drawn in {ms} ms (target < 1000 ms)", ms < 1000)
+        if "status" in a.only:
+            result["status"] = bench_status(node)
+            st = result["status"]
+            print("status", json.dumps(st), flush=True)
+            ok &= verdict(f"JOBSTATUS {st['jobstatus_live_us']} us (live), "
+                          f"{st['jobstatus_finished_us']} us (finished) of node CPU against "
+                          f"SHOW {st['show_live_us']} us (target: no more than SHOW)",
+                          max(st["jobstatus_live_us"], st["jobstatus_finished_us"])
+                          <= st["show_live_us"])
         print("load average at end:", loadavg(), flush=True)
         return 0 if ok else 1
     finally:
