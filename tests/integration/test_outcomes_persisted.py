@@ -81,6 +81,20 @@ def test_outcomes_outlive_the_creating_node(server_factory):
     assert c.execute_command("CANCEL", jids[2]) == b"OK"
     want = {jids[0].decode(): (b"completed", b"42"), jids[1].decode(): (b"failed", b"boom"),
             jids[2].decode(): (b"cancelled", None)}
-    servers[0].kill(signal.SIGKILL)  # the node that created them is gone
-    for other in clients[1:]:
+    for other in clients[1:]:  # the ack, the failure and the cancel reach every copy
         wait_for(lambda o=other: seen(o, want) == want, what="the outcomes on every copy")
+    servers[0].kill(signal.SIGKILL)  # the node that created them is gone: they answer
+    for other in clients[1:]:
+        assert seen(other, want) == want
+
+
+def test_a_job_whose_ttl_ended_while_the_node_was_down_is_expired(server_factory):
+    s = server_factory(*AOF)
+    c = s.client()
+    jid = c.execute_command("ADDJOB", "q", "short", 0, "TTL", 1).decode()
+    s.kill(signal.SIGKILL)
+    time.sleep(1.5)
+    s.start()
+    st = status(s.client(), jid)
+    assert st["state"] == b"expired" and st["attempts"] == 0
+    assert st["finished"] - st["created"] == 1000

@@ -31,7 +31,7 @@ from .job import (
     move,
 )
 from .jobcodec import DISK, JobFields, job_fields
-from .outcomes import Outcome
+from .outcomes import EXPIRED, Outcome
 
 if TYPE_CHECKING:
     from .node import Node
@@ -141,7 +141,11 @@ class Persistence:
             if old is not None:
                 node.unregister(old)
             job = Job(f.id, f.queue, f.body, f.ctime, f.ttl, f.repl, f.delay, f.retry)
-            if job.etime <= now:
+            if job.etime <= now:  # its TTL ended while the node was down: expired
+                if keep and job.etime > cutoff and store.get(f.id.decode("latin-1")) is None:
+                    store.record_raw(f.id, EXPIRED, f.queue.decode("latin-1"),
+                                     f.nacks + f.adeliv + (f.flags & F_DELIVERED),
+                                     f.ctime // 1_000_000, job.etime, b"")
                 continue
             job.nacks, job.adeliv = f.nacks, f.adeliv
             job.delivered = f.delivered
