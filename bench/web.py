@@ -7,17 +7,29 @@ Starts its own node (bench/servers.py) and a ``disque-web`` in front of it, then
            from CONC threads with one keep-alive connection each, unpipelined, in
            alternating rounds of SECONDS (web, client, web, client...); the rate is the
            median over the rounds. Target (issue #15): POST /jobs >= 0.5x add_job.
-           The HTTP side uses http.client (light) so the load generator, on the same
-           2 cores, costs both sides alike as far as Python allows.
+           The load generator shares the machine's cores with what it measures, so its
+           HTTP side is as cheap as the client library's side (``--http raw``, the
+           default: one keep-alive socket per thread, the request prebuilt, the reply
+           read by its status line and Content-Length, about 40 us of CPU a request
+           like redis-py with hiredis); ``--http http.client`` uses the standard
+           library's client (about 130 us a request). CPU per request of disque-web,
+           the node and the load generator is printed for both sides (from /proc).
   render   100k jobs queued (three priority levels), then a headless Chromium (Debian's
            chromium + chromium-driver) opens the dashboard's jobs view and overview; the
            time is from navigation start to the first table row drawn, read in the page
            (performance.now()), median of 5 loads, each in a fresh browser (after one
            load not counted: the first start of Chromium reads its files from disk). Target: under 1 s.
+  status   the node's CPU per JOBSTATUS against SHOW, on live jobs and on finished ones
+           (outcomes), pipelined by 1000, from /proc, best of 5. Target (issue #15): the
+           status command costs no more than SHOW.
 
     .venv/bin/python bench/web.py                        # about 2 minutes (make bench: "web")
     .venv/bin/python bench/web.py --quick                # smoke run
     .venv/bin/python bench/web.py --only post --conc 8 --seconds 5
+    .venv/bin/python bench/web.py --only post --web-workers 1 --http http.client
+
+disque-web runs with ``--workers 2`` (one per core of this 2-core machine) unless
+``--web-workers`` says otherwise.
 """
 
 from __future__ import annotations
@@ -47,11 +59,12 @@ JOB = {"payload": {"to": "ann@example.net", "template": "welcome"}, "queue": "be
        "priority": "high"}
 
 
-def start_web(node_port: int, workdir: Path) -> tuple[subprocess.Popen, int]:
+def start_web(node_port: int, workdir: Path, workers: int = 1) -> tuple[subprocess.Popen, int]:
     port = free_port()
     log = open(workdir / "web.log", "wb")  # noqa: SIM115 - lives as long as the process
     p = subprocess.Popen([sys.executable, "-m", "disquepy.web", "--nodes",
                           f"127.0.0.1:{node_port}", "--port", str(port),
+                          "--workers", str(workers),
                           "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT,
                          env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     deadline = time.monotonic() + 60
@@ -108,6 +121,40 @@ def http_op(port: int):
     return op
 
 
+def raw_http_op(port: int):
+    """POST /jobs on a keep-alive socket: what http.client does, without its layers."""
+    import socket
+
+    body = json.dumps(JOB).encode()
+    request = (b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+               b"\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray()
+
+    def op() -> None:
+        sock.sendall(request)
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                head = bytes(buf[:end]).lower()
+                i = head.find(b"content-length:")
+                if i < 0:
+                    raise RuntimeError("POST /jobs: no Content-Length")
+                n = int(head[i + 15:head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0
+                             else len(head)])
+                if len(buf) >= end + 4 + n:
+                    if not buf.startswith(b"HTTP/1.1 202"):
+                        raise RuntimeError(f"POST /jobs: {bytes(buf[:40])!r}")
+                    del buf[:end + 4 + n]
+                    return
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("POST /jobs: connection closed")
+            buf.extend(chunk)
+    return op
+
+
 def client_op(node_port: int):
     c = Disque(f"127.0.0.1:{node_port}")
     body = json.dumps(JOB["payload"])
@@ -117,16 +164,51 @@ def client_op(node_port: int):
     return op
 
 
-def bench_post(node: Server, web_port: int, conc: int, seconds: float, rounds: int) -> dict:
+def proc_cpu(pid: int) -> float:
+    """CPU seconds of a process and its children (disque-web --workers' processes)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def bench_post(node: Server, web_pid: int, web_port: int, conc: int, seconds: float,
+               rounds: int, http: str) -> dict:
     web, cli = [], []
-    run_threads(conc, 1.0, lambda: http_op(web_port))  # warm-up: first requests, pools
+    web_op = (lambda: raw_http_op(web_port)) if http == "raw" else (lambda: http_op(web_port))
+    run_threads(conc, 1.0, web_op)  # warm-up: first requests, pools
+    cpu = {"web": 0.0, "node_post": 0.0, "loadgen_post": 0.0, "node_add": 0.0,
+           "loadgen_add": 0.0}
+    n_post = n_add = 0.0
     for _ in range(rounds):
         node.flush()
-        web.append(run_threads(conc, seconds, lambda: http_op(web_port)))
+        w0, n0, g0 = proc_cpu(web_pid), node.cpu(), time.process_time()
+        web.append(run_threads(conc, seconds, web_op))
+        w1, n1, g1 = proc_cpu(web_pid), node.cpu(), time.process_time()
         node.flush()
+        n1, g1 = node.cpu(), time.process_time()
         cli.append(run_threads(conc, seconds, lambda: client_op(node.port)))
+        n2, g2 = node.cpu(), time.process_time()
+        n_post += web[-1] * seconds
+        n_add += cli[-1] * seconds
+        cpu["web"] += w1 - w0
+        cpu["node_post"] += n1 - n0
+        cpu["loadgen_post"] += g1 - g0
+        cpu["node_add"] += n2 - n1
+        cpu["loadgen_add"] += g2 - g1
     w, c = statistics.median(web), statistics.median(cli)
+    per = {k: round(v / (n_post if k != "node_add" and k != "loadgen_add" else n_add) * 1e6)
+           for k, v in cpu.items()}
     return {"post_jobs_per_s": round(w), "add_job_per_s": round(c), "ratio": round(w / c, 2),
+            "http": http, "cpu_us_per_job": per,
             "rounds": {"post": [round(x) for x in web], "add_job": [round(x) for x in cli]}}
 
 
@@ -173,6 +255,37 @@ def bench_render(node: Server, web_port: int, jobs: int, loads: int) -> dict:
     return out
 
 
+def bench_status(node: Server, n: int = 20_000) -> dict:
+    node.flush()
+    r = node.client()
+    p = r.pipeline(transaction=False)
+    for i in range(n):
+        p.execute_command("ADDJOB", "status", f"body-{i:08d}", 0)
+    ids = p.execute()
+    finished, live = ids[: n // 2], ids[n // 2:]
+    p = r.pipeline(transaction=False)
+    for jid in finished:
+        p.execute_command("ACKJOB", jid)
+    p.execute()
+
+    def cost(cmd: str, jids: list) -> float:
+        best = float("inf")
+        for _ in range(5):
+            c0 = node.cpu()
+            for k in range(0, len(jids), 1000):
+                p = r.pipeline(transaction=False)
+                for jid in jids[k:k + 1000]:
+                    p.execute_command(cmd, jid)
+                p.execute()
+            best = min(best, (node.cpu() - c0) / len(jids) * 1e6)
+        return round(best, 1)
+
+    out = {"show_live_us": cost("SHOW", live), "jobstatus_live_us": cost("JOBSTATUS", live),
+           "jobstatus_finished_us": cost("JOBSTATUS", finished)}
+    r.close()
+    return out
+
+
 def loadavg() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -185,12 +298,16 @@ def verdict(what: str, passed: bool) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="post,render")
+    ap.add_argument("--only", default="post,render,status")
     ap.add_argument("--conc", type=int, default=8, help="threads on each side (post)")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--loads", type=int, default=5)
+    ap.add_argument("--http", choices=("raw", "http.client"), default="raw",
+                    help="the load generator's HTTP client (raw: as cheap as add_job's)")
+    ap.add_argument("--web-workers", type=int, default=2,
+                    help="disque-web --workers (uvicorn worker processes; one per core)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 s, 1 round, 20k jobs")
     a = ap.parse_args()
     if a.quick:
@@ -200,12 +317,13 @@ def main() -> int:
     node = Server("ours", "disquepy", work / "node", []).start()
     web = None
     try:
-        web, web_port = start_web(node.port, work)
+        web, web_port = start_web(node.port, work, a.web_workers)
         result: dict = {}
         # the figures depend on what else the machine runs: printed with them
         print("load average at start:", loadavg(), flush=True)
         if "post" in a.only:
-            result["post"] = bench_post(node, web_port, a.conc, a.seconds, a.rounds)
+            result["post"] = bench_post(node, web.pid, web_port, a.conc, a.seconds,
+                                        a.rounds, a.http)
             print("post  ", json.dumps(result["post"]), flush=True)
             ok &= verdict(f"POST /jobs at {result['post']['ratio']}x add_job with {a.conc} "
                           "threads each (target >= 0.5x)", result["post"]["ratio"] >= 0.5)
@@ -216,6 +334,15 @@ def main() -> int:
                 ms = result["render"][f"{view}_ms"]
                 ok &= verdict(f"dashboard {view} view with {result['render']['queued']} "
                               f"queued jobs drawn in {ms} ms (target < 1000 ms)", ms < 1000)
+        if "status" in a.only:
+            result["status"] = bench_status(node)
+            st = result["status"]
+            print("status", json.dumps(st), flush=True)
+            ok &= verdict(f"JOBSTATUS {st['jobstatus_live_us']} us (live), "
+                          f"{st['jobstatus_finished_us']} us (finished) of node CPU against "
+                          f"SHOW {st['show_live_us']} us (target: no more than SHOW)",
+                          max(st["jobstatus_live_us"], st["jobstatus_finished_us"])
+                          <= st["show_live_us"])
         print("load average at end:", loadavg(), flush=True)
         return 0 if ok else 1
     finally:

@@ -75,8 +75,8 @@ def test_prompt_help_for_one_command_like_redis_cli(run_cli, server):
     res = run_cli("-p", server.port, input="help @acks\n")
     assert [ln for ln in res.out.splitlines() if ln.startswith("  ") and
             "summary" not in ln and "group" not in ln] == [
-        "  ACKJOB job-id [job-id ...]", "  ACKTOKEN token [token ...]",
-        "  FASTACK job-id [job-id ...]"]
+        "  ACKJOB job-id [job-id ...] [RESULT data]", "  ACKTOKEN token [token ...]",
+        "  FASTACK job-id [job-id ...] [RESULT data]"]
     assert run_cli("-p", server.port, input="help ADJOB\n").out == \
         "No command 'ADJOB'; did you mean ADDJOB?\n"
     # the same help without a prompt, and without a server

@@ -105,3 +105,24 @@ def test_async_affinity_moves_to_the_producer(make_cluster):
         await c.close()
 
     run(main())
+
+
+def test_async_wait_tells_how_a_job_ended(server):
+    async def main():
+        async with AsyncDisque(f"127.0.0.1:{server.port}") as c:
+            ok = await c.add_job("q", b"a")
+            bad = await c.add_job("q", b"b")
+            st = await c.wait(ok, 0.1)
+            assert st.status == "queued" and not st.finished
+            await c.get_jobs("q", count=2)
+            await c.ack(ok, result=[1, 2])
+            await c.fail(bad, "boom")
+            st = await c.wait(ok, 5)
+            assert (st.status, st.result) == ("completed", [1, 2])
+            st = await c.wait(bad, 5)
+            assert (st.status, st.error) == ("failed", "boom")
+            assert await c.wait_for_ack(bad, 5) is False
+            assert (await c.wait("D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1", 0.1)).status \
+                == "unknown"
+
+    run(main())

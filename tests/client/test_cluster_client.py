@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
 import pytest
 from support import wait_for
@@ -138,3 +139,44 @@ def test_wait_for_ack_single_node(dq):
     assert dq.wait_for_ack(jid, 0.1) is False  # delivered is not acknowledged
     dq.ack(job.id)
     assert dq.wait_for_ack(jid, 5) is True
+
+
+def test_wait_tells_how_a_job_ended(dq):
+    jid = dq.add_job("q", "x")
+    t0 = time.monotonic()
+    st = dq.wait(jid, 0.2)  # nobody took it: its status at the timeout
+    assert st.status == "queued" and not st.finished and time.monotonic() - t0 >= 0.2
+    assert dq.cancel(jid).cancelled
+    assert dq.wait(jid, 5).status == "cancelled" and dq.wait_for_ack(jid, 5) is False
+    jid = dq.add_job("q", "y")
+    dq.get_jobs("q")
+    dq.ack(jid, result={"rows": 3})
+    st = dq.wait(jid, 5)
+    assert (st.status, st.result, st.ok) == ("completed", {"rows": 3}, True)
+    jid = dq.add_job("q", "z")
+    dq.get_jobs("q")
+    dq.fail(jid, "KeyError: 'x'")
+    st = dq.wait(jid, 5)
+    assert (st.status, st.error, st.ok) == ("failed", "KeyError: 'x'", False)
+    jid = dq.add_job("q", "short", ttl=1)
+    st = dq.wait(jid, 10)
+    assert st.status == "expired"
+    unknown = "D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
+    assert dq.wait(unknown, 0.1).status == "unknown"
+
+
+@pytest.mark.timeout(60)
+def test_wait_after_the_creating_node_died(make_cluster):
+    servers, raws = make_cluster(3)
+    producer = Disque([f"127.0.0.1:{servers[0].port}", f"127.0.0.1:{servers[1].port}"],
+                      shuffle=False)
+    jid = producer.add_job("q", "x", replicate=3)
+    worker = Disque([f"127.0.0.1:{servers[2].port}"], shuffle=False)
+    (job,) = worker.get_jobs("q", timeout_ms=5000)
+    worker.ack(job.id, result="done")
+    wait_for(lambda: raws[1].execute_command("JOBSTATUS", jid)[3] == b"completed")
+    servers[0].kill()
+    st = producer.wait(jid, 10)  # the copies answer for the creating node
+    assert (st.status, st.result) == ("completed", "done")
+    producer.close()
+    worker.close()

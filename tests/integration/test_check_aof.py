@@ -71,7 +71,7 @@ def test_valid_file(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "AOF is valid" in p.stdout
     assert f"size={len(data)}" in p.stdout
-    assert "records=7 (LOADJOB=5, DELJOB=2)" in p.stdout
+    assert "records=7 (LOADJOB=5, DELJOB=2, OUTCOME=0)" in p.stdout
     # --fix on a valid file changes nothing.
     p = run("--fix", str(f))
     assert p.returncode == 0 and "AOF is valid" in p.stdout

@@ -10,6 +10,8 @@ import pytest
 import redis
 from support import hello_ok, raw, wait_for
 
+from disquepy.codec.aof import scan
+
 AOF = ["--appendonly", "yes"]
 
 
@@ -211,7 +213,11 @@ def test_bgrewriteaof_compacts_while_serving(server_factory):
     assert raw(s.port, b"BGREWRITEAOF\r\n", until=b"\r\n") == (
         b"+Background append only file rewriting started\r\n")
     wait_for(lambda: c.info("persistence")["aof_rewrite_in_progress"] == 0, what="rewrite")
-    assert aof.stat().st_size < before / 3
+    # the live jobs and the outcomes of the acked ones (JOBSTATUS after a restart), no
+    # record of a job that is gone
+    res = scan(aof.read_bytes())
+    assert (res.status, res.loadjobs, res.outcomes, res.deljobs) == ("ok", 500, 2500, 0)
+    assert aof.stat().st_size < before / 2
     assert c.info("persistence")["aof_last_bgrewrite_status"] == "ok"
     s.kill(signal.SIGKILL)
     s.start()

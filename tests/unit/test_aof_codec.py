@@ -777,3 +777,44 @@ def test_property_scan_never_raises_on_garbage(blob):
         assert res.status in ("ok", "truncated", "corrupt")
         assert (res.error_offset is None) == (res.status == "ok")
         assert res.valid_end == (len(data) if res.status == "ok" else res.error_offset)
+
+
+# ---------------------------------------------------------------------------
+# OUTCOME records (how a finished job ended, for JOBSTATUS after a restart)
+# ---------------------------------------------------------------------------
+
+
+def outcome_rec(i: int = 1, state: int = 1, detail: bytes = b"result") -> bytes:
+    return aof.encode_outcome(jid(i), state, b"q", 2, 1_700_000_000_000, 1_700_000_001_000,
+                              detail)
+
+
+def test_outcome_round_trip_between_jobs():
+    from disquepy.core.outcomes import Outcome
+
+    data = encode_loadjob(fields(1)) + outcome_rec(1) + encode_deljob(jid(1)) + outcome_rec(
+        2, 2, b"")
+    res = scan(data)
+    assert res.status == "ok" and (res.loadjobs, res.deljobs, res.outcomes) == (1, 1, 2)
+    kinds = [k for _, k, _ in res.records]
+    assert kinds == ["LOADJOB", "OUTCOME", "DELJOB", "OUTCOME"]
+    assert res.records[1][2] == Outcome(jid(1).decode(), 1, "q", 2, 1_700_000_000_000,
+                                        1_700_000_001_000, b"result")
+    with memoryview(data) as mv:  # the careful parser agrees with the fast path
+        for off, kind, payload in res.records:
+            assert aof._parse_record(data, mv, off, len(data))[1:] == (kind, payload)
+
+
+def test_outcome_torn_tail_and_corruption():
+    good = encode_loadjob(fields(1))
+    last = outcome_rec(3)
+    for k in range(1, len(last)):
+        res = scan(good + last[:k])
+        assert (res.status, res.valid_end) == ("truncated", len(good)), k
+    bad_state = aof._OUT_FMT % (lambda b: (len(b), b, zlib.crc32(b)))(
+        msgpack.packb([jid(1), 9, b"q", 1, 0, 0, b""]))
+    res = scan(good + bad_state)
+    assert res.status == "corrupt" and "state" in res.reason
+    flipped = bytearray(last)
+    flipped[30] ^= 1
+    assert scan(good + bytes(flipped)).status == "corrupt"

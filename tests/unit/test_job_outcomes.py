@@ -41,7 +41,7 @@ def test_failjob_keeps_the_error_and_the_job_is_gone():
     st = status(h, jid)
     assert st["state"] == b"failed" and st["detail"] == b"ValueError: bad input"
     assert h("FAILJOB", jid) == Error("NOJOB Job not known in the context of this node.")
-    assert h("FAILJOB", jid, "REASON", "x") == Error("ERR syntax error")
+    assert h("FAILJOB", jid, "BECAUSE", "x") == Error("ERR syntax error")
 
 
 def test_cancel_queued_and_refusals_that_say_why():
@@ -110,3 +110,35 @@ def status_of(c, i, jid):
     r = c.cmd(i, "JOBSTATUS", jid)
     d = dict(zip(r[::2], r[1::2], strict=True))
     return d[b"state"], d[b"detail"]
+
+
+def test_ackjob_result_is_kept_in_the_outcome():
+    h = Harness()
+    jid = h("ADDJOB", "q", "work", 0)
+    h("GETJOB", "FROM", "q")
+    assert h("ACKJOB", jid, "result", '{"rows": 3}') == 1
+    st = status(h, jid)
+    assert st["state"] == b"completed" and st["detail"] == b'{"rows": 3}'
+    # a second ack with another result changes nothing: the first outcome stands
+    assert h("ACKJOB", jid, "RESULT", "other") == 0
+    assert status(h, jid)["detail"] == b'{"rows": 3}'
+    # FASTACK takes one too; a long one is truncated to the outcome detail limit
+    other = h("ADDJOB", "q", "work", 0)
+    assert h("FASTACK", other, "RESULT", "x" * 5000) == 1
+    assert status(h, other)["detail"] == b"x" * 1024
+    # RESULT is never taken for a job ID, and a bad ID still fails the whole command
+    assert h("ACKJOB", "RESULT", "x") == 0
+    assert h("ACKJOB", jid, "RESULT") == Error("BADID Invalid Job ID format.")
+
+
+def test_ackjob_result_reaches_every_copy():
+    c = Cluster(3)
+    c.meet_all()
+    jid = c.cmd(0, "ADDJOB", "q", "j", 0, "REPLICATE", 3, "ASYNC")
+    c.run(100)
+    c.cmd(0, "GETJOB", "FROM", "q")
+    assert c.cmd(0, "ACKJOB", jid, "RESULT", "done: 42") == 1
+    c.run(3000)
+    for i in range(3):
+        assert status_of(c, i, jid) == (b"completed", b"done: 42"), i
+        assert c.nodes[i].jobs.get(jid) is None

@@ -274,3 +274,57 @@ def test_node_failure_mid_traffic_fails_over_without_duplicates(make_cluster, we
         assert len(queued) == len(set(queued))
     finally:
         survivor.close()
+
+
+def test_a_completed_job_shows_the_workers_result(http, dq):
+    jid = submit(http, payload={"a": 1}, queue="sums")["job_id"]
+    (job,) = dq.get_jobs("sums:medium" if dq.qlen("sums:medium") else "sums", nohang=True)
+    assert job.id == jid
+    dq.ack(jid, result={"total": 3})
+    st = http.get(f"/jobs/{jid}").json()
+    assert st["status"] == "completed" and st["result"] == {"total": 3}
+    assert st["finished_at"] >= st["created_at"] and st["error"] is None
+
+
+def test_concurrent_posts_are_pipelined_to_the_node_in_order(http, web, dq):
+    """POST /jobs' ADDJOBs share one connection to the node (web/fastpath.py): replies
+    matched in order, so each request gets its own job, from 16 connections at once."""
+    got: dict[int, str] = {}
+    lock = threading.Lock()
+
+    def post(k: int) -> None:
+        with httpx.Client(base_url=web.url, timeout=30) as c:
+            for i in range(k * 25, k * 25 + 25):
+                r = c.post("/jobs", json={"payload": {"i": i}, "queue": "pipe"})
+                assert r.status_code == 202, r.text
+                with lock:
+                    got[i] = r.json()["job_id"]
+
+    threads = [threading.Thread(target=post, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(got) == 400 and len(set(got.values())) == 400
+    for i, jid in got.items():  # each ID is the job of the request that got it
+        assert dq.show(jid)["body"] == f'{{"i":{i}}}'.encode()
+    assert dq.qlen("pipe") == 400
+
+
+def test_posts_after_the_node_restarts(server_factory, web_factory):
+    """The pipe to the node reconnects after the node went away and came back; a POST in
+    between gets a 503, never a job added twice."""
+    s = server_factory()
+    w = web_factory([f"127.0.0.1:{s.port}"])
+    with httpx.Client(base_url=w.url, timeout=30) as http:
+        first = submit(http, payload=1, queue="rs")["job_id"]
+        s.kill()
+        r = http.post("/jobs", json={"payload": 2, "queue": "rs"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        s.start()
+        second = submit(http, payload=3, queue="rs")["job_id"]
+        again = http.post("/jobs", json={"payload": 3, "queue": "rs"},
+                          headers={"Idempotency-Key": "k1"}).json()["job_id"]
+        assert http.post("/jobs", json={"payload": 3, "queue": "rs"},
+                         headers={"Idempotency-Key": "k1"}).json()["job_id"] == again
+    assert first != second != again

@@ -3,6 +3,8 @@ selenium), served by a real disque-web process in front of a real node."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
@@ -155,3 +157,44 @@ def _fresh_page(browser):
     """Each test starts from a blank page (no polling left from the previous one)."""
     browser.get("about:blank")
     browser.get_log("browser")
+
+
+def test_lookup_of_a_completed_job_shows_its_result(browser, web, http, dq):
+    jid = http.post("/jobs", json={"payload": {"n": 1}, "queue": "sums"}).json()["job_id"]
+    (job,) = dq.get_jobs("sums:medium" if dq.qlen("sums:medium") else "sums", nohang=True)
+    dq.ack(job.id, result={"total": 42})
+    open_view(browser, web, f"lookup/{jid}")
+    status = wait(browser).until(EC.presence_of_element_located((By.ID, "lookup-status")))
+    assert status.text == "completed"
+    assert browser.find_element(By.ID, "lookup-result-value").text == '{"total":42}'
+    text = browser.find_element(By.ID, "lookup-result").text
+    assert "Completed" in text and "Finished" in text
+    no_console_errors(browser)
+
+
+@pytest.mark.timeout(300)
+def test_pages_with_100k_queued_jobs_render_under_a_second(browser, web, dq, record_property):
+    """The #15 target: a dashboard page with 100k queued jobs renders in under 1 s in
+    Chromium (from navigation to its table filled)."""
+    batch = 5000
+    for start in range(0, 100_000, batch):
+        with dq.pipeline() as p:
+            for i in range(start, start + batch):
+                p.add_job("big", f'{{"i": {i}}}')
+            p.execute()
+    assert dq.qlen("big") == 100_000
+    for fragment, sel, n in (("jobs/big", "#jobs-table tbody tr[data-id]", 50),
+                             ("overview", '#queues-table tr[data-queue="big"]', 1)):
+        best = None
+        for _ in range(3):  # the best of three: the machine is shared
+            browser.get("about:blank")
+            t0 = time.monotonic()
+            browser.get(f"{web.url}/#{fragment}")
+            wait(browser, 30).until(
+                lambda d, sel=sel, n=n: len(d.find_elements(By.CSS_SELECTOR, sel)) >= n)
+            took = time.monotonic() - t0
+            best = took if best is None else min(best, took)
+        record_property(f"render_100k_{fragment.split('/')[0]}_s", round(best, 3))
+        assert best < 1.0, (fragment, best)
+    assert "100,000" in browser.find_element(By.CSS_SELECTOR,
+                                             '#queues-table tr[data-queue="big"]').text

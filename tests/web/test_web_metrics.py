@@ -108,7 +108,9 @@ def test_grafana_dashboard_queries_only_metrics_that_exist(web, http, dq):
     assert len(used) >= 15, used
 
     http.post("/jobs", json={"payload": 1, "queue": "mail"})
+    jid = http.post("/jobs", json={"payload": 2, "queue": "mail"}).json()["job_id"]
     dq.add_job("mail:dead", b"{}")
+    dq.fail(jid, "e", reason="attempts")  # a dead-lettered count, with its reason
     time.sleep(0.3)
     web_names = {name for name, _ in scrape(web.url)[0]}
     wm = WorkerMetrics()
@@ -118,3 +120,61 @@ def test_grafana_dashboard_queries_only_metrics_that_exist(web, http, dq):
         generate_latest(wm.registry).decode()) for s in f.samples}
     missing = used - web_names - worker_names
     assert not missing, missing
+
+
+def test_node_job_counters_and_time_histograms(web, http, dq, server):
+    """The nodes' JOBMETRICS through /metrics: what happened to a queue's jobs (each
+    event counted once), dead letters by reason, wait and processing histograms."""
+    node = f"127.0.0.1:{server.port}"
+    ids = [http.post("/jobs", json={"payload": i, "queue": "metq", "priority": "high"})
+           .json()["job_id"] for i in range(5)]
+    time.sleep(0.12)  # they wait in the queue
+    jobs = dq.get_jobs("metq:high", count=5, nohang=True)
+    assert len(jobs) == 5
+    time.sleep(0.3)  # and are processed
+    dq.ack(ids[0])
+    dq.ack(ids[1], result="ok")
+    dq.nack(ids[2])
+    dq.nack(ids[3], delay=600)
+    dq.fail(ids[4], "ValueError", reason="attempts")
+    queued = http.post("/jobs", json={"payload": 9, "queue": "metq", "priority": "high"})
+    assert http.post(f"/jobs/{queued.json()['job_id']}/cancel").status_code == 200
+    time.sleep(0.3)  # the web's snapshot cache
+    m, types = scrape(web.url)
+    lab = (("node", node), ("priority", "high"), ("queue", "metq"))
+    counts = {k: m[(f"disquepy_queue_jobs_{k}_total", lab)] for k in (
+        "added", "delivered", "acked", "nacked", "retried", "requeued", "expired",
+        "cancelled")}
+    assert counts == {"added": 6, "delivered": 5, "acked": 2, "nacked": 1, "retried": 1,
+                      "requeued": 0, "expired": 0, "cancelled": 1}
+    assert m[("disquepy_queue_jobs_dead_lettered_total", (*lab, ("reason", "attempts")))] == 1
+    assert types["disquepy_queue_wait_seconds"] == "histogram"
+    assert m[("disquepy_queue_wait_seconds_count", lab)] == 5
+
+    def le(bound):
+        return tuple(sorted((*lab, ("le", bound))))
+
+    assert m[("disquepy_queue_wait_seconds_bucket", le("0.05"))] == 0
+    assert m[("disquepy_queue_wait_seconds_bucket", le("+Inf"))] == 5
+    assert 0.5 <= m[("disquepy_queue_wait_seconds_sum", lab)] < 5
+    # processing: the two acked jobs, 0.3 s and a little more
+    assert m[("disquepy_queue_processing_seconds_count", lab)] == 2
+    assert m[("disquepy_queue_processing_seconds_bucket", le("0.25"))] == 0
+    assert m[("disquepy_queue_processing_seconds_bucket", le("1.0"))] == 2
+
+
+def test_several_workers_share_the_port_and_their_counters(server, web_factory):
+    """disque-web --workers 2: both processes serve; /metrics sums this process's own
+    counters over them (prometheus-client's multiprocess files), whichever answers."""
+    w = web_factory([f"127.0.0.1:{server.port}"], "--workers", "2")
+    for i in range(30):
+        with httpx.Client(base_url=w.url, timeout=30) as c:  # new connections: both
+            assert c.post("/jobs", json={"payload": i, "queue": "wk"}).status_code == 202
+    assert Disque(f"127.0.0.1:{server.port}").qlen("wk") == 30
+    key = ("disquepy_web_jobs_submitted_total", (("priority", "medium"), ("queue", "wk")))
+    for _ in range(4):  # each scrape may be served by either worker: the same total
+        m, _ = scrape(w.url)
+        assert m[key] == 30
+        assert m[("disquepy_queue_jobs_added_total", (("node", f"127.0.0.1:{server.port}"),
+                                                     ("priority", "medium"),
+                                                     ("queue", "wk")))] >= 30

@@ -475,3 +475,30 @@ def test_backoff_chain_keeps_the_first_id_to_the_dead_letter(dq):
     assert dl.original_id == jid and "last_id" not in dl.extra
     st = dq.status(jid)  # the job itself ended as failed, with the error
     assert st.status == "failed" and "always" in st.error and st.attempt == 3
+
+
+def test_a_handler_result_is_the_jobs_result_and_wait_tells_failure(dq):
+    """The handler's return value goes with the ACK (ACKJOB ... RESULT); wait() tells a
+    completed job (with it) from a failed one (with its error)."""
+
+    def h(p):
+        if p.get("fail"):
+            raise ValueError("bad input")
+        return {"sum": p["a"] + p["b"]} if "a" in p else None
+
+    ok = dq.add_job("q", json.dumps({"a": 2, "b": 3}))
+    plain = dq.add_job("q", json.dumps({"x": 1}))
+    bad = dq.add_job("q", json.dumps({"fail": True}))
+    w = Worker(dq, ["q"], 2, h, dead_letter_after=1, poll_timeout_ms=100).start()
+    try:
+        st = dq.wait(ok, 10)
+        assert (st.status, st.result, st.ok, st.finished) == ("completed", {"sum": 5}, True,
+                                                              True)
+        assert dq.wait(plain, 10).result is None and dq.wait_for_ack(plain, 10) is True
+        st = dq.wait(bad, 10)
+        assert st.status == "failed" and "bad input" in st.error and not st.ok
+        t0 = time.monotonic()
+        assert dq.wait_for_ack(bad, 10) is False  # at once: it ended, as failed
+        assert time.monotonic() - t0 < 2
+    finally:
+        w.stop(5)

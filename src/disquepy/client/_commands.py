@@ -19,6 +19,7 @@ from ._common import (
     parse_ping,
     parse_show,
     parse_str,
+    result_args,
 )
 
 
@@ -66,18 +67,22 @@ class Commands:
         return self._run(getjob_args(queues, count, timeout_ms, nohang, with_counters, token),
                          self._parse_jobs)
 
-    def ack(self, *ids: str) -> int:
-        """ACKJOB: acknowledge jobs (cluster-wide, replicated); returns how many were known."""
-        return self._run(["ACKJOB", *ids], parse_int)
+    def ack(self, *ids: str, result: Any = None) -> int:
+        """ACKJOB: acknowledge jobs (cluster-wide, replicated); returns how many were known.
+        ``result`` (disquepy's ``ACKJOB ... RESULT``): kept in the jobs' outcome, which
+        :meth:`status` and :meth:`wait` return; bytes and str as they are, anything else
+        as JSON; the nodes keep its first 1024 bytes."""
+        return self._run(["ACKJOB", *ids, *result_args(result)], parse_int)
 
     def ack_token(self, *tokens: str | bytes) -> int:
         """ACKTOKEN (disquepy): acknowledge every job that ``get_jobs(..., token=t)``
         delivered on the current node for each token; returns how many were acked."""
         return self._run(["ACKTOKEN", *tokens], parse_int)
 
-    def fast_ack(self, *ids: str) -> int:
-        """FASTACK: best-effort cluster-wide delete; returns how many were known here."""
-        return self._run(["FASTACK", *ids], parse_int)
+    def fast_ack(self, *ids: str, result: Any = None) -> int:
+        """FASTACK: best-effort cluster-wide delete; returns how many were known here.
+        ``result`` as for :meth:`ack`."""
+        return self._run(["FASTACK", *ids, *result_args(result)], parse_int)
 
     def nack(self, *ids: str, delay: int | None = None) -> int:
         """NACK: put jobs back in their queue, counting a nack; with ``delay`` (seconds,
@@ -85,11 +90,18 @@ class Commands:
         back-off). Returns how many."""
         return self._run(["NACK", *ids, *(["DELAY", delay] if delay else [])], parse_int)
 
-    def fail(self, id: str, error: str = "") -> int:
+    def fail(self, id: str, error: str = "", reason: str | None = None) -> int:
         """FAILJOB (disquepy): give up on a job: its outcome is ``failed`` with ``error``
-        on every node that holds it, and it is acknowledged. Returns 1, or 0 if it had
-        ended already; raises :class:`NoJobError` if this node does not know it."""
-        return self._run(["FAILJOB", id, *(["ERROR", error] if error else [])], parse_int)
+        on every node that holds it, and it is acknowledged. ``reason`` (a word) labels
+        it in the nodes' dead-lettered counts (``failed`` if not given). Returns 1, or 0
+        if it had ended already; raises :class:`NoJobError` if this node does not know
+        it."""
+        return self._run(["FAILJOB", id, *(["ERROR", error] if error else []),
+                          *(["REASON", reason] if reason else [])], parse_int)
+
+    def job_metrics(self, *queues: str) -> list:
+        """JOBMETRICS (disquepy) on one node: per-queue counters and histograms, raw."""
+        return self._run(["JOBMETRICS", *queues], lambda r: r)
 
     def job_status(self, id: str) -> list:
         """JOBSTATUS (disquepy) on one node: the raw field/value list; see :meth:`status`

@@ -514,6 +514,16 @@ class Affinity:
         return None
 
 
+def result_args(result: Any) -> list:
+    """``["RESULT", data]`` for ACKJOB/FASTACK (none for ``None``): bytes and str as they
+    are, anything else as JSON (``default=str`` for what JSON cannot say)."""
+    if result is None:
+        return []
+    if isinstance(result, bytes | str):
+        return ["RESULT", result]
+    return ["RESULT", json.dumps(result, default=str, separators=(",", ":"))]
+
+
 # ---------------------------------------------------------------------------- wait_for_ack
 
 

@@ -37,6 +37,7 @@ from ._common import (
     tls_options,
     wait_backoff,
 )
+from .jobstatus import JobStatus, status_from
 from .sync import TRYAGAIN_LIMIT
 
 log = logging.getLogger("disquepy.client")
@@ -179,6 +180,11 @@ class AsyncDisque(Commands):
         return fmt_addr(self._addr) if self._addr is not None else None
 
     @property
+    def address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the node in use (``None`` before the first command)."""
+        return self._addr
+
+    @property
     def node_id(self) -> str | None:
         """The ID of the node in use (``None`` before the first command)."""
         return self._my_id
@@ -303,26 +309,50 @@ class AsyncDisque(Commands):
             if cursor == 0:
                 return
 
-    async def wait_for_ack(self, id: str, timeout: float) -> bool:
-        """Wait until job ``id`` is acknowledged; same semantics and limits as
-        :meth:`disquepy.client.Disque.wait_for_ack` (polls SHOW on the creating node)."""
+    async def wait(self, id: str, timeout: float) -> JobStatus:
+        """Wait until job ``id`` ends or ``timeout`` seconds pass; what became of it, as
+        :meth:`disquepy.client.Disque.wait` (JOBSTATUS on the creating node, every node
+        while that one is unreachable or does not know the job), from the nodes'
+        JOBSTATUS answers alone (no dead-letter lookup, no body)."""
         prefix = job_node_prefix(id)
         deadline = time.monotonic() + timeout
-        attempt = 0
         await self._ensure()
-        while True:
-            addr = self.topology.address_of(prefix) or self._addr
-            try:
-                reply = await self._client_for(addr).execute_command("SHOW", id)
-                if reply is None or parse_show(reply).get("state") == "acked":
-                    return True
-            except _NET_ERRORS as e:
-                log.debug("wait_for_ack: %s unreachable: %s", fmt_addr(addr), e)
+        st = JobStatus(id, "unknown", detail="no node answered")
+        for attempt in range(1_000_000):  # bounded by the deadline long before this
+            owner = self.topology.address_of(prefix)
+            known: dict[str, dict] = {}
+            if owner is not None:
+                known = await self._jobstatus_on([owner], id)
+            if not known:  # the creating node is down or does not know it: ask all
+                others = [(n.host, n.port) for n in self.topology.nodes.values()
+                          if (n.host, n.port) != owner]
+                known = await self._jobstatus_on(others or [self._addr], id)
+            if known:
+                st, _ = status_from(id, known)
             left = deadline - time.monotonic()
-            if left <= 0:
-                return False
+            if st.finished or left <= 0:
+                return st
             await asyncio.sleep(min(wait_backoff(attempt), left))
-            attempt += 1
+        return st
+
+    async def _jobstatus_on(self, addrs: list, id: str) -> dict[str, dict]:
+        known: dict[str, dict] = {}
+        for addr in addrs:
+            try:
+                r = await self._client_for(addr).execute_command("JOBSTATUS", id)
+            except rexc.ResponseError:  # NOJOB there
+                continue
+            except _NET_ERRORS as e:
+                log.debug("wait: %s unreachable: %s", fmt_addr(addr), e)
+                continue
+            known[fmt_addr(addr)] = {k.decode(): v for k, v in zip(r[::2], r[1::2],
+                                                                   strict=True)}
+        return known
+
+    async def wait_for_ack(self, id: str, timeout: float) -> bool:
+        """``True`` once job ``id`` completed; ``False`` if it failed, was cancelled or
+        expired, or at the timeout (:meth:`wait` says which)."""
+        return (await self.wait(id, timeout)).status == "completed"
 
     async def execute_on(self, node: NodeSpec, *args: Any) -> Any:
         """A raw command on one given node (``"host:port"``), without failover."""

@@ -14,12 +14,13 @@ letter (the worker's ``*:dead`` queues) is looked up for its ID.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rexc
 
-from ._common import fmt_addr, job_node_prefix, parse_show
+from ._common import fmt_addr, job_node_prefix, parse_show, wait_backoff
 from .priority import split
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,7 +49,9 @@ def valid_id(job_id: str) -> bool:
 @dataclass(slots=True)
 class JobStatus:
     """What is known of a job. ``nodes``: addresses holding a copy; ``error`` and
-    ``dead_letter_id`` for a failed job; ``detail``: how the status was inferred."""
+    ``dead_letter_id`` for a failed job; ``result``: what the worker sent with its ack
+    (``ACKJOB ... RESULT``, JSON decoded when it is JSON) for a completed one;
+    ``detail``: how the status was inferred."""
 
     job_id: str
     status: str
@@ -64,9 +67,20 @@ class JobStatus:
     nodes: list[str] = field(default_factory=list)
     error: str | None = None
     dead_letter_id: str | None = None
-    finished_at: float | None = None  # unix seconds: when it failed (dead letter)
+    finished_at: float | None = None  # unix seconds: when it ended
     detail: str = ""
     body: bytes | None = None
+    result: Any = None
+
+    @property
+    def finished(self) -> bool:
+        """Has the job ended (completed, failed, cancelled or expired)?"""
+        return self.status in FINAL
+
+    @property
+    def ok(self) -> bool:
+        """Did the job complete (acknowledged by a worker)?"""
+        return self.status == "completed"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -196,23 +210,27 @@ def _text(v: Any) -> str | None:
     return None if v is None else v.decode("utf-8", "replace")
 
 
-def job_status(client: Disque, job_id: str) -> JobStatus:
-    """The status of ``job_id`` from JOBSTATUS on every node (see the server's
-    ``commands/status.py``): an outcome on any node wins (failed, cancelled, completed,
-    expired), else the copy that knows most (in progress, retrying, queued, scheduled);
-    copies that only hold it (``active``) mean a worker has it on a node that did not
-    answer, or it is queued there."""
-    known, down = _statuses(client, job_id)
-    if not known:
-        owner = client.topology.address_of(job_node_prefix(job_id))
-        why = ("its creating node is unreachable" if owner is not None and fmt_addr(owner)
-               in down else "no node knows it (never created, or its outcome's "
-               "retention ended)")
-        return JobStatus(job_id, "unknown", detail=why)
+def _result(v: bytes | None) -> Any:
+    if not v:
+        return None
+    try:
+        return json.loads(v)
+    except ValueError:
+        return v.decode("utf-8", "replace")
+
+
+def status_from(job_id: str, known: dict[str, dict]) -> tuple[JobStatus, str]:
+    """The status told by the JOBSTATUS answers in ``known`` ({address: fields}, at least
+    one): an outcome on any node wins (failed, cancelled, completed, expired), else the
+    copy that knows most (in progress, retrying, queued, scheduled); copies that only
+    hold it (``active``) mean a worker has it on a node that did not answer, or it is
+    queued there. No dead-letter lookup, no body (see :func:`job_status`). Returns the
+    status and the address of the node whose answer it is."""
     states = {f["state"].decode(): addr for addr, f in known.items()}
     status = next((s for s in FINAL if s in states), None) \
         or next((s for s in LIVE if s in states), "in_progress")
-    f = known[states.get(status) or next(iter(known))]
+    addr = states.get(status) or next(iter(known))
+    f = known[addr]
     queue = _text(f.get("queue"))
     logical, prio = split(queue) if queue else (None, None)
     created = f.get("created")
@@ -224,14 +242,32 @@ def job_status(client: Disque, job_id: str) -> JobStatus:
     st = JobStatus(job_id, status, logical, prio, attempt, nacks, adeliv,
                    created / 1000 if created else None, nodes=sorted(known),
                    finished_at=finished / 1000 if finished else None,
-                   detail=f"reported by {states.get(status) or next(iter(known))}")
+                   detail=f"reported by {addr}")
     if status == "failed":
         st.error = _text(f.get("detail"))
+    elif status == "completed":
+        st.result = _result(f.get("detail"))
+    return st, addr
+
+
+def job_status(client: Disque, job_id: str) -> JobStatus:
+    """The status of ``job_id`` from JOBSTATUS on every node (see the server's
+    ``commands/status.py`` and :func:`status_from`), with a failed job's dead letter
+    and a live job's body, TTL, retry and delay."""
+    known, down = _statuses(client, job_id)
+    if not known:
+        owner = client.topology.address_of(job_node_prefix(job_id))
+        why = ("its creating node is unreachable" if owner is not None and fmt_addr(owner)
+               in down else "no node knows it (never created, or its outcome's "
+               "retention ended)")
+        return JobStatus(job_id, "unknown", detail=why)
+    st, addr = status_from(job_id, known)
+    status, queue = st.status, _text(known[addr].get("queue"))
+    if status == "failed":
         dl = find_dead_letter(client, job_id, queue)
         if dl is not None:
             st.dead_letter_id = dl.id
     if status in LIVE or status == "in_progress":
-        addr = states.get(status) or next(iter(known))
         try:
             s = parse_show(client.execute_on(addr, "SHOW", job_id))
         except rexc.RedisError:
@@ -240,6 +276,42 @@ def job_status(client: Disque, job_id: str) -> JobStatus:
             st.body, st.ttl, st.retry, st.delay = (s.get("body"), s.get("ttl"),
                                                    s.get("retry"), s.get("delay"))
     return st
+
+
+# ---------------------------------------------------------------------------- wait
+
+
+def _fields(r: list) -> dict:
+    return {k.decode(): v for k, v in zip(r[::2], r[1::2], strict=True)}
+
+
+def wait_job(client: Disque, job_id: str, timeout: float) -> JobStatus:
+    """Wait until ``job_id`` ends (completed, failed, cancelled or expired) or
+    ``timeout`` seconds pass; its :func:`job_status` then (at the timeout: its status
+    then, ``queued``, ``in_progress``, ... or ``unknown``).
+
+    Polls JOBSTATUS on the node that created the job (every copy records the outcome,
+    that one too) with back-off from 5 ms to 250 ms; when that node is unreachable or
+    knows nothing of the job, asks every node."""
+    deadline = time.monotonic() + timeout
+    prefix = job_node_prefix(job_id)
+    for attempt in range(1_000_000):  # bounded by the deadline long before this
+        owner = client.topology.address_of(prefix)
+        ended = False
+        try:
+            if owner is None:
+                raise rexc.ConnectionError("creating node unknown")
+            f = _fields(client.execute_on(fmt_addr(owner), "JOBSTATUS", job_id))
+            ended = f["state"].decode() in FINAL
+        except rexc.ResponseError:  # NOJOB: never created, or retention 0
+            ended = job_status(client, job_id).status in FINAL
+        except rexc.RedisError:  # the creating node is down: the copies may know
+            ended = job_status(client, job_id).status in FINAL
+        left = deadline - time.monotonic()
+        if ended or left <= 0:
+            break
+        time.sleep(min(wait_backoff(attempt), left))
+    return job_status(client, job_id)
 
 
 # ---------------------------------------------------------------------------- cancel

@@ -27,7 +27,6 @@ from ._common import (
     TryAgainError,
     convert_error,
     fmt_addr,
-    job_node_prefix,
     jscan_args,
     parse_hello,
     parse_jobs,
@@ -36,9 +35,8 @@ from ._common import (
     parse_show,
     qscan_args,
     tls_options,
-    wait_backoff,
 )
-from .jobstatus import CancelResult, JobStatus, cancel_job, job_status
+from .jobstatus import CancelResult, JobStatus, cancel_job, job_status, wait_job
 
 log = logging.getLogger("disquepy.client")
 
@@ -331,37 +329,27 @@ class Disque(Commands):
             if cursor == 0:
                 return
 
-    def wait_for_ack(self, id: str, timeout: float) -> bool:
-        """Wait until job ``id`` is acknowledged; ``True`` if it was within ``timeout``
-        seconds, ``False`` otherwise.
+    def wait(self, id: str, timeout: float) -> JobStatus:
+        """Wait until job ``id`` ends or ``timeout`` seconds pass; what became of it
+        (:class:`JobStatus`): ``completed`` (``result``: what the worker sent with its
+        ack), ``failed`` (``error``), ``cancelled`` or ``expired`` — or, at the timeout,
+        its status then (``queued``, ``in_progress``, ``retrying``, ... ``unknown``).
 
-        Polls ``SHOW`` on the node that created the job (found by the ID prefix among the
-        nodes HELLO lists; the current node if unknown), every 5 ms at first and backing
-        off to 250 ms. Done means SHOW says ``state: acked`` or returns nil: the creating
-        node always holds a copy until the job's acknowledgement is garbage-collected, so
-        nil means acked-and-collected — but also expired (TTL), deleted with
-        DELJOB/FASTACK, or lost by a restart of that node without AOF; the function cannot
-        tell these apart. While the creating node is unreachable it keeps polling (and
-        returns ``False`` at the deadline).
+        Polls ``JOBSTATUS`` on the node that created the job (found by the ID prefix
+        among the nodes HELLO lists), every 5 ms at first and backing off to 250 ms;
+        while that node is unreachable or does not know the job, every node is asked
+        (the copies keep the outcome too). Outcomes are kept ``job-outcome-retention``
+        seconds (default one hour): a job that ended longer ago is ``unknown``, as is
+        every job with a retention of 0.
         """
-        prefix = job_node_prefix(id)
-        deadline = time.monotonic() + timeout
-        attempt = 0
         self._ensure()
-        while True:
-            # the creating node, never another one: a node without a copy answers nil
-            addr = self.topology.address_of(prefix) or self._addr
-            try:
-                reply = self._client_for(addr).execute_command("SHOW", id)
-                if reply is None or parse_show(reply).get("state") == "acked":
-                    return True
-            except _NET_ERRORS as e:
-                log.debug("wait_for_ack: %s unreachable: %s", fmt_addr(addr), e)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(wait_backoff(attempt), left))
-            attempt += 1
+        return wait_job(self, id, timeout)
+
+    def wait_for_ack(self, id: str, timeout: float) -> bool:
+        """``True`` once job ``id`` completed (acknowledged by a worker); ``False`` if
+        it failed, was cancelled or expired, or ``timeout`` seconds passed first.
+        :meth:`wait` says which."""
+        return self.wait(id, timeout).status == "completed"
 
     def status(self, id: str) -> JobStatus:
         """What became of job ``id``: ``queued``, ``scheduled``, ``in_progress``,

@@ -11,6 +11,7 @@ and nothing else::
 
     *3\\r\\n$7\\r\\nLOADJOB\\r\\n$<n>\\r\\n<blob>\\r\\n$8\\r\\n<crc>\\r\\n
     *2\\r\\n$6\\r\\nDELJOB\\r\\n$40\\r\\n<id>\\r\\n
+    *3\\r\\n$7\\r\\nOUTCOME\\r\\n$<n>\\r\\n<blob>\\r\\n$8\\r\\n<crc>\\r\\n
 
 ``blob`` is ``msgpack.packb(fields, use_bin_type=True)`` and ``crc`` its CRC32
 (``zlib.crc32``) as 8 lowercase hex digits.  ``fields`` is a job in
@@ -22,6 +23,13 @@ and nothing else::
 checked by ``jobcodec.parse_job``, the one validation the bus shares (types,
 ranges, job and node IDs); a LOADJOB record's payload is the resulting
 ``JobFields``.
+
+An OUTCOME record is how a job ended (``core.outcomes``, kept for JOBSTATUS after
+the job is gone), framed as LOADJOB with a 7-item blob::
+
+    [id, state, queue, attempts, created_ms, finished_ms, detail]
+
+and its payload is the ``core.outcomes.Outcome``.
 
 Scanning
 ========
@@ -53,23 +61,28 @@ from zlib import crc32
 
 import msgpack
 
+from ..core.ids import is_valid_job_id
 from ..core.jobcodec import DISK, NDISK, BadJob, JobFields, parse_job
+from ..core.outcomes import MAX_DETAIL_LIMIT, STATE_NAMES, Outcome
 
 __all__ = [
     "DELJOB",
     "LOADJOB",
     "NFIELDS",
+    "OUTCOME",
     "AofFormatError",
     "ScanResult",
     "decode_loadjob_blob",
     "encode_deljob",
     "encode_loadjob",
+    "encode_outcome",
     "scan",
     "validate_fields",
 ]
 
 LOADJOB = "LOADJOB"
 DELJOB = "DELJOB"
+OUTCOME = "OUTCOME"
 NFIELDS = NDISK
 
 # Blob lengths have at most this many digits (a blob is under 1 GB).
@@ -77,6 +90,9 @@ _MAX_LEN_DIGITS = 9
 
 _LOAD_HEAD = b"*3\r\n$7\r\nLOADJOB\r\n"  # 17 bytes
 _DEL_HEAD = b"*2\r\n$6\r\nDELJOB\r\n"  # 16 bytes
+_OUT_HEAD = b"*3\r\n$7\r\nOUTCOME\r\n"  # 17 bytes, framed as LOADJOB
+_OUT_HEAD_D = _OUT_HEAD + b"$"
+_OUT_FMT = _OUT_HEAD + b"$%d\r\n%b\r\n$8\r\n%08x\r\n"
 _LOAD_HEAD_D = _LOAD_HEAD + b"$"  # fast path: header up to the blob length digits
 _DEL_HEAD_ID = _DEL_HEAD + b"$40\r\nD-"  # fast path: header up to the ID's third byte
 _LOAD_FMT = _LOAD_HEAD + b"$%d\r\n%b\r\n$8\r\n%08x\r\n"
@@ -90,6 +106,10 @@ _LOWER_HEX = frozenset(b"0123456789abcdef")
 _DIGITS = frozenset(b"0123456789")
 _FIXARRAY_14 = 0x90 | NFIELDS  # first byte of a valid blob
 _FIXARRAY_15 = _FIXARRAY_14 + 1  # ... of one with a 15th field, the idempotency key
+_OUT_NFIELDS = 7
+_FIXARRAY_OUT = 0x90 | _OUT_NFIELDS  # first byte of a valid OUTCOME blob
+_U32 = 0xFFFFFFFF
+_I64 = 1 << 63
 
 _unpackb = msgpack.unpackb
 # One Packer for the write path: packb() builds a new one per call, which costs
@@ -118,7 +138,8 @@ class ScanResult:
     """What ``scan`` found.
 
     ``records``: ``(offset, kind, payload)`` for each valid record in order; kind
-    ``"LOADJOB"`` (payload: its JobFields) or ``"DELJOB"`` (payload: the ID).
+    ``"LOADJOB"`` (payload: its JobFields), ``"DELJOB"`` (payload: the ID) or
+    ``"OUTCOME"`` (payload: the ``Outcome``).
     Empty when scanning with ``collect=False``; the counts are always set.
     ``valid_end``: offset just after the last valid record (``start`` if none).
     ``status``: ``"ok"``, ``"truncated"`` or ``"corrupt"`` (see the module doc).
@@ -133,6 +154,7 @@ class ScanResult:
     reason: str | None = None
     loadjobs: int = 0
     deljobs: int = 0
+    outcomes: int = 0
 
 
 # ---------------------------------------------------------------------------
@@ -144,6 +166,13 @@ def encode_loadjob(fields: list[object]) -> bytes:
     """The LOADJOB record for a job's fields (not validated: see ``validate_fields``)."""
     blob = _pack(fields)
     return _LOAD_FMT % (len(blob), blob, crc32(blob))
+
+
+def encode_outcome(jid: bytes, state: int, queue: bytes, attempts: int, created: int,
+                   finished: int, detail: bytes) -> bytes:
+    """The OUTCOME record of a finished job (not validated: see ``decode_outcome_blob``)."""
+    blob = _pack([jid, state, queue, attempts, created, finished, detail])
+    return _OUT_FMT % (len(blob), blob, crc32(blob))
 
 
 def encode_deljob(jid: bytes) -> bytes:
@@ -166,6 +195,38 @@ def validate_fields(f: Any) -> JobFields:
         return parse_job(f, DISK)
     except BadJob as e:
         raise AofFormatError(str(e)) from None
+
+
+def validate_outcome(f: Any) -> Outcome:
+    """The outcome of an OUTCOME blob, checked (types, ranges, the job ID, a known
+    state); AofFormatError saying what is wrong otherwise."""
+    if type(f) is not list or len(f) != _OUT_NFIELDS:
+        raise AofFormatError(f"invalid outcome (a list of {_OUT_NFIELDS} fields expected)")
+    jid, state, queue, attempts, created, finished, detail = f
+    if type(jid) is not bytes or not is_valid_job_id(jid):
+        raise AofFormatError("invalid outcome job id")
+    if type(state) is not int or state not in STATE_NAMES:
+        raise AofFormatError(f"invalid outcome state {state!r}")
+    if type(queue) is not bytes:
+        raise AofFormatError("invalid outcome queue")
+    if type(attempts) is not int or not 0 <= attempts <= _U32:
+        raise AofFormatError("invalid outcome attempts")
+    for t in (created, finished):
+        if type(t) is not int or not -_I64 <= t < _I64:
+            raise AofFormatError("invalid outcome time")
+    if type(detail) is not bytes or len(detail) > MAX_DETAIL_LIMIT:
+        raise AofFormatError("invalid outcome detail")
+    return Outcome(jid.decode("latin-1"), state, queue.decode("latin-1"), attempts,
+                   created, finished, detail)
+
+
+def decode_outcome_blob(blob: bytes | memoryview) -> Outcome:
+    """Unpack and validate an OUTCOME blob; raise AofFormatError if it is invalid."""
+    try:
+        f = _unpackb(blob, raw=True)
+    except Exception as e:  # msgpack raises several types
+        raise AofFormatError(f"undecodable blob ({type(e).__name__}: {e})") from None
+    return validate_outcome(f)
 
 
 def decode_loadjob_blob(blob: bytes | memoryview) -> JobFields:
@@ -210,7 +271,7 @@ def scan(data: bytes, start: int = 0, *, collect: bool = True) -> ScanResult:
 def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
     records: list[tuple[int, str, Any]] = []
     append = records.append
-    nload = ndel = 0
+    nload = ndel = nout = 0
     pos = start
     status: Literal["ok", "truncated", "corrupt"] = "ok"
     error_offset = reason = None
@@ -245,6 +306,18 @@ def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
                                 nload += 1
                                 pos = b1 + 16
                                 continue
+            elif startswith(_OUT_HEAD_D, pos):
+                try:
+                    nxt, kind, payload = _parse_blob_record(data, mv, pos + 17, end,
+                                                            OUTCOME, decode_outcome_blob)
+                except (_Incomplete, AofFormatError):
+                    pass  # the careful parser below says what is wrong
+                else:
+                    if collect:
+                        append((pos, OUTCOME, payload))
+                    nout += 1
+                    pos = nxt
+                    continue
             elif startswith(_DEL_HEAD_ID, pos):
                 q = pos + _DEL_REC_LEN
                 if (
@@ -272,10 +345,12 @@ def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
                 append((pos, kind, payload))
             if kind == LOADJOB:
                 nload += 1
+            elif kind == OUTCOME:
+                nout += 1
             else:
                 ndel += 1
             pos = nxt
-    return ScanResult(records, pos, status, error_offset, reason, nload, ndel)
+    return ScanResult(records, pos, status, error_offset, reason, nload, ndel, nout)
 
 
 def _show(b: bytes) -> str:
@@ -297,7 +372,7 @@ def _parse_record(data: bytes, mv: memoryview, pos: int, end: int) -> tuple[int,
     (with the reason) otherwise.
     """
     avail = end - pos
-    for head in (_LOAD_HEAD, _DEL_HEAD):
+    for head in (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD):
         if avail < len(head):
             if head.startswith(data[pos:end]):
                 raise _INCOMPLETE
@@ -307,7 +382,11 @@ def _parse_record(data: bytes, mv: memoryview, pos: int, end: int) -> tuple[int,
         raise _diagnose_head(data, pos, end)
     if head is _DEL_HEAD:
         return _parse_deljob(data, pos + len(_DEL_HEAD), end)
-    return _parse_loadjob(data, mv, pos + len(_LOAD_HEAD), end)
+    if head is _OUT_HEAD:
+        return _parse_blob_record(data, mv, pos + len(_OUT_HEAD), end, OUTCOME,
+                                  decode_outcome_blob)
+    return _parse_blob_record(data, mv, pos + len(_LOAD_HEAD), end, LOADJOB,
+                              decode_loadjob_blob)
 
 
 def _parse_deljob(data: bytes, p: int, end: int) -> tuple[int, str, bytes]:
@@ -336,7 +415,9 @@ def _parse_deljob(data: bytes, p: int, end: int) -> tuple[int, str, bytes]:
     return p + 2, DELJOB, jid
 
 
-def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, str, JobFields]:
+def _parse_blob_record(data: bytes, mv: memoryview, p: int, end: int, kind: str,
+                       decode: Any) -> tuple[int, str, Any]:
+    """The rest of a LOADJOB or OUTCOME record after its head: blob, CRC."""
     # "$<n>\r\n"
     if p >= end:
         raise _INCOMPLETE
@@ -359,7 +440,7 @@ def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, 
     b0 = q + 2
     b1 = b0 + int(digits)
     if b1 > end:
-        if _blob_prefix_ok(mv[b0:end]):
+        if _blob_prefix_ok(mv[b0:end], kind):
             raise _INCOMPLETE
         raise AofFormatError("invalid job blob (torn record with a bad blob)")
     blob = mv[b0:b1]
@@ -367,9 +448,9 @@ def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, 
     tail = data[b1 : b1 + 16]
     expected = _CRC_HEAD + crc + b"\r\n"
     if tail == expected:
-        return b1 + 16, LOADJOB, decode_loadjob_blob(blob)
+        return b1 + 16, kind, decode(blob)
     if len(tail) < 16 and expected.startswith(tail):
-        decode_loadjob_blob(blob)  # a torn record still needs a valid blob
+        decode(blob)  # a torn record still needs a valid blob
         raise _INCOMPLETE
     # Explain the mismatch.
     n = min(len(tail), 6)
@@ -387,11 +468,15 @@ def _parse_loadjob(data: bytes, mv: memoryview, p: int, end: int) -> tuple[int, 
     raise AofFormatError("invalid CRC length (no CRLF after 8 digits)")
 
 
-def _blob_prefix_ok(part: memoryview) -> bool:
-    """Whether ``part`` can be the start of a msgpack-encoded 14- or 15-item list."""
+def _blob_prefix_ok(part: memoryview, kind: str = LOADJOB) -> bool:
+    """Whether ``part`` can be the start of a msgpack-encoded 14- or 15-item list (an
+    OUTCOME's: a 7-item list)."""
     if not len(part):
         return True
-    if part[0] != _FIXARRAY_14 and part[0] != _FIXARRAY_15:
+    if kind == OUTCOME:
+        if part[0] != _FIXARRAY_OUT:
+            return False
+    elif part[0] != _FIXARRAY_14 and part[0] != _FIXARRAY_15:
         return False
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(part), 1 << 16))
     unpacker.feed(part)
@@ -405,7 +490,7 @@ def _blob_prefix_ok(part: memoryview) -> bool:
 
 
 def _diagnose_head(data: bytes, pos: int, end: int) -> AofFormatError:
-    """Why the bytes at ``pos`` do not start a LOADJOB or DELJOB record."""
+    """Why the bytes at ``pos`` do not start a LOADJOB, DELJOB or OUTCOME record."""
     if data[pos] != 42:
         return AofFormatError(
             f"not a multibulk record (starts with {_got(data, pos)}; "
@@ -426,9 +511,9 @@ def _diagnose_head(data: bytes, pos: int, end: int) -> AofFormatError:
             if data[p + n : p + n + 2] != b"\r\n":
                 return AofFormatError("bulk length mismatch (no CRLF after the command name)")
             name = bytes(data[p : p + n])
-    if name is not None and name not in (b"LOADJOB", b"DELJOB"):
+    if name is not None and name not in (b"LOADJOB", b"DELJOB", b"OUTCOME"):
         return AofFormatError(f"unknown command '{_show(name)}'")
-    want = 3 if name == b"LOADJOB" else 2 if name == b"DELJOB" else None
+    want = 3 if name in (b"LOADJOB", b"OUTCOME") else 2 if name == b"DELJOB" else None
     if name is not None and want is not None and count != want:
         return AofFormatError(
             f"wrong number of arguments for '{name.decode()}' (got {count - 1}, expected {want - 1})"

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 from . import messages as M
 from .ids import id_is_at_most_once, id_ttl_minutes
-from .job import ACKED, ACTIVE, F_DUMMY, QUEUED, WAIT_REPL, Job, move
+from .job import ACKED, ACTIVE, F_DUMMY, F_OUTCOME, QUEUED, WAIT_REPL, Job, move
+from .jobmetrics import CANCELLED as M_CANCELLED
+from .jobmetrics import DEFAULT_REASON
 from .outcomes import CANCELLED, COMPLETED, FAILED
 
 if TYPE_CHECKING:
@@ -26,15 +28,21 @@ class Acks:
     def __init__(self, node: Node) -> None:
         self.node = node
 
-    def ack(self, job: Job, now: int) -> None:
+    def ack(self, job: Job, now: int, result: bytes = b"", failed: bool = False) -> None:
         """ACK-JOB(job): the job is done; it will never be queued again. A node with
-        no peers holds the only copy, so garbage collection is immediate."""
+        no peers holds the only copy, so garbage collection is immediate. ``result``
+        (ACKJOB ... RESULT) is kept in the outcome here and on every copy; ``failed``:
+        the ack of a FAILJOB (counted as dead-lettered, not acked)."""
         if job.state == ACKED:
             return
         node = self.node
         node.stats.jobs_acked += 1
+        if not failed:
+            node.metrics.acked(job.id, job.queue, now)
         if node.events_on:
             node.events_out.append((now, "acked", job.id, job.queue, None))
+        if result:
+            self._completed_with(job, result, now)
         node.record_outcome(job, COMPLETED, now)
         if not node.clustered:
             node.unregister(job)
@@ -169,26 +177,41 @@ class Acks:
             self.node.record_outcome(job, COMPLETED, now)
         self.node.unregister(job)
 
-    def fast_ack(self, job: Job, now: int) -> None:
+    def _completed_with(self, job: Job, result: bytes, now: int) -> None:
+        """Record a completion with the worker's result and send it to the copies
+        before the ack's own messages (their outcome is then recorded with it)."""
+        node = self.node
+        if job.flags & F_OUTCOME or job.state == WAIT_REPL or not node.outcomes_on:
+            return
+        result = result[:node.outcomes.max_detail]
+        node.record_outcome(job, COMPLETED, now, result)
+        node.send_to_copies(job, M.OUTCOME, job.id, COMPLETED, result)
+
+    def fast_ack(self, job: Job, now: int, result: bytes = b"") -> None:
         if job.state != ACKED:
+            self.node.metrics.acked(job.id, job.queue, now)
+            if result:
+                self._completed_with(job, result, now)
             self.node.record_outcome(job, COMPLETED, now)
         others = [n for n in job.delivered if n != self.node.myid]
         self.node.send(others, M.DELJOB, job.id, [self.node.myid, *others])
         self.node.unregister(job)
 
-    def fail(self, job: Job, error: bytes, now: int) -> None:
+    def fail(self, job: Job, error: bytes, now: int, reason: bytes = DEFAULT_REASON) -> None:
         """FAILJOB: the job failed for good (the worker gave up): its outcome is FAILED
         with the error, on every copy, then it is acknowledged as any finished job."""
         node = self.node
+        node.metrics.dead_lettered(job.queue, reason)
         node.record_outcome(job, FAILED, now, error)
         node.send_to_copies(job, M.OUTCOME, job.id, FAILED, error)
-        self.ack(job, now)
+        self.ack(job, now, failed=True)
         if job.state == ACKED:
             self.start_gc(job, now)
 
     def cancel(self, job: Job, now: int) -> None:
         """CANCEL: a job nobody works on ends here and on every copy, as CANCELLED."""
         node = self.node
+        node.metrics.count(job.queue, M_CANCELLED)
         node.record_outcome(job, CANCELLED, now)
         node.send_to_copies(job, M.OUTCOME, job.id, CANCELLED, b"")
         if node.events_on:
@@ -196,7 +219,8 @@ class Acks:
         node.unregister(job)
 
     def on_outcome(self, p: Peer, fields: M.Fields, now: int) -> None:
-        """A copy's job failed (an ack follows) or was cancelled (gone everywhere)."""
+        """A copy's job completed with a result or failed (an ack follows), or was
+        cancelled (gone everywhere)."""
         job = self.node.jobs.get(fields[0])
         if job is None:
             return

@@ -23,7 +23,8 @@ Fields after the header, by type:
     NEEDJOBS      [queue, count]    count 0: "no longer needed"
     YOURJOBS      [[job, ...]]
     PAUSE         [queue, flags]
-    OUTCOME       [job_id, state, detail]  a job failed (FAILJOB) or was cancelled
+    OUTCOME       [job_id, state, detail]  a job completed with a result (ACKJOB RESULT),
+                                           failed (FAILJOB) or was cancelled
 
 Everything a peer sends is checked here, before any handler runs: ``parse`` returns
 the message's header and its fields (jobs decoded to tuples, every integer in
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from .ids import is_valid_job_id, valid_node_id
 from .jobcodec import BUS, MAX_NODES, BadJob, JobFields, job_fields, parse_job
-from .outcomes import CANCELLED, FAILED, MAX_DETAIL_LIMIT
+from .outcomes import CANCELLED, COMPLETED, MAX_DETAIL_LIMIT
 
 if TYPE_CHECKING:
     from .job import Job
@@ -225,7 +226,7 @@ def _outcome(f: Fields) -> Fields:
     if len(f) != 3 or type(f[2]) is not bytes or len(f[2]) > MAX_DETAIL_LIMIT:
         raise Malformed("bad OUTCOME")
     _job_id(f[0])
-    _int(f[1], FAILED, CANCELLED, "OUTCOME state")
+    _int(f[1], COMPLETED, CANCELLED, "OUTCOME state")
     return f
 
 

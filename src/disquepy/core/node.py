@@ -39,6 +39,8 @@ from .job import (
     move,
 )
 from .jobcodec import COUNTER_TOP
+from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED, JobMetrics
+from .jobmetrics import EXPIRED as M_EXPIRED
 from .jobtable import JobTable
 from .keys import Keys
 from .membership import Membership
@@ -146,6 +148,7 @@ class Node:
         # how jobs ended, for JOBSTATUS after they are gone (see outcomes.py)
         self.outcomes = Outcomes(config.job_outcome_retention * 1000,
                                  config.job_outcome_max_memory)
+        self.metrics = JobMetrics()  # per-queue counters and histograms (JOBMETRICS)
         self.config_changed([])
         # the cluster, by topic (each owns its state; see their modules)
         self.members = Membership(self, now)
@@ -484,6 +487,7 @@ class Node:
     def unregister(self, job: Job) -> None:
         if self.aof.on:
             self.aof.deleted(job)
+        self.metrics.gone(job.id)
         if job.retry == 0 and (job.flags & F_DELIVERED or job.state == ACKED):
             # an at-most-once job delivered (or acked) here: a late or duplicated
             # YOURJOBS / REPLJOB must not bring it back to be delivered again
@@ -544,6 +548,9 @@ class Node:
                 job.adeliv += 1
             if self.aof.on:
                 self.aof.created(job)  # the counters moved: a reload must not roll them back
+            self.metrics.requeued(job.id, job.queue, NACKED if nack else REQUEUED, now)
+        elif deferred:
+            self.metrics.requeued(job.id, job.queue, -1, now)  # counted at the NACK
         if self.events_on:
             if nack:
                 self.events_out.append((now, "nacked", job.id, job.queue, None))
@@ -582,8 +589,12 @@ class Node:
         job.flags = flags | F_OUTCOME
         done = state == COMPLETED or state == FAILED  # delivered at least once, somewhere
         attempts = job.nacks + job.adeliv + (1 if done or flags & F_DELIVERED else 0)
+        created = job.ctime // 1_000_000
         self.outcomes.record_raw(job.id, state, job.queue.decode("latin-1"), attempts,
-                                 job.ctime // 1_000_000, now, detail)
+                                 created, now, detail)
+        if self.aof.on:
+            self.aof.outcome(job.id, state, job.queue, attempts, created, now,
+                             detail[:self.outcomes.max_detail])
 
     @property
     def outcomes_on(self) -> bool:
@@ -601,6 +612,8 @@ class Node:
             job.nacks += 1
         job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
         job.qtime = now + delay * 1000
+        self.metrics.count(job.queue, RETRIED)
+        self.metrics.delivered_at.pop(job.id, None)
         if self.aof.on:
             self.aof.created(job)
         if self.events_on:
@@ -632,6 +645,8 @@ class Node:
             self.mem.evictable[job.id] = job
         q.atime = now
         self.stats.jobs_delivered += 1
+        self.metrics.delivered(job.id, job.queue, job.ctime // 1_000_000 + job.delay * 1000,
+                               now)
         if self.events_on:
             self.events_out.append((now, "delivered", job.id, job.queue,
                                     (job.nacks, job.adeliv)))
@@ -661,6 +676,8 @@ class Node:
                 self.events_out.append((now, "expired", job.id, job.queue, None))
             if job.state != ACKED:
                 self.record_outcome(job, EXPIRED, now)
+                if job.id[2:10] == self.myid[:8].encode():  # counted by its creator
+                    self.metrics.count(job.queue, M_EXPIRED)
             self.unregister(job)
             return
         state = job.state
@@ -722,6 +739,7 @@ class Node:
         self.jobs.count += 1
         self.mem.used += JOB_OVERHEAD + len(body)
         self.stats.jobs_added += 1
+        self.metrics.count(qname, ADDED)
         if idem is not None:
             self.keys.bind(idem, job)
         if self.events_on:

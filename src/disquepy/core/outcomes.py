@@ -367,6 +367,19 @@ class Outcomes:
             else:
                 heapq.heappop(heap)
 
+    def chunks(self) -> list[object]:
+        """The store's chunks as they are now, oldest first: handles for ``live_in``,
+        for a caller that reads the store a chunk at a time while it changes."""
+        return [c for c in sorted(self._chunks.values(), key=_chunk_seq) if c.live]
+
+    def live_in(self, chunk: object) -> list[Outcome]:
+        """The outcomes still kept of a chunk from ``chunks()`` (none once it is freed)."""
+        assert isinstance(chunk, _Chunk)
+        if self._chunks.get(chunk.wid) is not chunk:
+            return []
+        st = chunk.st
+        return [_outcome(chunk, s, None) for s in range(chunk.n) if st[s] != _DEAD]
+
     # --- chunks -------------------------------------------------------------------------
 
     def _new_chunk(self) -> _Chunk:
@@ -532,6 +545,10 @@ class Outcomes:
                 tab[i] = e
         self._shards[si] = tab
         self._mem += 8 * (size - len(old))
+
+
+def _chunk_seq(c: _Chunk) -> int:
+    return c.seq
 
 
 def _non_negative(name: str, value: int) -> int:

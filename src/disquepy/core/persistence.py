@@ -1,7 +1,8 @@
 """What the node writes to its AOF and how it reads it back.
 
 The node keeps no file: it appends records to ``out`` (LOADJOB with a job's fields
-in ``jobcodec``'s DISK layout, DELJOB with an ID) and the shell writes them (see
+in ``jobcodec``'s DISK layout, DELJOB with an ID, OUTCOME with how a job ended, for
+JOBSTATUS after a restart) and the shell writes them (see
 server/aof.py). A running log records a job as ACTIVE, never QUEUED: a reload must
 not re-queue a job that may have been delivered since (RETRY 0 jobs stay at most
 once); only a rewrite's snapshot records the queued state. Loading rebuilds the jobs
@@ -12,7 +13,7 @@ Pure: time comes in as ``now`` (ms).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ..codec import aof as records
@@ -23,12 +24,14 @@ from .job import (
     F_DELIVERED,
     F_DUMMY,
     F_ENQUEUED_ONCE,
+    F_OUTCOME,
     QUEUED,
     WAIT_REPL,
     Job,
     move,
 )
 from .jobcodec import DISK, JobFields, job_fields
+from .outcomes import EXPIRED, Outcome
 
 if TYPE_CHECKING:
     from .node import Node
@@ -56,6 +59,13 @@ class Persistence:
         if job.state != WAIT_REPL and not job.flags & F_DUMMY:
             self.out.append(records.encode_deljob(job.id))
 
+    def outcome(self, jid: bytes, state: int, queue: bytes, attempts: int, created: int,
+                finished: int, detail: bytes) -> None:
+        """How a job ended (the outcome store's record), so JOBSTATUS answers after a
+        restart too."""
+        self.out.append(records.encode_outcome(jid, state, queue, attempts, created,
+                                               finished, detail))
+
     def _record(self, job: Job, state: int) -> bytes:
         return records.encode_loadjob(job_fields(job, DISK, self.node.keys.of.get(job.id),
                                                  state, job.flags & F_DELIVERED))
@@ -80,6 +90,22 @@ class Persistence:
             out.append(records.encode_deljob(jid))
         return out
 
+    def outcome_snapshots(self, now: int) -> Iterator[list[bytes]]:
+        """A rewrite's OUTCOME records for the outcomes kept and not expired, a chunk of
+        the store at a time (so a rewrite can write them between events: outcomes
+        recorded meanwhile reach the new file through the rewrite buffer)."""
+        store = self.node.outcomes
+        cutoff = now - store.retention_ms
+        for chunk in store.chunks():
+            out = []
+            for o in store.live_in(chunk):
+                if o.finished_ms > cutoff:
+                    out.append(records.encode_outcome(
+                        o.job_id.encode("latin-1"), o.state, o.queue.encode("latin-1"),
+                        o.attempts, o.created_ms, o.finished_ms, o.detail))
+            if out:
+                yield out
+
     # --- loading --------------------------------------------------------------------
     def load(self, recs: Iterable[tuple[int, str, JobFields | bytes]], now: int,
              enqueue: bool) -> int:
@@ -90,10 +116,17 @@ class Persistence:
         node = self.node
         loaded: dict[bytes, JobFields] = {}
         gone_keys: dict[bytes, tuple[bytes, int]] = {}  # idempotency keys of deleted jobs
+        store = node.outcomes
+        keep = node.outcomes_on
+        cutoff = now - store.retention_ms
         for _, kind, payload in recs:
             if kind == records.LOADJOB:
                 assert isinstance(payload, JobFields)
                 loaded[payload.id] = payload
+            elif kind == records.OUTCOME:
+                assert isinstance(payload, Outcome)
+                if keep and payload.finished_ms > cutoff:
+                    store.record(payload)
             else:
                 assert isinstance(payload, bytes)
                 f = loaded.pop(payload, None)
@@ -108,11 +141,17 @@ class Persistence:
             if old is not None:
                 node.unregister(old)
             job = Job(f.id, f.queue, f.body, f.ctime, f.ttl, f.repl, f.delay, f.retry)
-            if job.etime <= now:
+            if job.etime <= now:  # its TTL ended while the node was down: expired
+                if keep and job.etime > cutoff and store.get(f.id.decode("latin-1")) is None:
+                    store.record_raw(f.id, EXPIRED, f.queue.decode("latin-1"),
+                                     f.nacks + f.adeliv + (f.flags & F_DELIVERED),
+                                     f.ctime // 1_000_000, job.etime, b"")
                 continue
             job.nacks, job.adeliv = f.nacks, f.adeliv
             job.delivered = f.delivered
             job.flags = f.flags & F_DELIVERED
+            if store.get(f.id.decode("latin-1")) is not None:
+                job.flags |= F_OUTCOME  # it ended: an ack or a delete is on its way
             move(job, ACTIVE)
             if not node.register(job):
                 continue

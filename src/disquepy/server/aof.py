@@ -14,7 +14,7 @@ crash never loses a job whose ADDJOB got an ID, whatever the policy. Then:
 - ``no``: the kernel flushes when it likes.
 
 A rewrite (BGREWRITEAOF, automatic growth, CONFIG SET appendonly yes) writes the live
-jobs to a temporary file a slice at a time between events, while new records go both
+jobs, then the kept job outcomes, to a temporary file a slice at a time between events, while new records go both
 to the old file and to a rewrite buffer; at the end the buffer is appended, the file
 fsynced and renamed over the AOF. ``SHUTDOWN REWRITE-AOF`` does the same in one go,
 recording which jobs are queued, for the controlled restart.
@@ -213,6 +213,7 @@ class Rewrite:
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.jobs = list(aof.node.jobs.values())  # the snapshot: 8 bytes a job
         self.pos = 0
+        self.outcomes = None  # then the outcomes, a chunk of the store per step
         self.buffer: list = []
         log.info("Background append only file rewriting started (%d jobs)", len(self.jobs))
 
@@ -231,6 +232,13 @@ class Rewrite:
                 write_all(self.fd, b"".join(out))
             self.pos = end
             if self.pos < len(self.jobs):
+                aof.loop.call_soon(self.step)
+                return
+            if self.outcomes is None:
+                self.outcomes = node.aof.outcome_snapshots(int(time.time() * 1000))
+            recs = next(self.outcomes, None)  # one chunk: at most 4096 records
+            if recs is not None:
+                write_all(self.fd, b"".join(recs))
                 aof.loop.call_soon(self.step)
                 return
             keys = node.aof.retained_keys(int(time.time() * 1000))
@@ -301,7 +309,13 @@ def write_snapshot(node, path: str) -> int:
                 if len(batch) >= 10_000:
                     size += write_all(fd, b"".join(batch))
                     batch.clear()
-        batch += node.aof.retained_keys(int(time.time() * 1000))
+        now = int(time.time() * 1000)
+        for recs in node.aof.outcome_snapshots(now):
+            batch += recs
+            if len(batch) >= 10_000:
+                size += write_all(fd, b"".join(batch))
+                batch.clear()
+        batch += node.aof.retained_keys(now)
         if batch:
             size += write_all(fd, b"".join(batch))
         os.fsync(fd)

@@ -103,6 +103,6 @@ class Disk:
         for _, kind, payload in res.records:
             if kind == aof.LOADJOB:
                 live[payload.id] = True
-            else:
+            elif kind == aof.DELJOB:
                 live.pop(payload, None)
         return set(live)

@@ -24,9 +24,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from disquepy.codec.aof import DELJOB, LOADJOB, ScanResult, scan
+from disquepy.codec.aof import DELJOB, LOADJOB, OUTCOME, ScanResult, scan
 
-_HEADS = (b"*3\r\n$7\r\nLOADJOB\r\n", b"*2\r\n$6\r\nDELJOB\r\n")
+_HEADS = (b"*3\r\n$7\r\nLOADJOB\r\n", b"*2\r\n$6\r\nDELJOB\r\n", b"*3\r\n$7\r\nOUTCOME\r\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,17 +60,18 @@ def records_after(data: bytes, offset: int) -> tuple[int, int]:
             return candidates, valid
         at = min(starts)
         res = scan(data, at, collect=False)
-        n = res.loadjobs + res.deljobs
+        n = res.loadjobs + res.deljobs + res.outcomes
         candidates += max(n, 1)
         valid += n
         pos = res.valid_end if n else at + 1
 
 
 def _report(path: Path, size: int, res: ScanResult) -> None:
-    total = res.loadjobs + res.deljobs
+    total = res.loadjobs + res.deljobs + res.outcomes
     print(
         f"AOF {path}: size={size}, records={total} "
-        f"({LOADJOB}={res.loadjobs}, {DELJOB}={res.deljobs}) up to offset {res.valid_end}"
+        f"({LOADJOB}={res.loadjobs}, {DELJOB}={res.deljobs}, {OUTCOME}={res.outcomes}) "
+        f"up to offset {res.valid_end}"
     )
     if res.status == "ok":
         print("AOF is valid")

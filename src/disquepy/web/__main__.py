@@ -4,6 +4,7 @@ API, the dashboard (``/``), the OpenAPI docs (``/docs``) and ``/metrics`` on uvi
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -22,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds a cluster snapshot (dashboard, /metrics) is reused")
     p.add_argument("--log-level", default="info")
     connection_options.add_arguments(p)
+    p.add_argument("--workers", type=int, default=1,
+                   help="worker processes serving the same port (each with its own "
+                        "connections to the nodes); more than 1 where there are cores")
     a = p.parse_args(argv)
     conn = connection_options.client_kwargs(p, a)
     nodes = [n.strip() for n in a.nodes.split(",") if n.strip()]
@@ -29,18 +33,33 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--nodes is empty")
     if not 0 < a.port < 65536:
         p.error("--port must be 1-65535")
+    if not 1 <= a.workers <= 64:
+        p.error("--workers must be 1-64")
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     import uvicorn
 
-    from .app import create_app
-
-    app = create_app(nodes, cache_ttl=a.cache_ttl, **conn)
     logging.getLogger("disquepy.web").info(
         "disque-web on http://%s:%d/ (nodes %s; API docs at /docs)", a.host, a.port,
         ",".join(nodes))
-    uvicorn.run(app, host=a.host, port=a.port, log_level=a.log_level.lower(),
-                access_log=False, loop="auto")
+    opts = dict(host=a.host, port=a.port, log_level=a.log_level.lower(), access_log=False,
+                loop="auto")
+    if a.workers == 1:
+        from .app import create_app
+
+        uvicorn.run(create_app(nodes, cache_ttl=a.cache_ttl, **conn), **opts)
+        return 0
+    # several processes: each builds the app from the environment (app_from_env), and
+    # this process's own counters are shared through prometheus-client's multiprocess
+    # files, so /metrics answers the same whichever worker serves it
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="disque-web-metrics-") as d:
+        os.environ.update(PROMETHEUS_MULTIPROC_DIR=d, DISQUE_NODES=",".join(nodes),
+                          DISQUE_WEB_CACHE_TTL=str(a.cache_ttl),
+                          DISQUE_WEB_CONNECTION=json.dumps(conn))
+        uvicorn.run("disquepy.web.app:app_from_env", factory=True, workers=a.workers,
+                    **opts)
     return 0
 
 

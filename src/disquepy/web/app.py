@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import redis.exceptions as rexc
-from fastapi import Header, Query, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -30,6 +31,7 @@ from ..client.priority import DEFAULT_PRIORITY, PRIORITIES, levels, queue_for
 from ..worker.deadletter import delete_dead, list_dead, requeue_dead
 from ..worker.envelope import wrap
 from .cluster import ClusterView
+from .fastpath import FastJobs, NodePipe
 from .jobs import list_jobs
 from .metrics import install_metrics
 
@@ -97,7 +99,79 @@ _DISQUE_HTTP = {"PAUSED": 409, "MAXLEN": 429, "NOREPL": 503, "OOM": 503, "LEAVIN
                 "TRYAGAIN": 503, "BADID": 400, "NOPERM": 403}
 
 
+def _disque_error(exc: ResponseError) -> JSONResponse:
+    return _error(_DISQUE_HTTP.get(exc.code or "", 400), str(exc), code=exc.code)
+
+
+def _nodes_down(method: str, path: str, exc: BaseException) -> JSONResponse:
+    log.warning("request %s %s failed: no node answered (%s)", method, path, exc)
+    return _error(503, f"no Disque node could serve the request: {exc}",
+                  headers={"Retry-After": "1"})
+
+
+def _job_body(job: JobIn) -> bytes:
+    body = json.dumps(job.payload, separators=(",", ":")).encode()
+    if job.retry is not None:
+        body = wrap(body, 1, None, job.retry.model_dump())
+    return body
+
+
+def _prepare(job: JobIn, idempotency_key: str | None) -> tuple[str, bytes, dict] | None:
+    """A valid job's ADDJOB: (Disque queue, body, add_job options), or None when the
+    body is too large. Without an Idempotency-Key a key is made per request, so a retry
+    inside the API (a node failed mid-request) never adds the job twice."""
+    body = _job_body(job)
+    if len(body) > MAX_BODY:
+        return None
+    key = ("h:" + idempotency_key) if idempotency_key else next(_keys)
+    return (queue_for(job.queue, job.priority), body,
+            {"delay": job.delay or None, "ttl": job.ttl, "retry": job.requeue_after,
+             "replicate": job.replicate, "idempotent": key})
+
+
+def _request_keys():
+    """Idempotency keys of requests without one: unique per process (a random prefix
+    drawn at start) and per request (a counter), cheaper than a token per request."""
+    prefix = "w:" + secrets.token_urlsafe(12) + ":"
+    n = 0
+    while True:
+        n += 1
+        yield prefix + str(n)
+
+
+_keys = _request_keys()
+
+
+def _accepted(job: JobIn, jid: str) -> dict:
+    return {"job_id": jid, "status": "scheduled" if job.delay else "queued",
+            "queue": job.queue, "priority": job.priority}
+
+
 # ---------------------------------------------------------------------------- app
+
+
+class WebApp(FastAPI):
+    """The FastAPI app, with the hot ``POST /jobs`` answered before its layers
+    (:class:`~disquepy.web.fastpath.FastJobs`, set as ``fast`` by :func:`create_app`)."""
+
+    fast: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.fast is not None and scope["type"] == "http" and scope["method"] == "POST":
+            await self.fast(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+
+def app_from_env() -> FastAPIOffline:
+    """The app of one of ``disque-web --workers N``'s processes: the nodes, the client
+    options (user, password, TLS) and the cache TTL from ``DISQUE_NODES``,
+    ``DISQUE_WEB_CONNECTION`` (JSON) and ``DISQUE_WEB_CACHE_TTL``."""
+    nodes = [n.strip() for n in os.environ.get("DISQUE_NODES", "127.0.0.1:7711").split(",")
+             if n.strip()]
+    connection = json.loads(os.environ.get("DISQUE_WEB_CONNECTION", "{}"))
+    return create_app(nodes, cache_ttl=float(os.environ.get("DISQUE_WEB_CACHE_TTL", "1.0")),
+                      **connection)
 
 
 def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: float = 1.0,
@@ -110,6 +184,9 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
     client = Disque(seeds, socket_timeout=socket_timeout, **connection)
     view = ClusterView(client, cache_ttl)
     state: dict[str, AsyncDisque] = {}
+    # the hot POST /jobs' ADDJOBs (fastpath.py); over TLS they go through the client
+    pipe = None if connection.get("ssl") else NodePipe(
+        connection.get("username"), password, socket_timeout)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -117,6 +194,8 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         try:
             yield
         finally:
+            if pipe is not None:
+                pipe.close()
             await state["aio"].close()
             client.close()
 
@@ -140,14 +219,11 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
 
     @app.exception_handler(ResponseError)
     async def disque_error(request: Request, exc: ResponseError) -> JSONResponse:
-        return _error(_DISQUE_HTTP.get(exc.code or "", 400), str(exc), code=exc.code)
+        return _disque_error(exc)
 
     @app.exception_handler(rexc.RedisError)
     async def nodes_down(request: Request, exc: rexc.RedisError) -> JSONResponse:
-        log.warning("request %s %s failed: no node answered (%s)", request.method,
-                    request.url.path, exc)
-        return _error(503, f"no Disque node could serve the request: {exc}",
-                      headers={"Retry-After": "1"})
+        return _nodes_down(request.method, request.url.path, exc)
 
     # ------------------------------------------------------------------ jobs
 
@@ -165,19 +241,44 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         A retry of the same request (same `Idempotency-Key`) returns the same job. Without
         the header a key is made per request, so a retry *inside* the API (a node failed
         mid-request) never adds the job twice."""
-        body = json.dumps(job.payload, separators=(",", ":")).encode()
-        if job.retry is not None:
-            body = wrap(body, 1, None, job.retry.model_dump())
-        if len(body) > MAX_BODY:
-            return _error(413, f"payload too large: {len(body)} bytes, at most {MAX_BODY}")
-        key = ("h:" + idempotency_key) if idempotency_key else "w:" + secrets.token_urlsafe(12)
-        jid = await state["aio"].add_job(
-            queue_for(job.queue, job.priority), body, delay=job.delay or None, ttl=job.ttl,
-            retry=job.requeue_after, replicate=job.replicate, idempotent=key)
-        app.state.submitted.labels(job.queue, job.priority).inc()
+        prepared = _prepare(job, idempotency_key)
+        if prepared is None:
+            size = len(_job_body(job))
+            return _error(413, f"payload too large: {size} bytes, at most {MAX_BODY}")
+        queue, body, opts = prepared
+        jid = await state["aio"].add_job(queue, body, **opts)
+        _submitted(job)
         response.headers["Location"] = f"/jobs/{jid}"
-        return {"job_id": jid, "status": "scheduled" if job.delay else "queued",
-                "queue": job.queue, "priority": job.priority}
+        return _accepted(job, jid)
+
+    counters: dict[tuple[str, str], Any] = {}  # the submitted counter's children
+
+    def _submitted(job: JobIn) -> None:
+        c = counters.get((job.queue, job.priority))
+        if c is None:
+            if len(counters) > 10_000:
+                counters.clear()
+            c = counters[(job.queue, job.priority)] = app.state.submitted.labels(
+                job.queue, job.priority)
+        c.inc()
+
+    def _fast_error(exc: BaseException) -> JSONResponse:
+        if isinstance(exc, ResponseError):
+            return _disque_error(exc)
+        if isinstance(exc, rexc.RedisError):
+            return _nodes_down("POST", "/jobs", exc)
+        log.error("POST /jobs failed", exc_info=exc)
+        return _error(500, "internal error")
+
+    async def _fallback(queue: str, body: bytes, **opts: Any) -> str:
+        return await state["aio"].add_job(queue, body, **opts)
+
+    # FastAPIOffline builds a FastAPI: made a WebApp (a subclass adding no state) so the
+    # fast path runs before FastAPI's own layers
+    app.__class__ = WebApp
+    app.fast = FastJobs(super(WebApp, app).__call__, model=JobIn, prepare=_prepare,
+                        client=lambda: state["aio"], fallback=_fallback, accepted=_accepted,
+                        submitted=_submitted, error=_fast_error, pipe=pipe)
 
     app.add_api_route("/jobs/", add_job, methods=["POST"], status_code=202,
                       include_in_schema=False)
@@ -199,7 +300,8 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
                         404: {"description": "no node knows the job"}})
     def job_status(job_id: str) -> Any:
         """What became of a job: `queued`, `scheduled`, `in_progress`, `retrying`,
-        `completed`, `failed` (with its error), `cancelled`."""
+        `completed` (with the worker's `result`, if it sent one), `failed` (with its
+        `error`), `cancelled`, `expired`."""
         if not valid_id(job_id):
             return _error(400, f"not a job ID: {job_id[:60]!r}")
         st = client.status(job_id).to_dict()

@@ -29,10 +29,30 @@ class Snapshot:
     nodes: list[dict] = field(default_factory=list)
     # (node address, Disque queue) -> QSTAT fields plus "oldest_age"
     queues: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # (node address, Disque queue) -> JOBMETRICS of the queue (see parse_jobmetrics)
+    jobmetrics: dict[tuple[str, str], dict] = field(default_factory=dict)
+    bounds_ms: list[int] = field(default_factory=list)  # JOBMETRICS' histogram buckets
+
+
+def parse_jobmetrics(reply: list) -> tuple[list[int], dict[str, dict]]:
+    """JOBMETRICS' reply: (bucket bounds in ms, {queue: {"counts": {name: n}, "dead":
+    {reason: n}, "wait" and "processing": (count, sum ms, [per-bucket counts])}})."""
+    bounds = [int(b) for b in reply[1]]
+    out: dict[str, dict] = {}
+    for name, counts, dead, wait, proc in reply[3]:
+        out[name.decode("utf-8", "surrogateescape")] = {
+            "counts": {k.decode(): int(v) for k, v in zip(counts[::2], counts[1::2],
+                                                         strict=True)},
+            "dead": {k.decode(): int(v) for k, v in zip(dead[::2], dead[1::2], strict=True)},
+            "wait": (int(wait[0]), int(wait[1]), [int(x) for x in wait[2:]]),
+            "processing": (int(proc[0]), int(proc[1]), [int(x) for x in proc[2:]]),
+        }
+    return bounds, out
 
 
 def take_snapshot(client: Disque) -> Snapshot:
     """Ask every node (three round trips each, however many queues)."""
+    # INFO, HELLO, JOBMETRICS, then QSTAT and QPEEK per queue
     snap = Snapshot(time.time())
     for addr in node_addresses(client):
         node: dict[str, Any] = {"address": addr, "up": False}
@@ -40,16 +60,20 @@ def take_snapshot(client: Disque) -> Snapshot:
         try:
             names = node_queues(client, addr)
             replies = client.execute_many_on(
-                addr, [["INFO"], ["HELLO"]] + [["QSTAT", q] for q in names]
+                addr, [["INFO"], ["HELLO"], ["JOBMETRICS"]] + [["QSTAT", q] for q in names]
                 + [["QPEEK", q, 1] for q in names])
         except rexc.RedisError as e:
             node["error"] = str(e) or type(e).__name__
             continue
         info = parse_info(replies[0])
         node.update(up=True, id=replies[1][1].decode(), info=info)
+        if not isinstance(replies[2], Exception):  # a node without JOBMETRICS: none
+            snap.bounds_ms, per_queue = parse_jobmetrics(replies[2])
+            for q, m in per_queue.items():
+                snap.jobmetrics[(addr, q)] = m
         n = len(names)
         oldest: dict[str, bytes] = {}
-        for q, stat, peek in zip(names, replies[2:2 + n], replies[2 + n:], strict=True):
+        for q, stat, peek in zip(names, replies[3:3 + n], replies[3 + n:], strict=True):
             if isinstance(stat, Exception) or stat is None:
                 continue
             snap.queues[(addr, q)] = dict(parse_kv(stat), oldest_age=None)

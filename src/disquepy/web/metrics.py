@@ -6,13 +6,17 @@ nodes one round of commands). Labels are ``node`` (``host:port``), ``queue`` (th
 logical queue) and ``priority``; never job IDs. Names follow the big brokers'
 exporters: ``disquepy_`` prefix, ``_total`` counters, base units (bytes, seconds).
 
-What the nodes do not expose yet (nacks, retries, cancellations and dead letters by
-reason per node) is not invented here: the worker's own ``/metrics`` has outcomes per
-queue (:mod:`disquepy.worker.metrics`), and this process counts the cancels it made.
+Per queue, the nodes' JOBMETRICS (``core/jobmetrics.py``): counters of what each node
+did (added, delivered, acked, nacked, retried, requeued, expired, cancelled, and
+dead-lettered by ``reason``; each event counted by one node, so ``sum by (queue)`` is
+the cluster's count) and two histograms, ``disquepy_queue_wait_seconds`` (queued ->
+delivered) and ``disquepy_queue_processing_seconds`` (delivered -> acked). The worker's
+own ``/metrics`` has its per-task view (:mod:`disquepy.worker.metrics`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from fastapi import Response
@@ -23,7 +27,11 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 
 from ..client.jobstatus import dead_letters_of
 from ..client.priority import split
@@ -116,10 +124,58 @@ class ClusterCollector:
             enq.add_metric(lab, int(st["jobs-in"]))
             deq.add_metric(lab, int(st["jobs-out"]))
         yield from (depth, blocked, oldest, paused, enq, deq, dead, dead_in)
+        yield from self._job_metrics(snap, p, ql)
         scrape = GaugeMetricFamily(p + "scrape_duration_seconds",
                                    "Time to collect these metrics (cached snapshot or not)")
         scrape.add_metric([], round(time.monotonic() - t0, 6))
         yield scrape
+
+
+    @staticmethod
+    def _job_metrics(snap, p: str, ql: list[str]):
+        """The nodes' JOBMETRICS: counters and histograms per node, queue, priority."""
+        helps = {
+            "added": "Jobs added (ADDJOB on this node)",
+            "delivered": "Jobs delivered to consumers (GETJOB on this node)",
+            "acked": "Jobs acknowledged on this node (ACKJOB, FASTACK)",
+            "nacked": "Jobs put back at once by their consumer (NACK)",
+            "retried": "Back-off retries: jobs put back after a delay (NACK ... DELAY)",
+            "requeued": "Jobs queued again because their retry time came without an ack",
+            "expired": "Jobs whose TTL ended before they were acknowledged",
+            "cancelled": "Jobs cancelled (CANCEL)",
+        }
+        counters = {k: CounterMetricFamily(f"{p}queue_jobs_{k}", h, labels=ql)
+                    for k, h in helps.items()}
+        dead = CounterMetricFamily(p + "queue_jobs_dead_lettered", "Jobs given up on "
+                                   "(FAILJOB: the worker moved them to the dead letters), "
+                                   "by reason", labels=ql + ["reason"])
+        hists = {
+            "wait": HistogramMetricFamily(p + "queue_wait_seconds", "Time jobs waited "
+                                          "in the queue (queued -> delivered)", labels=ql),
+            "processing": HistogramMetricFamily(p + "queue_processing_seconds", "Time "
+                                                "from delivery to acknowledgement",
+                                                labels=ql),
+        }
+        bounds = [b / 1000 for b in snap.bounds_ms]
+        for (addr, q), m in sorted(snap.jobmetrics.items()):
+            if dead_letters_of(q) is not None:
+                continue  # the dead letters themselves: see jobs_dead_lettered
+            name, prio = split(q)
+            lab = [addr, name, prio]
+            for k, fam in counters.items():
+                fam.add_metric(lab, m["counts"].get(k, 0))
+            for reason, n in m["dead"].items():
+                dead.add_metric(lab + [reason], n)
+            for k, fam in hists.items():
+                count, sum_ms, per = m[k]
+                buckets, acc = [], 0
+                for b, n in zip([*bounds, float("inf")], per, strict=True):
+                    acc += n
+                    buckets.append(("+Inf" if b == float("inf") else repr(b), acc))
+                fam.add_metric(lab, buckets, sum_ms / 1000)
+        yield from counters.values()
+        yield dead
+        yield from hists.values()
 
 
 def install_metrics(app, view: ClusterView) -> CollectorRegistry:
@@ -129,10 +185,16 @@ def install_metrics(app, view: ClusterView) -> CollectorRegistry:
     disable_created_metrics()  # no *_created series: they double every counter's lines
     registry = CollectorRegistry()
     registry.register(ClusterCollector(view))
+    own = registry
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # disque-web --workers N: summed
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)
+        own = None  # the counters are read from the shared files, not registered twice
     app.state.submitted = Counter("disquepy_web_jobs_submitted", "Jobs submitted through "
-                                  "POST /jobs", ["queue", "priority"], registry=registry)
+                                  "POST /jobs", ["queue", "priority"], registry=own)
     app.state.cancelled = Counter("disquepy_web_jobs_cancelled", "Jobs cancelled through "
-                                  "this process", ["queue", "priority"], registry=registry)
+                                  "this process", ["queue", "priority"], registry=own)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:

@@ -92,6 +92,7 @@ class _Done:
     attempt: int
     t0: float
     heartbeats: int
+    result: Any = None  # what the handler returned: sent with the ACK (ACKJOB RESULT)
 
 
 _local = threading.local()
@@ -358,23 +359,36 @@ class Worker:
                 self._ack_done(acks)
 
     def _ack_then_fetch(self, done: list[_Done]) -> list:
-        """ACK the jobs in ``done`` and fetch without blocking, in one round trip."""
+        """ACK the jobs in ``done`` and fetch without blocking, in one round trip (a job
+        whose handler returned a result has its own ACK, carrying it)."""
         p = self.client.pipeline()
-        (p.fast_ack if self._fast else p.ack)(*[d.job.id for d in done])
+        self._queue_acks(p, done)
         p.get_jobs(self._fetch_queues(), nohang=True, with_counters=True)
         try:
-            acked, jobs = p.execute()
+            *replies, jobs = p.execute()
         except DisqueError as e:  # nothing is known of the ACK: the jobs may come back
             self._acked(done, e)
             raise
-        self._acked(done, acked)
+        self._acked(done, next((r for r in replies if isinstance(r, Exception)), 0))
         if isinstance(jobs, Exception):
             raise jobs
         return jobs
 
+    def _queue_acks(self, p: Any, done: list[_Done]) -> None:
+        ack = p.fast_ack if self._fast else p.ack
+        plain = [d.job.id for d in done if d.result is None]
+        if plain:
+            ack(*plain)
+        for d in done:
+            if d.result is not None:
+                ack(d.job.id, result=d.result)
+
     def _ack_done(self, done: list[_Done]) -> None:
+        p = self.client.pipeline()
+        self._queue_acks(p, done)
         try:
-            acked = self._ack(*[d.job.id for d in done])
+            replies = p.execute()
+            acked = next((r for r in replies if isinstance(r, Exception)), 0)
         except DisqueError as e:
             acked = e
         self._acked(done, acked)
@@ -425,8 +439,9 @@ class Worker:
         _local.job = job
         _local.attempt = attempt
         exc: BaseException | None = None
+        result = None
         try:
-            route.handler(_decode(env.body, route.body))
+            result = route.handler(_decode(env.body, route.body))
         except Exception as e:  # the handler's failure is the job's outcome
             exc = e
         finally:
@@ -440,7 +455,7 @@ class Worker:
             self._emit(job, attempt, "finished-after-nack", t0, failed=exc is not None)
             return
         if exc is None:
-            return _Done(job, attempt, t0, rec.heartbeats)
+            return _Done(job, attempt, t0, rec.heartbeats, result)
         self._failed(job, route, env.body, exc, prior_failures + 1, attempt, t0)
         return None
 
@@ -498,7 +513,7 @@ class Worker:
         try:
             dead_id = self.client.add_job(dq, dl, ttl=DEAD_TTL)
             try:  # the job's outcome: failed with the error, on every node holding it
-                self.client.fail(job.id, err[:1024])
+                self.client.fail(job.id, err[:1024], reason)
             except DisqueError:
                 self._ack(job.id)  # a node without FAILJOB, or one that lost the job
         except DisqueError as e:

@@ -77,16 +77,22 @@ _TABLE = [
             args="job-id",
             summary="Cancel a job nobody works on (queued, scheduled, retrying), everywhere"),
     Command("failjob", -2, status.failjob,
-            args="job-id [ERROR text]",
+            args="job-id [ERROR text] [REASON word]",
             summary="Give up on a job: its outcome is failed with the error; acknowledge it"),
+    Command("jobmetrics", -1, status.jobmetrics,
+            args="[queue ...]",
+            summary=("Per-queue job counters (added, delivered, acked, nacked, retried, "
+                     "requeued, expired, cancelled, dead-lettered by reason) and wait and "
+                     "processing time histograms")),
     # acks
     Command("ackjob", -1, acks.ackjob,
     # never refused at OOM: acks free memory
-            args='job-id [job-id ...]',
-            summary='Acknowledge jobs: delete them cluster-wide'),
+            args='job-id [job-id ...] [RESULT data]',
+            summary=('Acknowledge jobs: delete them cluster-wide (RESULT: kept in their '
+                     'outcome, see JOBSTATUS)')),
     Command("fastack", -1, acks.fastack,
-            args='job-id [job-id ...]',
-            summary='Acknowledge jobs best-effort, without waiting'),
+            args='job-id [job-id ...] [RESULT data]',
+            summary='Acknowledge jobs best-effort, without waiting (RESULT as for ACKJOB)'),
     Command("acktoken", -2, acks.acktoken,
             args='token [token ...]',
             summary='Acknowledge every job a GETJOB with this TOKEN delivered here'),

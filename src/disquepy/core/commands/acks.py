@@ -13,7 +13,18 @@ if TYPE_CHECKING:
     from ..node import Node
 
 
+def split_result(argv: list[bytes]) -> tuple[list[bytes], bytes]:
+    """``argv`` without a trailing ``RESULT data`` (disquepy), and the data (b'' if none).
+    ``RESULT`` is never a job ID, so the IDs before it stay unambiguous."""
+    if len(argv) >= 3 and len(argv[-2]) == 6 and argv[-2].upper() == b"RESULT":
+        return argv[:-2], argv[-1]
+    return argv, b""
+
+
 def ackjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """ACKJOB id [id ...] [RESULT data]: with RESULT (disquepy), the jobs' outcome
+    (completed) keeps ``data`` (truncated to the outcome detail limit), on every copy."""
+    argv, result = split_result(argv)
     known = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -21,13 +32,15 @@ def ackjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
             job = node.acks.dummy_ack(jid, now)
         elif job.state != ACKED:
             known += 1
-            node.acks.ack(job, now)
+            node.acks.ack(job, now, result)
         if job is not None and job.state == ACKED:
             node.acks.start_gc(job, now)
     return resp.integer(known)
 
 
 def fastack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """FASTACK id [id ...] [RESULT data]: RESULT as for ACKJOB."""
+    argv, result = split_result(argv)
     known = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
@@ -35,7 +48,7 @@ def fastack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
             known += 1
             if node.events_on and job.state != ACKED:
                 node.events_out.append((now, "acked", jid, job.queue, None))
-            node.acks.fast_ack(job, now)
+            node.acks.fast_ack(job, now, result)
         else:
             node.acks.fast_ack_unknown(jid)
     return resp.integer(known)

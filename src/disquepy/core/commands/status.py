@@ -27,6 +27,7 @@ from ..job import (
     WAIT_REPL,
     Job,
 )
+from ..jobmetrics import BOUNDS_MS, COUNTERS, DEFAULT_REASON, valid_reason
 from ..outcomes import STATE_NAMES
 from .args import job_ids
 
@@ -119,12 +120,23 @@ def cancel(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
 
 
 def failjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
-    """FAILJOB job-id [ERROR text]: the job failed for good (the worker gave up on it):
-    its outcome is failed with the error, on every copy, and it is acknowledged."""
-    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2].upper() != b"ERROR"):
+    """FAILJOB job-id [ERROR text] [REASON word]: the job failed for good (the worker
+    gave up on it): its outcome is failed with the error, on every copy, and it is
+    acknowledged. REASON (``[A-Za-z0-9_-]``, up to 32) labels it in JOBMETRICS'
+    dead-lettered counts (default ``failed``)."""
+    opts: dict[bytes, bytes] = {}
+    if len(argv) % 2:
         raise ReplyError(errors.SYNTAX)
+    for k in range(2, len(argv), 2):
+        name = argv[k].upper()
+        if name not in (b"ERROR", b"REASON") or name in opts:
+            raise ReplyError(errors.SYNTAX)
+        opts[name] = argv[k + 1]
+    reason = opts.get(b"REASON", DEFAULT_REASON)
+    if not valid_reason(reason):
+        raise ReplyError("ERR REASON must be 1 to 32 letters, digits, '-' or '_'")
     jid = job_ids(argv[:2])[0]
-    error = argv[3][:MAX_ERROR] if len(argv) == 4 else b""
+    error = opts.get(b"ERROR", b"")[:MAX_ERROR]
     job = node.jobs.get(jid)
     if job is None:
         raise ReplyError(errors.NOJOB)
@@ -132,8 +144,33 @@ def failjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
         return resp.integer(0)
     if job.state == WAIT_REPL:
         raise ReplyError("TRYAGAIN job still being replicated")
-    node.acks.fail(job, error, now)
+    node.acks.fail(job, error, now, reason)
     return resp.integer(1)
 
 
-__all__ = ["cancel", "failjob", "jobstatus", "live_state"]
+def jobmetrics(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """JOBMETRICS [queue ...]: this node's per-queue job counters and time histograms
+    (see jobmetrics.py), every queue it counted (or those named):
+    ``["buckets-ms", [bound, ...], "queues", [[name, [counter, n, ...], [reason, n,
+    ...], [count, sum-ms, b0, ..., bN], [same for processing]], ...]]``; bucket counts
+    are per bucket (not cumulative), the last one above every bound."""
+    m = node.metrics
+    names = argv[1:] if len(argv) > 1 else sorted(m.queues)
+    out: list[list[object]] = []
+    for name in names:
+        q = m.queues.get(name)
+        if q is None:
+            continue
+        counts: list[str | int] = []
+        for k, n in zip(COUNTERS, q.counts, strict=True):
+            counts += [k, n]
+        dead: list[bytes | int] = []
+        for reason, n in sorted(q.dead.items()):
+            dead += [reason, n]
+        out.append([name, counts, dead,
+                    [q.wait.count, q.wait.sum_ms, *q.wait.buckets],
+                    [q.processing.count, q.processing.sum_ms, *q.processing.buckets]])
+    return resp.encode([b"buckets-ms", list(BOUNDS_MS), b"queues", out], client.proto)
+
+
+__all__ = ["cancel", "failjob", "jobmetrics", "jobstatus", "live_state"]

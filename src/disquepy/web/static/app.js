@@ -306,10 +306,12 @@ async function lookup(id) {
       <dt>Time to live</dt><dd>${s.ttl != null ? dur(s.ttl) : "–"}</dd>
       <dt>Held by</dt><dd class="mono">${esc((s.nodes || []).join(", ") || "–")}</dd>
       <dt>Detail</dt><dd>${esc(s.detail)}</dd>
+      ${s.finished_at ? `<dt>Finished</dt><dd>${when(s.finished_at)}</dd>` : ""}
       ${s.error ? `<dt>Error</dt><dd class="err mono">${esc(s.error)}</dd>` : ""}
+      ${s.result != null ? `<dt>Result</dt><dd class="mono" id="lookup-result-value">${esc(typeof s.result === "string" ? s.result : JSON.stringify(s.result))}</dd>` : ""}
     </dl></div>
     <div><h3 class="small muted">HISTORY</h3><ul class="timeline">${history(s)}</ul>
-      <h3 class="small muted">PAYLOAD</h3><pre class="mono">${esc(JSON.stringify(s.payload, null, 2))}</pre></div></div>`;
+      <h3 class="small muted">PAYLOAD</h3>${s.payload != null ? `<pre class="mono">${esc(JSON.stringify(s.payload, null, 2))}</pre>` : `<p class="muted small">Not kept once the job has ended (the outcome is).</p>`}</div></div>`;
   const c = $("#lookup-cancel");
   if (c) c.addEventListener("click", async () => {
     c.disabled = true;
@@ -324,12 +326,14 @@ function history(s) {
   const again = (s.nacks || 0) + (s.additional_deliveries || 0);
   if (s.status === "failed") {
     ev.push(["bad", `Attempt ${s.attempt} failed`, s.error || ""]);
-    ev.push(["bad", "Moved to the dead letters", when(s.finished_at)]);
+    ev.push(["bad", s.dead_letter_id ? "Moved to the dead letters" : "Given up on (failed)", when(s.finished_at)]);
     return ev.map(([cls, what, t]) => `<li class="${cls}"><div>${esc(what)}</div><div class="t">${esc(t)}</div></li>`).join("");
   }
   if (again) ev.push(["bad", `Failed or timed out ${again} time${again > 1 ? "s" : ""}`, "queued again"]);
-  const last = { completed: "good", failed: "bad", cancelled: "bad" }[s.status] ?? "";
-  ev.push([last, `Now: ${s.status.replace("_", " ")}`, s.detail]);
+  const last = { completed: "good", failed: "bad", cancelled: "bad", expired: "bad" }[s.status] ?? "";
+  const ended = { completed: "Completed", cancelled: "Cancelled", expired: "Expired (its TTL ended)" }[s.status];
+  if (ended && s.finished_at) ev.push([last, ended, when(s.finished_at)]);
+  else ev.push([last, `Now: ${s.status.replace("_", " ")}`, s.detail]);
   return ev.map(([cls, what, t]) => `<li class="${cls}"><div>${esc(what)}</div><div class="t">${esc(t)}</div></li>`).join("");
 }
 

@@ -1,0 +1,134 @@
+"""Per-queue job counters and time histograms, for ``JOBMETRICS`` (disque-web's /metrics).
+
+What a node counts, for the queues of the jobs it acted on (so summing over the nodes
+counts each event once):
+
+* ``added`` (ADDJOB here), ``delivered`` (GETJOB here), ``acked`` (ACKJOB, FASTACK,
+  ACKTOKEN here), ``nacked`` (NACK here), ``retried`` (NACK ... DELAY here: a back-off
+  retry under the same ID), ``requeued`` (queued again here because its retry time came
+  without an ack), ``expired`` (its TTL ended; counted by the node that created it),
+  ``cancelled`` (CANCEL here), ``dead-lettered`` by reason (FAILJOB here; REASON given
+  by the worker, ``failed`` without one).
+* Two histograms: **wait** (queued -> delivered, at each delivery here) and
+  **processing** (delivered -> acked, for jobs delivered and acked on this node), in
+  the fixed buckets of ``BOUNDS_MS``.
+
+A job's queueing time is its creation (plus DELAY) until it is queued again; then the
+node notes when (``requeued_at``, only for those jobs). Delivery times are kept for the
+jobs delivered here and not finished yet (``delivered_at``); both maps lose a job when
+it leaves the node. At most ``MAX_QUEUES`` queues are tracked; later ones are counted
+under ``OTHER``, and at most ``MAX_REASONS`` reasons per queue (later ones: ``other``).
+
+Pure: time comes in as ``now`` (ms).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+BOUNDS_MS: tuple[int, ...] = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000,
+                              30_000, 60_000, 300_000, 1_800_000)
+NB = len(BOUNDS_MS) + 1  # the last bucket: above every bound (+Inf)
+COUNTERS: tuple[str, ...] = ("added", "delivered", "acked", "nacked", "retried",
+                             "requeued", "expired", "cancelled")
+ADDED, DELIVERED, ACKED, NACKED, RETRIED, REQUEUED, EXPIRED, CANCELLED = range(8)
+MAX_QUEUES = 4096
+MAX_REASONS = 16
+MAX_REASON_LEN = 32
+OTHER = b"(other)"
+DEFAULT_REASON = b"failed"
+
+
+class Histogram:
+    """Counts per bucket (not cumulative), the number of observations and their sum."""
+
+    __slots__ = ("buckets", "count", "sum_ms")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * NB
+        self.count = 0
+        self.sum_ms = 0
+
+    def observe(self, ms: int) -> None:
+        if ms < 0:
+            ms = 0
+        self.buckets[bisect_left(BOUNDS_MS, ms)] += 1
+        self.count += 1
+        self.sum_ms += ms
+
+
+class QueueMetrics:
+    __slots__ = ("counts", "dead", "wait", "processing")
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(COUNTERS)
+        self.dead: dict[bytes, int] = {}
+        self.wait = Histogram()
+        self.processing = Histogram()
+
+
+class JobMetrics:
+    def __init__(self) -> None:
+        self.queues: dict[bytes, QueueMetrics] = {}
+        self.delivered_at: dict[bytes, int] = {}  # job ID -> when delivered here (ms)
+        self.requeued_at: dict[bytes, int] = {}  # job ID -> when queued again (ms)
+
+    def of(self, queue: bytes) -> QueueMetrics:
+        m = self.queues.get(queue)
+        if m is None:
+            if len(self.queues) >= MAX_QUEUES:
+                queue = OTHER
+                m = self.queues.get(queue)
+            if m is None:
+                m = self.queues[queue] = QueueMetrics()
+        return m
+
+    def count(self, queue: bytes, what: int) -> None:
+        self.of(queue).counts[what] += 1
+
+    def delivered(self, jid: bytes, queue: bytes, queued_ms: int, now: int) -> None:
+        """A delivery here: ``queued_ms`` is when the job was queued, unless it was
+        queued again since (``requeued``)."""
+        m = self.of(queue)
+        m.counts[DELIVERED] += 1
+        again = self.requeued_at.pop(jid, None) if self.requeued_at else None
+        m.wait.observe(now - (queued_ms if again is None else again))
+        self.delivered_at[jid] = now
+
+    def requeued(self, jid: bytes, queue: bytes, what: int, now: int) -> None:
+        """Queued again (``what``: NACKED, REQUEUED, or -1 for a delayed retry whose
+        NACK ... DELAY was counted already)."""
+        if what >= 0:
+            self.of(queue).counts[what] += 1
+        self.requeued_at[jid] = now
+        self.delivered_at.pop(jid, None)
+
+    def acked(self, jid: bytes, queue: bytes, now: int) -> None:
+        m = self.of(queue)
+        m.counts[ACKED] += 1
+        at = self.delivered_at.pop(jid, None)
+        if at is not None:
+            m.processing.observe(now - at)
+
+    def dead_lettered(self, queue: bytes, reason: bytes) -> None:
+        dead = self.of(queue).dead
+        if reason not in dead and len(dead) >= MAX_REASONS:
+            reason = b"other"
+        dead[reason] = dead.get(reason, 0) + 1
+
+    def gone(self, jid: bytes) -> None:
+        """The job left this node: forget its times."""
+        if self.delivered_at:
+            self.delivered_at.pop(jid, None)
+        if self.requeued_at:
+            self.requeued_at.pop(jid, None)
+
+
+def valid_reason(reason: bytes) -> bool:
+    """A dead-letter reason label: 1..32 of ``[A-Za-z0-9_-]``."""
+    return 0 < len(reason) <= MAX_REASON_LEN and all(
+        c == 45 or c == 95 or 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122
+        for c in reason)
+
+
+__all__ = ["BOUNDS_MS", "COUNTERS", "JobMetrics", "valid_reason"]
