@@ -153,7 +153,7 @@ soak: $(STAMP) $(EXT)
 # frames (plus the fixed cases, one byte a second for a whole request); prints the
 # cases run per target. `make test` runs the same with a small budget.
 FUZZ_EXAMPLES ?= 3000
-FUZZ_CASES ?= 1000
+FUZZ_CASES ?= 5000
 FUZZ_SEED ?= 18
 
 .PHONY: fuzz
