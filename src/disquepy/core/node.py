@@ -21,6 +21,7 @@ from .awake import NEVER, AwakeIndex
 from .client import Client
 from .errors import ReplyError
 from .federation import Federation
+from .groups import Groups
 from .ids import JobIdGenerator, new_node_id
 from .job import (
     ACKED,
@@ -137,6 +138,7 @@ class Node:
         self.repl = Replication(self)
         self.acks = Acks(self)
         self.fed = Federation(self)
+        self.groups = Groups(self)  # consumer groups: events, claims, QNOTIFY clients
         self.cluster_dirty = False  # nodes.conf must be saved (peers, identity, leaving)
         self.bus_out: list = []  # (destination ids, message) for take_messages()
         self.msgs_sent = 0
@@ -154,6 +156,13 @@ class Node:
             M.NEEDJOBS: f.on_needjobs, M.YOURJOBS: f.on_yourjobs, M.PAUSE: f.on_pause,
             M.OUTCOME: a.on_outcome,
         }
+        g = self.groups
+        self._handlers.update({
+            M.EVADD: g.on_evadd, M.EVGOT: g.on_evgot, M.EVSTATE: g.on_evstate,
+            M.EVPULL: g.on_evpull, M.EVGRANT: g.on_evgrant, M.EVACK: g.on_evack,
+            M.EVACKED: g.on_evacked, M.EVFLUSH: g.on_evflush, M.EVWATCH: g.on_evwatch,
+            M.EVAVAIL: g.on_evavail, M.EVDEL: g.on_evdel,
+        })
         self.run_id = f"{rng.getrandbits(160):040x}"
         self.peak_memory = 0
         self._next_cron = now
@@ -335,6 +344,8 @@ class Node:
         client.closed = True
         if client.blocked is not None:
             self.unblock(client)
+        if self.groups.waiters:
+            self.groups.client_closed(client)
         if self.clients.pop(client.id, None) is not None:
             self.used_memory -= CLIENT_OVERHEAD + client.qbuf
             client.qbuf = 0
@@ -812,6 +823,7 @@ class Node:
         self.evictable.clear()
         self.keys.clear()
         self.amo_done.clear()
+        self.groups.flushall()
         self.awake = AwakeIndex()
         self.used_memory = CLIENT_OVERHEAD * len(self.clients) + sum(
             c.qbuf for c in self.clients.values())
@@ -893,6 +905,9 @@ class Node:
             t = h[0][0]
         if t is None or self._next_cron < t:
             t = self._next_cron
+        g = self.groups.next_due()
+        if g is not None and g < t:
+            t = g
         return t
 
     def tick(self, now: int) -> None:
@@ -910,6 +925,7 @@ class Node:
         if now >= self._next_cron:
             self._next_cron = now + EVICT_CRON_MS
             self._cron(now)
+        self.groups.tick(now)
         if self.ready:
             self._serve_ready(now)
 

@@ -194,6 +194,7 @@ def info_sections(node, host: dict, now: int) -> dict:
         "queues": [
             ("registered_queues", len(node.queues)),
         ],
+        "groups": node.groups.info(),
         "persistence": node.persistence_info(host.get("aof")),
         "stats": [
             ("total_connections_received", st.connections),
