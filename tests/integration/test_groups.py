@@ -15,6 +15,7 @@ from support import wait_for
 
 EVENT_ID = re.compile(rb"^[0-9a-f]{16}-[0-9a-f]{8}$")
 FIELDS = [b"total", b"inprogress", b"redo", b"done", b"available", b"consumers"]
+OURS = [b"dead", b"lag", b"pending", b"oldest-pending-ms"]  # appended after bananaq's
 
 
 def status(c, *args) -> dict:
@@ -26,7 +27,7 @@ def status(c, *args) -> dict:
         assert len(per) % 2 == 0
         groups = {}
         for g, stats in zip(per[::2], per[1::2], strict=True):
-            assert stats[::2] == FIELDS
+            assert stats[::2] == FIELDS + OURS
             assert all(isinstance(v, int) for v in stats[1::2])
             groups[g] = dict(zip(stats[::2], stats[1::2], strict=True))
         out[name] = groups
@@ -47,11 +48,14 @@ def test_qadd_qget_qack_reply_shapes(r):
     # another group gets every event, from the oldest
     assert r.execute_command("QGET", "foo", "g2", "EX", 0) == [eid, b"first"]
     assert r.execute_command("QACK", "foo", "g2", eid) == 0  # EX 0 acked it
-    assert status(r, "foo") == {b"foo": {
-        b"g1": dict(zip(FIELDS, [2, 1, 0, 1, 0, 0], strict=True)),
-        b"g2": dict(zip(FIELDS, [2, 0, 0, 1, 1, 0], strict=True))}}
-    assert r.execute_command("QINFO", "foo", "GROUPS", "g2") == [
-        b"foo g2 total:2 inprogress:0 redo:0 done:1 available:1 consumers:0"]
+    st = status(r, "foo")
+    assert list(st) == [b"foo"] and list(st[b"foo"]) == [b"g1", b"g2"]
+    assert [st[b"foo"][b"g1"][k] for k in FIELDS] == [2, 1, 0, 1, 0, 0]
+    assert [st[b"foo"][b"g2"][k] for k in FIELDS] == [2, 0, 0, 1, 1, 0]
+    info = r.execute_command("QINFO", "foo", "GROUPS", "g2")
+    assert len(info) == 1 and info[0].startswith(
+        b"foo g2 total:2 inprogress:0 redo:0 done:1 available:1 consumers:0 dead:0 lag:1 "
+        b"pending:0 oldest-pending-ms:")
     # binary-safe contents, delivery counts
     r.execute_command("QADD", "bin", 60, b"\x00\r\n\xff")
     got = r.execute_command("QGET", "bin", "g", "EX", "0.1", "WITHCOUNTERS")
@@ -288,9 +292,86 @@ def test_qadd_norepl_when_copies_cannot_be_made(make_cluster):
 
 
 def test_info_groups_section(r):
+    keys = ("events_added", "events_delivered", "events_acked")
+    before = r.info("groups")
     r.execute_command("QADD", "q", 60, "x")
     eid = r.execute_command("QGET", "q", "g")[0]
+    r.execute_command("QGET", "q", "h")
     r.execute_command("QACK", "q", "g", eid)
     info = r.info("groups")
-    assert (info["events"], info["events_added"], info["events_delivered"],
-            info["events_acked"], info["event_leases"]) == (1, 1, 1, 1, 0)
+    assert [info[k] - before[k] for k in keys] == [1, 2, 1]
+    assert (info["events"], info["event_leases"], info["qnotify_clients"]) == (1, 1, 0)
+
+
+def test_lag_pending_and_oldest_pending_age(r):
+    first = r.execute_command("QADD", "q", 60, "a")
+    time.sleep(0.2)
+    r.execute_command("QADD", "q", 60, "b")
+    r.execute_command("QADD", "q", 60, "c")
+    assert r.execute_command("QGET", "q", "g")[0] == first
+    st = status(r, "q")[b"q"][b"g"]
+    assert (st[b"lag"], st[b"pending"]) == (2, 1)
+    assert 150 <= st[b"oldest-pending-ms"] < 5000
+    r.execute_command("QACK", "q", "g", first)
+    assert status(r, "q")[b"q"][b"g"][b"oldest-pending-ms"] < 150
+
+
+def test_maxdeliveries_dead_letters_and_requeue(r):
+    eid = r.execute_command("QADD", "q", 60, "poison")
+    ok = r.execute_command("QADD", "q", 60, "fine")
+    for n in (1, 2):
+        got = r.execute_command("QGET", "q", "g", "EX", "0.1", "MAXDELIVERIES", 2,
+                                "WITHCOUNTERS")
+        assert got == [eid, b"poison", n]
+        time.sleep(0.15)
+    # delivered twice without an ack: the third QGET dead-letters it and moves on
+    assert r.execute_command("QGET", "q", "g", "MAXDELIVERIES", 2)[0] == ok
+    assert r.execute_command("QGET", "q", "g", "MAXDELIVERIES", 2) is None
+    assert r.execute_command("QDEAD", "q", "g") == [[eid, b"poison", 2]]
+    assert r.execute_command("QDEAD", "q", "other") == []  # groups never affect each other
+    assert r.execute_command("QGET", "q", "other")[0] == eid
+    st = status(r, "q", "GROUPS", "g")[b"q"][b"g"]
+    assert (st[b"total"], st[b"dead"], st[b"inprogress"]) == (2, 1, 1)
+    assert r.execute_command("QDEAD", "q", "g", "REQUEUE", eid, ok) == 1
+    assert r.execute_command("QDEAD", "q", "g") == []
+    assert r.execute_command("QGET", "q", "g", "WITHCOUNTERS") == [eid, b"poison", 1]
+    for args, msg in ((("QGET", "q", "g", "MAXDELIVERIES", 0), "MAXDELIVERIES must be"),
+                      (("QDEAD", "q", "g", "REQUEUE"), "syntax error"),
+                      (("QDEAD", "q", "g", "REQUEUE", "bad"), "BADID")):
+        with pytest.raises(redis.ResponseError, match=msg):
+            r.execute_command(*args)
+
+
+def test_qworking_extends_a_lease(r):
+    eid = r.execute_command("QADD", "q", 60, "slow")
+    assert r.execute_command("QGET", "q", "g", "EX", "0.3")[0] == eid
+    time.sleep(0.15)
+    assert r.execute_command("QWORKING", "q", "g", eid, "EX", 1) == 1
+    time.sleep(0.3)  # past the first lease: still ours
+    assert r.execute_command("QGET", "q", "g") is None
+    assert status(r, "q")[b"q"][b"g"][b"inprogress"] == 1
+    assert r.execute_command("QACK", "q", "g", eid) == 1
+    assert r.execute_command("QWORKING", "q", "g", eid) == 0  # acked: nothing to extend
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        r.execute_command("QWORKING", "q", "g", eid, "EX")
+
+
+def test_qworking_and_dead_letters_across_nodes(make_cluster):
+    servers, clients = make_cluster(3)
+    a, b, c = clients
+    eid = a.execute_command("QADD", "q", 60, "x")
+    assert b.execute_command("QGET", "q", "g", "EX", "0.4", "MAXDELIVERIES", 1)[0] == eid
+    assert c.execute_command("QWORKING", "q", "g", eid, "EX", 2) == 1  # decided by a
+    time.sleep(0.5)
+    assert c.execute_command("QGET", "q", "g", "MAXDELIVERIES", 1) is None  # still leased
+    assert b.execute_command("QACK", "q", "g", eid) == 1
+    # a poison event dead-lettered by its authority shows on every holder
+    bad = a.execute_command("QADD", "q", 60, "bad")
+    assert c.execute_command("QGET", "q", "g", "EX", "0.1", "MAXDELIVERIES", 1)[0] == bad
+    time.sleep(0.2)
+    assert c.execute_command("QGET", "q", "g", "MAXDELIVERIES", 1) is None
+    for x in clients:
+        wait_for(lambda x=x: x.execute_command("QDEAD", "q", "g") == [[bad, b"bad", 1]],
+                 what="the dead letter replicated")
+    assert b.execute_command("QDEAD", "q", "g", "REQUEUE", bad) == 1
+    assert c.execute_command("QGET", "q", "g", "EX", 0)[0] == bad

@@ -48,10 +48,12 @@ if TYPE_CHECKING:
     from .node import Node
 
 # claim states (the low 2 bits of a claim); no claim at all: never delivered
-AVAILABLE = 0
+DEAD = 0  # delivered the group's MAXDELIVERIES times without an ack: its dead letters
 LEASED = 1
 REDO = 2
 DONE = 3
+AVAILABLE = 4  # (effective() of no claim)
+_RANK = (3, 0, 1, 2)  # merge order at equal deadlines: LEASED < REDO < DEAD
 _STATE_BITS = 2
 _DELIV_BITS = 16
 _DELIV_MAX = (1 << _DELIV_BITS) - 1
@@ -68,6 +70,7 @@ GRANTED_MAX = 100_000  # remembered "which peer leased this event to us" entries
 CRON_MS = 1000
 DEFAULT_LEASE_MS = 30_000
 MAX_EXPIRE_MS = 10 * 365 * 86_400_000  # ten years
+MAX_DELIVERIES = _DELIV_MAX
 
 
 def pack(state: int, deliveries: int, deadline: int) -> int:
@@ -100,17 +103,18 @@ def effective(c: int | None, now: int) -> int:
 
 def merge(old: int | None, new: int) -> int:
     """The join of two claims on one event for one group: copies that saw the same
-    changes in any order agree. DONE is final; then the claim with more deliveries
-    (a later lease); then the later deadline; then the higher state (REDO over the
-    LEASED it ends)."""
+    changes in any order agree. DONE is final; otherwise the later deadline wins (a
+    lease is granted only once the previous one ended, an extension moves it on, a
+    dead-lettering or a requeue is stamped with its time), then the state that ends
+    the other (REDO over the LEASED it ends, DEAD over the REDO it ends)."""
     if old is None:
         return new
     if old & 3 == DONE:
         return old
     if new & 3 == DONE:
         return new
-    ko = (claim_deliveries(old), old >> _DEADLINE_SHIFT, old & 3)
-    kn = (claim_deliveries(new), new >> _DEADLINE_SHIFT, new & 3)
+    ko = (old >> _DEADLINE_SHIFT, _RANK[old & 3])
+    kn = (new >> _DEADLINE_SHIFT, _RANK[new & 3])
     return new if kn > ko else old
 
 
@@ -184,33 +188,41 @@ class AddWait:
 class PullWait:
     """A QGET asking peers, one at a time, to lease one of their events."""
 
-    __slots__ = ("client", "queue", "group", "lease", "targets", "deadline", "counters")
+    __slots__ = ("client", "queue", "group", "lease", "maxdeliv", "targets", "deadline",
+                 "counters")
 
-    def __init__(self, client: Client, queue: bytes, group: bytes, lease: int,
+    def __init__(self, client: Client, queue: bytes, group: bytes, lease: int, maxdeliv: int,
                  targets: list[str], counters: bool) -> None:
         self.client = client
         self.queue = queue
         self.group = group
         self.lease = lease
+        self.maxdeliv = maxdeliv
         self.targets = targets  # still to ask, the one asked now first
         self.deadline = 0
         self.counters = counters
 
 
 class AckWait:
-    __slots__ = ("client", "waiting", "deadline", "eid", "group")
+    """A QACK or QWORKING waiting for the event's authority to decide."""
+
+    __slots__ = ("client", "waiting", "deadline", "eid", "extend")
 
     def __init__(self, client: Client, waiting: set[str], deadline: int, eid: bytes,
-                 group: bytes) -> None:
+                 extend: int) -> None:
         self.client = client
         self.waiting = waiting
         self.deadline = deadline
         self.eid = eid
-        self.group = group
+        self.extend = extend
 
 
 class GroupStats:
-    __slots__ = ("total", "inprogress", "redo", "done", "available", "consumers")
+    """QSTATUS for one queue and group: bananaq's fields, then ours (dead letters and
+    ``oldest``, the creation time in ms of the oldest event the group has not done)."""
+
+    __slots__ = ("total", "inprogress", "redo", "done", "available", "consumers", "dead",
+                 "oldest")
 
     def __init__(self) -> None:
         self.total = 0
@@ -219,6 +231,18 @@ class GroupStats:
         self.done = 0
         self.available = 0
         self.consumers = 0
+        self.dead = 0
+        self.oldest = 0
+
+    def fields(self, now: int) -> list[tuple[bytes, int]]:
+        """Every field in QSTATUS order: bananaq's, then dead, lag (events waiting to
+        be delivered: available + redo), pending (delivered, not acknowledged yet) and
+        oldest-pending-ms (the age of the oldest event not done, 0 if none)."""
+        return [(b"total", self.total), (b"inprogress", self.inprogress),
+                (b"redo", self.redo), (b"done", self.done), (b"available", self.available),
+                (b"consumers", self.consumers), (b"dead", self.dead),
+                (b"lag", self.available + self.redo), (b"pending", self.inprogress),
+                (b"oldest-pending-ms", max(0, now - self.oldest) if self.oldest else 0)]
 
 
 def event_reply(eid: bytes, body: bytes, deliveries: int, counters: bool) -> bytes:
@@ -255,6 +279,7 @@ class Groups:
         self.acked = 0
         self.expired = 0
         self.redone = 0
+        self.dead = 0
 
     # ------------------------------------------------------------------ timers
     def _timer(self, at: int) -> None:
@@ -559,9 +584,7 @@ class Groups:
                 if st in (AVAILABLE, REDO):
                     if not only_mine or self.mine(e):
                         if advance:
-                            cur.pos = i + 1
-                            if st == REDO:
-                                redo.append(e.id)  # (if this lease is refused, not lost)
+                            cur.pos = i  # passed once leased (a look leases nothing)
                         return e
                     advance = False  # another node leases it: keep it in view
             i += 1
@@ -573,22 +596,32 @@ class Groups:
         return self._find(q, group, now, False) is not None
 
     # ---------------------------------------------------------------- leasing
-    def lease_local(self, qname: bytes, group: bytes, lease_ms: int,
+    def lease_local(self, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
                     now: int) -> tuple[Event, int] | None:
         """Lease the next event of ``qname`` this node decides for to ``group``:
-        (event, deliveries) or None. ``lease_ms`` 0 acknowledges it at once."""
+        (event, deliveries) or None. ``lease_ms`` 0 acknowledges it at once. An event
+        delivered ``maxdeliv`` times already (0: no limit) goes to the group's dead
+        letters instead."""
         q = self.queues.get(qname)
         if q is None:
             return None
         q.atime = now
-        e = self._find(q, group, now, True)
-        if e is None:
+        for _ in range(SCAN_BUDGET):
+            e = self._find(q, group, now, True)
+            if e is None:
+                return None
+            cur = q.cursors[group]
+            if cur.redo and cur.redo[0] == e.id:
+                cur.redo.popleft()
+            old = e.claims.get(group)
+            deliv = (claim_deliveries(old) if old is not None else 0) + 1
+            if not maxdeliv or deliv <= maxdeliv or old is None:
+                break
+            e.claims[group] = pack(DEAD, deliv - 1, now)
+            self.dead += 1
+            self._replicate_claim(e, group)
+        else:
             return None
-        cur = q.cursors[group]
-        if cur.redo and cur.redo[0] == e.id:
-            cur.redo.popleft()
-        old = e.claims.get(group)
-        deliv = (claim_deliveries(old) if old is not None else 0) + 1
         if lease_ms:
             deadline = now + lease_ms
             c = pack(LEASED, deliv, deadline)
@@ -604,16 +637,16 @@ class Groups:
         self._replicate_claim(e, group)
         return e, deliv
 
-    def qget(self, client: Client, qname: bytes, group: bytes, lease_ms: int, counters: bool,
-             now: int) -> bytes | None:
+    def qget(self, client: Client, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
+             counters: bool, now: int) -> bytes | None:
         group = self.intern(group)
-        got = self.lease_local(qname, group, lease_ms, now)
+        got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
         if got is not None:
             return event_reply(got[0].id, got[0].body, got[1], counters)
         targets = self._pull_targets(qname, group, now)
         if not targets:
             return resp.null_array(client.proto)
-        w = PullWait(client, qname, group, lease_ms, targets, counters)
+        w = PullWait(client, qname, group, lease_ms, maxdeliv, targets, counters)
         self._pull_next(w, now)
         return None
 
@@ -645,12 +678,12 @@ class Groups:
         w.deadline = now + PULL_STEP_MS
         heapq.heappush(self._timeouts, (w.deadline, req))
         self._timer(w.deadline)
-        self.node.send([w.targets[0]], M.EVPULL, req, w.queue, w.group, w.lease)
+        self.node.send([w.targets[0]], M.EVPULL, req, w.queue, w.group, w.lease, w.maxdeliv)
 
     def on_evpull(self, p: Peer, fields: list[object], now: int) -> None:
-        req, qname, group, lease = fields
-        assert type(qname) is bytes and type(lease) is int
-        got = self.lease_local(qname, self._gname(group), lease, now)
+        req, qname, group, lease, maxdeliv = fields
+        assert type(qname) is bytes and type(lease) is int and type(maxdeliv) is int
+        got = self.lease_local(qname, self._gname(group), lease, maxdeliv, now)
         self.node.send([p.id], M.EVGRANT, req,
                        None if got is None else [got[0].id, got[0].body, got[1]])
 
@@ -697,22 +730,43 @@ class Groups:
             self._tell_watchers(q, group)
 
     # --------------------------------------------------------------------- ack
-    def ack_local(self, e: Event, group: bytes) -> int:
+    def decide(self, e: Event, group: bytes, extend_ms: int, now: int) -> int:
+        """As the authority: acknowledge ``group``'s live lease on ``e`` (extend_ms 0),
+        or extend it to ``extend_ms`` from now (never shortened). 1 done, 0 no live
+        lease (ran out, acked, never leased)."""
         c = e.claims.get(group)
-        if c is None or effective(c, self.node.now) != LEASED:
+        if c is None or effective(c, now) != LEASED:
             return 0
-        e.claims[group] = pack(DONE, claim_deliveries(c), 0)
-        self.acked += 1
+        if extend_ms:
+            deadline = max(claim_deadline(c), now + extend_ms)
+            e.claims[group] = pack(LEASED, claim_deliveries(c), deadline)
+            heapq.heappush(self._leases, (deadline, e.id, group))
+            self._timer(deadline)
+        else:
+            e.claims[group] = pack(DONE, claim_deliveries(c), 0)
+            self.acked += 1
         self._replicate_claim(e, group)
         return 1
 
-    def _flushed_ack(self, eid: bytes, group: bytes, now: int) -> bool:
-        until = self.flushed.pop((eid, group), None)
-        return until is not None and until > now
+    def _flushed(self, eid: bytes, group: bytes, extend_ms: int, now: int) -> bool:
+        """A lease held across a QFLUSH: acked (forgotten) or extended, if still live."""
+        key = (eid, group)
+        until = self.flushed.get(key)
+        if until is None or until <= now:
+            return False
+        if extend_ms:
+            self.flushed[key] = max(until, now + extend_ms)
+            heapq.heappush(self._leases, (self.flushed[key], eid, group))
+            self._timer(self.flushed[key])
+        else:
+            del self.flushed[key]
+        return True
 
-    def qack(self, client: Client, qname: bytes, group: bytes, eid: bytes,
+    def qack(self, client: Client, qname: bytes, group: bytes, eid: bytes, extend_ms: int,
              now: int) -> bytes | None:
-        if self._flushed_ack(eid, group, now):
+        """QACK (``extend_ms`` 0) and QWORKING: decided by the event's authority, here
+        or asked over the bus."""
+        if self._flushed(eid, group, extend_ms, now):
             return resp.ONE
         e = self.events.get(eid)
         if e is not None and e.queue != qname:
@@ -720,7 +774,7 @@ class Groups:
         if e is not None:
             a = self.authority(e)
             if a == self.node.myid:
-                return resp.ONE if self.ack_local(e, group) else resp.ZERO
+                return resp.ONE if self.decide(e, group, extend_ms, now) else resp.ZERO
             targets = [a]
         elif eid in self.granted_by:
             targets = [self.granted_by[eid]]
@@ -732,22 +786,22 @@ class Groups:
         self._next_req += 1
         req = self._next_req
         deadline = now + ACK_TIMEOUT_MS
-        self.pending[req] = AckWait(client, set(targets), deadline, eid, group)
+        self.pending[req] = AckWait(client, set(targets), deadline, eid, extend_ms)
         heapq.heappush(self._timeouts, (deadline, req))
         self._timer(deadline)
-        self.node.send(targets, M.EVACK, req, qname, group, eid)
+        self.node.send(targets, M.EVACK, req, qname, group, eid, extend_ms)
         return None
 
     def on_evack(self, p: Peer, fields: list[object], now: int) -> None:
-        req, qname, group, eid = fields
-        assert type(eid) is bytes and type(group) is bytes
+        req, qname, group, eid, extend_ms = fields
+        assert type(eid) is bytes and type(group) is bytes and type(extend_ms) is int
         verdict = 2
-        if self._flushed_ack(eid, group, now):
+        if self._flushed(eid, group, extend_ms, now):
             verdict = 1
         else:
             e = self.events.get(eid)
             if e is not None and e.queue == qname and self.mine(e):
-                verdict = self.ack_local(e, self._gname(group))
+                verdict = self.decide(e, self._gname(group), extend_ms, now)
         self.node.send([p.id], M.EVACKED, req, verdict)
 
     def on_evacked(self, p: Peer, fields: list[object], now: int) -> None:
@@ -759,7 +813,8 @@ class Groups:
         w.waiting.discard(p.id)
         if verdict == 1 or not w.waiting:
             del self.pending[req]
-            self.granted_by.pop(w.eid, None)
+            if not w.extend:
+                self.granted_by.pop(w.eid, None)
             if not w.client.closed:
                 self.node.outbox.append((w.client, resp.ONE if verdict == 1 else resp.ZERO))
 
@@ -980,6 +1035,9 @@ class Groups:
             for g, st in out.items():
                 st.total += 1
                 s = effective(claims.get(g), now)
+                if s == DONE:
+                    st.done += 1
+                    continue
                 if s == AVAILABLE:
                     st.available += 1
                 elif s == LEASED:
@@ -987,7 +1045,11 @@ class Groups:
                 elif s == REDO:
                     st.redo += 1
                 else:
-                    st.done += 1
+                    st.dead += 1
+                    continue
+                ms = e.ctime // 1_000_000
+                if not st.oldest or ms < st.oldest:
+                    st.oldest = ms
         for w in q.waiters:
             st2 = out.get(w.group)
             if st2 is not None:
@@ -1018,7 +1080,45 @@ class Groups:
             ("events_delivered", self.delivered),
             ("events_acked", self.acked),
             ("events_redone", self.redone),
+            ("events_dead_lettered", self.dead),
             ("events_expired", self.expired),
             ("event_leases", leases),
             ("qnotify_clients", len(self.waiters)),
         ]
+
+    # ---------------------------------------------------------- dead letters
+    def dead_letters(self, qname: bytes, group: bytes) -> list[tuple[Event, int]]:
+        """The events of ``qname`` held here that ``group`` dead-lettered, oldest first,
+        with their delivery counts."""
+        q = self.queues.get(qname)
+        out: list[tuple[Event, int]] = []
+        if q is None:
+            return out
+        for e in q.order:
+            c = e.claims.get(group)
+            if not e.gone and c is not None and c & 3 == DEAD:
+                out.append((e, claim_deliveries(c)))
+        return out
+
+    def requeue(self, qname: bytes, group: bytes, ids: list[bytes], now: int) -> int:
+        """Give dead-lettered events back to ``group`` (their delivery count starts
+        over); on every holder, by EVSTATE. How many were dead letters here."""
+        n = 0
+        q = self.queues.get(qname)
+        for eid in ids:
+            e = self.events.get(eid)
+            if e is None or q is None or e.queue != qname:
+                continue
+            c = e.claims.get(group)
+            if c is None or c & 3 != DEAD:
+                continue
+            e.claims[group] = pack(REDO, 0, max(now, claim_deadline(c) + 1))
+            self._replicate_claim(e, group)
+            cur = q.cursors.get(group)
+            if cur is not None:
+                cur.redo.append(eid)
+            n += 1
+        if n and q is not None:
+            self._wake(q, group, now)
+            self._tell_watchers(q, group)
+        return n

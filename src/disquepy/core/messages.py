@@ -30,9 +30,10 @@ Fields after the header, by type:
                                     [holder, ...], [[group, claim], ...]]
     EVGOT         [event_id, ...]   the sender holds these events
     EVSTATE       [[event_id, group, claim], ...]  a group's claim on events changed
-    EVPULL        [req, queue, group, lease ms]  lease me one event of yours
+    EVPULL        [req, queue, group, lease ms, max deliveries]  lease me an event of yours
     EVGRANT       [req, [event_id, body, deliveries] | nil]
-    EVACK         [req, queue, group, event_id]  acknowledge if you lease it
+    EVACK         [req, queue, group, event_id, ms]  acknowledge (ms 0) or extend the
+                                    lease by ms, if you decide for it
     EVACKED       [req, verdict]    1 acked, 0 refused, 2 not mine to decide
     EVFLUSH       [queue, ctime ns] QFLUSH: drop the queue's events (and later
                                     arrivals created before ctime)
@@ -335,9 +336,9 @@ def _grant(g: object) -> None:
         _int(g[2], 0, 0xFFFF, "deliveries")
 
 
-_evpull = _fields(_req, _name, _name, _ms)
+_evpull = _fields(_req, _name, _name, _ms, lambda v: _int(v, 0, 0xFFFF, "MAXDELIVERIES"))
 _evgrant = _fields(_req, _grant)
-_evack = _fields(_req, _name, _name, _event_id)
+_evack = _fields(_req, _name, _name, _event_id, _ms)
 _evacked = _fields(_req, lambda v: _int(v, 0, 2, "EVACK verdict"))
 _evflush = _fields(_name, lambda v: _int(v, 0, MAX_TIME, "flush time"))
 _evwatch = _fields(_name, _name, _ms)

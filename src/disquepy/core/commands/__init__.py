@@ -104,12 +104,18 @@ _TABLE = [
             summary=("Add an event to a queue, kept until it expires; every consumer group "
                      "gets it (the reply, its ID, waits for its copies unless NOBLOCK)")),
     Command("qget", -3, groups.qget,
-            args="queue group [EX seconds] [WITHCOUNTERS]",
+            args="queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n]",
             summary=("Lease the group's next event of a queue for EX seconds (default 30; "
-                     "0 acknowledges it at once): [id, contents] or nil")),
+                     "0 acknowledges it at once): [id, contents(, deliveries)] or nil")),
     Command("qack", 4, groups.qack,
             args="queue group event-id",
             summary="Acknowledge a leased event for a group: 1, or 0 if the lease ran out"),
+    Command("qworking", -4, groups.qworking,
+            args="queue group event-id [EX seconds]",
+            summary="Still working: extend a leased event's lease to EX seconds from now"),
+    Command("qdead", -3, groups.qdead,
+            args="queue group [REQUEUE event-id ...]",
+            summary="A group's dead letters (events over MAXDELIVERIES), or requeue them"),
     Command("qnotify", -4, groups.qnotify,
             args="group timeout queue [queue ...]",
             summary=("Block until one of the queues has an event available to the group "

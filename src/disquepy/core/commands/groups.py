@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
-from ..groups import DEFAULT_LEASE_MS, MAX_EXPIRE_MS, GroupStats
+from ..groups import DEFAULT_LEASE_MS, MAX_DELIVERIES, MAX_EXPIRE_MS, event_reply
 from ..ids import is_valid_event_id
+from .args import parse_int
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -39,9 +40,10 @@ def qadd(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Non
 
 
 def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
-    """QGET queue group [EX seconds] [WITHCOUNTERS]"""
+    """QGET queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n]"""
     lease = DEFAULT_LEASE_MS
     counters = False
+    maxdeliv = 0
     j = 3
     n = len(argv)
     while j < n:
@@ -49,19 +51,55 @@ def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Non
         if opt == b"ex" and j + 1 < n:
             lease = parse_seconds(argv[j + 1], errors.EX_RANGE)
             j += 2
+        elif opt == b"maxdeliveries" and j + 1 < n:
+            maxdeliv = parse_int(argv[j + 1], errors.MAXDELIVERIES_RANGE)
+            if not 0 < maxdeliv <= MAX_DELIVERIES:
+                raise ReplyError(errors.MAXDELIVERIES_RANGE)
+            j += 2
         elif opt == b"withcounters":
             counters = True
             j += 1
         else:
             raise ReplyError(errors.SYNTAX)
-    return node.groups.qget(client, argv[1], argv[2], lease, counters, now)
+    return node.groups.qget(client, argv[1], argv[2], lease, maxdeliv, counters, now)
 
 
 def qack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
     """QACK queue group eventID"""
     if not is_valid_event_id(argv[3]):
         raise ReplyError(errors.BAD_EVENT_ID)
-    return node.groups.qack(client, argv[1], node.groups.intern(argv[2]), argv[3], now)
+    return node.groups.qack(client, argv[1], node.groups.intern(argv[2]), argv[3], 0, now)
+
+
+def qworking(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
+    """QWORKING queue group eventID [EX seconds]: still working, extend the lease to EX
+    seconds from now (default 30; never shortened): 1, or 0 if the lease ran out."""
+    if not is_valid_event_id(argv[3]):
+        raise ReplyError(errors.BAD_EVENT_ID)
+    ext = DEFAULT_LEASE_MS
+    if len(argv) != 4:
+        if len(argv) != 6 or argv[4].lower() != b"ex":
+            raise ReplyError(errors.SYNTAX)
+        ext = parse_seconds(argv[5], errors.EX_RANGE)
+        if ext <= 0:
+            raise ReplyError(errors.EX_RANGE)
+    return node.groups.qack(client, argv[1], node.groups.intern(argv[2]), argv[3], ext, now)
+
+
+def qdead(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """QDEAD queue group [REQUEUE id ...]: the group's dead letters held here as
+    [id, contents, deliveries] (oldest first), or requeue them: how many were."""
+    group = node.groups.intern(argv[2])
+    if len(argv) > 3:
+        if argv[3].lower() != b"requeue" or len(argv) == 4:
+            raise ReplyError(errors.SYNTAX)
+        ids = argv[4:]
+        if not all(is_valid_event_id(i) for i in ids):
+            raise ReplyError(errors.BAD_EVENT_ID)
+        return resp.integer(node.groups.requeue(argv[1], group, ids, now))
+    dead = node.groups.dead_letters(argv[1], group)
+    return b"*%d\r\n" % len(dead) + b"".join(
+        event_reply(e.id, e.body, n, True) for e, n in dead)
 
 
 def qnotify(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
@@ -92,25 +130,18 @@ def _status_args(argv: list[bytes]) -> tuple[list[bytes], list[bytes]]:
     return list(dict.fromkeys(queues)), list(dict.fromkeys(groups))
 
 
-_FIELDS = (b"total", b"inprogress", b"redo", b"done", b"available", b"consumers")
-
-
-def _values(st: GroupStats) -> tuple[int, ...]:
-    return (st.total, st.inprogress, st.redo, st.done, st.available, st.consumers)
-
-
 def qstatus(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """QSTATUS [queue ...] [GROUPS group ...]: per queue [name, [group, stats, ...]],
-    stats a flat map of bananaq's fields."""
+    stats a flat map of bananaq's fields, then ours (GroupStats.fields)."""
     queues, groups = _status_args(argv)
     rows = node.groups.status(queues, groups, now)
     out = [b"*%d\r\n" % len(rows)]
     for name, per in rows:
         out.append(b"*2\r\n" + resp.bulk(name) + b"*%d\r\n" % (2 * len(per)))
         for g, st in per:
-            vals = _values(st)
-            out.append(resp.bulk(g) + b"*%d\r\n" % (2 * len(vals)))
-            for k, v in zip(_FIELDS, vals, strict=True):
+            fields = st.fields(now)
+            out.append(resp.bulk(g) + b"*%d\r\n" % (2 * len(fields)))
+            for k, v in fields:
                 out.append(resp.bulk(k) + resp.integer(v))
     return b"".join(out)
 
@@ -122,5 +153,5 @@ def qinfo(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     for name, per in node.groups.status(queues, groups, now):
         for g, st in per:
             lines.append(b"%b %b " % (name, g) + b" ".join(
-                b"%b:%d" % (k, v) for k, v in zip(_FIELDS, _values(st), strict=True)))
+                b"%b:%d" % (k, v) for k, v in st.fields(now)))
     return b"*%d\r\n" % len(lines) + b"".join(resp.bulk(x) for x in lines)
