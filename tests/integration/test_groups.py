@@ -375,3 +375,29 @@ def test_qworking_and_dead_letters_across_nodes(make_cluster):
                  what="the dead letter replicated")
     assert b.execute_command("QDEAD", "q", "g", "REQUEUE", bad) == 1
     assert c.execute_command("QGET", "q", "g", "EX", 0)[0] == bad
+
+
+def test_creator_restarted_without_its_events_gets_them_back(make_cluster):
+    """Events live in memory: a creator killed and restarted at once (same node ID,
+    never marked FAIL) is still their authority but has lost them. A consumer on
+    another node asks it, gets nothing, and sends it the copy back (read repair)."""
+    from support import hello_ok
+
+    servers, clients = make_cluster(3)
+    a, b, c = clients
+    ids = [a.execute_command("QADD", "q", 120, f"e{i}") for i in range(4)]
+    servers[0].kill(signal.SIGKILL)
+    servers[0].start()
+    clients[0] = a = servers[0].client()
+    wait_for(lambda: hello_ok(a, 3) and hello_ok(b, 3), what="the node to rejoin")
+    assert a.info("groups")["events"] == 0  # it holds nothing now
+    got = []
+
+    def drain():
+        e = b.execute_command("QGET", "q", "g", "EX", 0)
+        if e is not None:
+            got.append(e[0])
+        return sorted(got) == sorted(ids)
+
+    wait_for(drain, timeout=20, step=0.05, what="every event delivered")
+    assert len(got) == 4 and b.info("groups")["events_repaired"] >= 1

@@ -189,7 +189,7 @@ class PullWait:
     """A QGET asking peers, one at a time, to lease one of their events."""
 
     __slots__ = ("client", "queue", "group", "lease", "maxdeliv", "targets", "deadline",
-                 "counters")
+                 "counters", "hint")
 
     def __init__(self, client: Client, queue: bytes, group: bytes, lease: int, maxdeliv: int,
                  targets: list[str], counters: bool) -> None:
@@ -201,6 +201,7 @@ class PullWait:
         self.targets = targets  # still to ask, the one asked now first
         self.deadline = 0
         self.counters = counters
+        self.hint: bytes | None = None  # an event we hold that targets[0] decides for
 
 
 class AckWait:
@@ -280,6 +281,7 @@ class Groups:
         self.expired = 0
         self.redone = 0
         self.dead = 0
+        self.repairs = 0
 
     # ------------------------------------------------------------------ timers
     def _timer(self, at: int) -> None:
@@ -490,6 +492,10 @@ class Groups:
             if known is not None:
                 known.holders = self._nodes(tuple(dict.fromkeys(
                     [*known.holders, *[str(h) for h in holders]])))
+                claims = w[6]
+                assert type(claims) is list
+                for g, c in claims:
+                    self.set_claim(known, self._gname(g), c)
                 continue
             qname, body, ctime, etime, claims = w[1], w[2], w[3], w[4], w[6]
             assert type(qname) is bytes and type(body) is bytes
@@ -643,29 +649,30 @@ class Groups:
         got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
         if got is not None:
             return event_reply(got[0].id, got[0].body, got[1], counters)
-        targets = self._pull_targets(qname, group, now)
+        targets, hint = self._pull_targets(qname, group, now)
         if not targets:
             return resp.null_array(client.proto)
         w = PullWait(client, qname, group, lease_ms, maxdeliv, targets, counters)
+        w.hint = hint
         self._pull_next(w, now)
         return None
 
-    def _pull_targets(self, qname: bytes, group: bytes, now: int) -> list[str]:
-        """Peers to ask for a lease: first the authorities of events this node knows
-        are available to the group, then every other reachable peer."""
+    def _pull_targets(self, qname: bytes, group: bytes,
+                      now: int) -> tuple[list[str], bytes | None]:
+        """Peers to ask for a lease: first the authority of an event this node knows is
+        available to the group (its ID returned too), then every other reachable peer."""
         node = self.node
         if not node.clustered:
-            return []
+            return [], None
         reach = node.members.reach_ids
-        first: dict[str, None] = {}
         q = self.queues.get(qname)
         if q is not None:
             e = self._find(q, group, now, False)
             if e is not None:
                 a = self.authority(e)
                 if a != node.myid and a in reach:
-                    first[a] = None
-        return [*first, *(p for p in reach if p not in first)]
+                    return [a, *(p for p in reach if p != a)], e.id
+        return list(reach), None
 
     def _pull_next(self, w: PullWait, now: int) -> None:
         if not w.targets or w.client.closed:
@@ -679,6 +686,15 @@ class Groups:
         heapq.heappush(self._timeouts, (w.deadline, req))
         self._timer(w.deadline)
         self.node.send([w.targets[0]], M.EVPULL, req, w.queue, w.group, w.lease, w.maxdeliv)
+
+    def _repair(self, eid: bytes, nid: str) -> None:
+        """``nid`` decides for an event we know is available, yet leased us nothing: it
+        may have lost its copy (a restart: events live in memory). Send it ours, with
+        the claims we know; a node that holds it merges them (a join: no harm)."""
+        e = self.events.get(eid)
+        if e is not None and self.authority(e) == nid:
+            self.repairs += 1
+            self.node.send([nid], M.EVADD, self._wire(e))
 
     def on_evpull(self, p: Peer, fields: list[object], now: int) -> None:
         req, qname, group, lease, maxdeliv = fields
@@ -696,6 +712,9 @@ class Groups:
         del self.pending[req]
         if grant is None:
             w.targets.pop(0)
+            if w.hint is not None:
+                self._repair(w.hint, p.id)
+                w.hint = None
             self._pull_next(w, now)
             return
         assert type(grant) is list
@@ -1082,6 +1101,7 @@ class Groups:
             ("events_redone", self.redone),
             ("events_dead_lettered", self.dead),
             ("events_expired", self.expired),
+            ("events_repaired", self.repairs),
             ("event_leases", leases),
             ("qnotify_clients", len(self.waiters)),
         ]
