@@ -63,6 +63,7 @@ EVENT_OVERHEAD = 300  # bytes an event costs besides its body (memory accounting
 CLAIM_OVERHEAD = 40  # bytes a group's claim on an event costs
 QADD_TIMEOUT_MS = 5000  # a QADD waiting for its copies gives up (NOREPL) after this
 PULL_STEP_MS = 500  # a peer asked to lease an event must answer within this
+AUTOACK_LEASE_MS = 5000  # the lease of a QGET EX 0 served by a peer, until its ack comes
 ACK_TIMEOUT_MS = 1000  # peers asked to decide a QACK must answer within this
 SCAN_BUDGET = 10_000  # events one QGET looks at, at most, past its group's cursor
 TOMBSTONE_MS = 600_000  # a QFLUSH refuses copies of older events this long
@@ -189,7 +190,7 @@ class PullWait:
     """A QGET asking peers, one at a time, to lease one of their events."""
 
     __slots__ = ("client", "queue", "group", "lease", "maxdeliv", "targets", "deadline",
-                 "counters", "hint")
+                 "counters", "hint", "autoack")
 
     def __init__(self, client: Client, queue: bytes, group: bytes, lease: int, maxdeliv: int,
                  targets: list[str], counters: bool) -> None:
@@ -202,6 +203,7 @@ class PullWait:
         self.deadline = 0
         self.counters = counters
         self.hint: bytes | None = None  # an event we hold that targets[0] decides for
+        self.autoack = False  # QGET EX 0: ack what the grant brings
 
 
 class AckWait:
@@ -386,12 +388,29 @@ class Groups:
             cur.pos = base + newpos[min(max(i, 0), len(order))]
         q.order = keep
 
-    def set_claim(self, e: Event, group: bytes, claim: int) -> None:
-        """Merge ``claim`` into ``e``'s claim for ``group``; memory accounted."""
+    def set_claim(self, e: Event, group: bytes, claim: int, now: int) -> None:
+        """Merge ``claim`` (from a peer) into ``e``'s claim for ``group``, memory
+        accounted: a lease gets its timer here too (every LEASED claim held has one,
+        so a scan may pass it), a redo wakes this node's consumers."""
         old = e.claims.get(group)
         if old is None:
             self.node.used_memory += CLAIM_OVERHEAD
-        e.claims[group] = merge(old, claim)
+        new = e.claims[group] = merge(old, claim)
+        if new == old:
+            return
+        if new & 3 == LEASED:
+            self._lease_timer(e.id, group, claim_deadline(new))
+        elif new & 3 == REDO:
+            q = self.queues.get(e.queue)
+            if q is not None:
+                cur = q.cursors.get(group)
+                if cur is not None:
+                    cur.redo.append(e.id)
+                self._wake(q, group, now)
+
+    def _lease_timer(self, eid: bytes, group: bytes, deadline: int) -> None:
+        heapq.heappush(self._leases, (deadline, eid, group))
+        self._timer(deadline)
 
     # ---------------------------------------------------------------- authority
     def authority(self, e: Event) -> str:
@@ -460,7 +479,7 @@ class Groups:
             if c.blocked_add == eid:
                 c.blocked_add = None
             e = w.event
-            if e.etime > now:
+            if e.etime > now and eid not in self.events:
                 self._store(e, now)
                 self._arrived(e, now)
             if not c.closed:
@@ -489,13 +508,25 @@ class Groups:
             known = self.events.get(eid)
             holders = w[5]
             assert type(holders) is list
+            stored = known is not None
+            if known is None and eid in self.adding:
+                known = self.adding[eid].event  # ours, a copy sent back before confirmed
             if known is not None:
                 known.holders = self._nodes(tuple(dict.fromkeys(
                     [*known.holders, *[str(h) for h in holders]])))
                 claims = w[6]
                 assert type(claims) is list
-                for g, c in claims:
-                    self.set_claim(known, self._gname(g), c)
+                theirs = {self._gname(g): c for g, c in claims}
+                for g, c in theirs.items():
+                    if stored:
+                        self.set_claim(known, g, c, now)
+                    else:
+                        known.claims[g] = merge(known.claims.get(g), c)
+                # anti-entropy: a copy sent to us (a repair) tells us the sender's
+                # claims; what we know better goes back (a lost EVSTATE heals here)
+                for g, c in known.claims.items():
+                    if theirs.get(g) != c:
+                        self.node.send_item([p.id], M.EVSTATE, [eid, g, c])
                 continue
             qname, body, ctime, etime, claims = w[1], w[2], w[3], w[4], w[6]
             assert type(qname) is bytes and type(body) is bytes
@@ -511,6 +542,8 @@ class Groups:
             e = Event(eid, qname, body, ctime, etime, self._nodes(tuple(hs)))
             for g, c in claims:
                 e.claims[self._gname(g)] = c
+                if c & 3 == LEASED:  # (every LEASED claim held has its timer)
+                    self._lease_timer(eid, self._gname(g), claim_deadline(c))
             self._store(e, now)
             self._arrived(e, now)
         if got:
@@ -565,18 +598,16 @@ class Groups:
         what no longer needs a look."""
         cur = self._cursor(q, group)
         redo = cur.redo
-        while redo:
-            e = self.events.get(redo[0])
-            if e is None or e.queue != q.name:
-                redo.popleft()
-                continue
-            st = effective(e.claims.get(group), now)
-            if st != REDO and st != AVAILABLE:
-                redo.popleft()
+        k = 0
+        while k < len(redo):
+            e = self.events.get(redo[k])
+            if e is None or e.queue != q.name or effective(e.claims.get(group),
+                                                           now) not in (REDO, AVAILABLE):
+                del redo[k]  # gone, leased again, done or dead: no longer to redo
                 continue
             if not only_mine or self.mine(e):
                 return e
-            redo.popleft()  # its authority redoes it; a change of authority rescans
+            k += 1  # another node redoes it (or should: a repair may be due); kept in view
         order, base = q.order, q.base
         i = cur.pos
         end = base + len(order)
@@ -631,8 +662,7 @@ class Groups:
         if lease_ms:
             deadline = now + lease_ms
             c = pack(LEASED, deliv, deadline)
-            heapq.heappush(self._leases, (deadline, e.id, group))
-            self._timer(deadline)
+            self._lease_timer(e.id, group, deadline)
         else:
             c = pack(DONE, deliv, 0)
             self.acked += 1
@@ -652,8 +682,12 @@ class Groups:
         targets, hint = self._pull_targets(qname, group, now)
         if not targets:
             return resp.null_array(client.proto)
-        w = PullWait(client, qname, group, lease_ms, maxdeliv, targets, counters)
+        # EX 0 from a peer: leased briefly, acked once the grant reached us (an ack at
+        # the grant would lose the event for the group if the EVGRANT were lost)
+        w = PullWait(client, qname, group, lease_ms or AUTOACK_LEASE_MS, maxdeliv, targets,
+                     counters)
         w.hint = hint
+        w.autoack = not lease_ms
         self._pull_next(w, now)
         return None
 
@@ -726,6 +760,8 @@ class Groups:
             del gb[next(iter(gb))]
         if not w.client.closed:
             self.node.outbox.append((w.client, event_reply(eid, body, deliv, w.counters)))
+            if w.autoack:
+                self.node.send([p.id], M.EVACK, 0, w.queue, w.group, eid, 0)
 
     def _lease_ended(self, eid: bytes, group: bytes, deadline: int, now: int) -> None:
         if self.flushed.get((eid, group)) == deadline:
@@ -759,8 +795,7 @@ class Groups:
         if extend_ms:
             deadline = max(claim_deadline(c), now + extend_ms)
             e.claims[group] = pack(LEASED, claim_deliveries(c), deadline)
-            heapq.heappush(self._leases, (deadline, e.id, group))
-            self._timer(deadline)
+            self._lease_timer(e.id, group, deadline)
         else:
             e.claims[group] = pack(DONE, claim_deliveries(c), 0)
             self.acked += 1
@@ -774,9 +809,8 @@ class Groups:
         if until is None or until <= now:
             return False
         if extend_ms:
-            self.flushed[key] = max(until, now + extend_ms)
-            heapq.heappush(self._leases, (self.flushed[key], eid, group))
-            self._timer(self.flushed[key])
+            self.flushed[key] = until = max(until, now + extend_ms)
+            self._lease_timer(eid, group, until)
         else:
             del self.flushed[key]
         return True
@@ -863,22 +897,7 @@ class Groups:
             e = self.events.get(eid)
             if e is None:
                 continue
-            g = self._gname(group)
-            old = e.claims.get(g)
-            self.set_claim(e, g, claim)
-            new = e.claims[g]
-            if new == old:
-                continue
-            if new & 3 == LEASED:
-                heapq.heappush(self._leases, (claim_deadline(new), eid, g))
-                self._timer(claim_deadline(new))
-            elif new & 3 == REDO:
-                q = self.queues.get(e.queue)
-                if q is not None:
-                    cur = q.cursors.get(g)
-                    if cur is not None:
-                        cur.redo.append(eid)
-                    self._wake(q, g, now)
+            self.set_claim(e, self._gname(group), claim, now)
 
     # ------------------------------------------------------------------ notify
     def qnotify(self, client: Client, group: bytes, timeout_ms: int, names: list[bytes],

@@ -33,6 +33,7 @@ import traceback
 
 from ..core.job import ACKED, F_DELIVERED, F_DUMMY, QUEUED, STATE_NAMES, WAIT_REPL
 from ..core.node import CLIENT_OVERHEAD, JOB_OVERHEAD, QUEUE_OVERHEAD
+from .groups import events_memory
 
 MAX_KEPT = 50  # failures kept per kind and run (all are counted)
 REPLY_SLACK_MS = 1000  # a blocked command must be answered by its timeout plus this
@@ -222,11 +223,12 @@ class Checker:
             mem += QUEUE_OVERHEAD + len(q.name)
         for c in node.clients.values():
             mem += CLIENT_OVERHEAD + c.qbuf
+        mem += events_memory(node)
         if mem != node.used_memory:
             self.fail(
                 "memory",
                 f"node {i}: used_memory {node.used_memory} but its jobs, "
-                f"queues and clients cost {mem}",
+                f"queues, clients and events cost {mem}",
             )
         for jid, job in node.evictable.items():
             if node.jobs.get(jid) is not job:
