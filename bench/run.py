@@ -18,6 +18,9 @@ Sections (``--only a,b``; default: all but spark, about 14 minutes):
   client   bench/client.py: the client library and the worker against raw redis-py.
   web      bench/web.py: POST /jobs against the client's add_job, and the dashboard with
            100k queued jobs drawn in a headless Chromium.
+  groups   bench/groups.py: consumer groups against jobs on a 3-node cluster (QADD vs
+           ADDJOB REPLICATE 3, 10 groups' deliveries vs GETJOB+ACKJOB, QNOTIFY woken
+           from another node, memory per event held by 10 groups vs per job).
   spark    bench/spark.py: the Spark connector against the plain client (needs Java).
 
 Where C Disque is not found (see servers.find_disque_c), its columns say so.
@@ -60,8 +63,8 @@ from servers import (
     stop_on_sigterm,
 )
 
-SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "spark")
-DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web")
+SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "spark")
+DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups")
 
 
 @dataclass
@@ -463,6 +466,7 @@ def main(argv=None) -> int:
                 "cluster": section_cluster, "aof": section_aof,
                 "client": lambda r, a: section_script(r, a, "client"),
                 "web": lambda r, a: section_script(r, a, "web"),
+                "groups": lambda r, a: section_script(r, a, "groups"),
                 "spark": lambda r, a: section_script(r, a, "spark")}
     rc = 0
     try:

@@ -165,3 +165,34 @@ def test_password(server_factory):
         Disque(f"127.0.0.1:{s.port}").ping()
     with Disque(f"127.0.0.1:{s.port}", password="sekrit") as c:
         assert c.ping()
+
+
+def test_consumer_groups(dq):
+    from disquepy.client import Event
+
+    eid = dq.qadd("events", b'{"n": 1}', 60)
+    assert dq.qadd("events", "two", 60, noblock=True) is None
+    e = dq.qget("events", "billing", lease=5, with_counters=True)
+    assert e == Event(eid, "events", b'{"n": 1}', 1) and e.json() == {"n": 1}
+    assert dq.qworking("events", "billing", eid, lease=10) is True
+    assert dq.qack("events", "billing", eid) is True
+    assert dq.qack("events", "billing", eid) is False
+    assert dq.qnotify("billing", 0.5, "events") == "events"  # "two" is still available
+    assert dq.qget("events", "billing", lease=0).body == b"two"
+    assert dq.qnotify("billing", 0.2, "events") is None
+    st = dq.qstatus("events", groups=["billing", "audit"])
+    assert st["events"]["billing"]["done"] == 2 and st["events"]["audit"]["available"] == 2
+    assert st["events"]["audit"]["lag"] == 2
+    assert dq.qinfo("events", groups=["audit"])[0].startswith("events audit total:2 ")
+    # dead letters
+    bad = dq.qadd("poison", "x", 60)
+    assert dq.qget("poison", "g", lease=0.05, max_deliveries=1).id == bad
+    import time
+
+    time.sleep(0.1)
+    assert dq.qget("poison", "g", max_deliveries=1) is None
+    assert dq.qdead("poison", "g") == [Event(bad, "poison", b"x", 1)]
+    assert dq.qrequeue("poison", "g", bad) == 1
+    assert dq.qget("poison", "g", lease=0).id == bad
+    assert dq.qflush("events") is True
+    assert dq.qstatus() == {"poison": {"g": dq.qstatus("poison")["poison"]["g"]}}

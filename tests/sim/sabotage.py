@@ -131,3 +131,23 @@ def unregister_leaks_memory() -> None:
 
 def apply(name: str) -> None:
     globals()[name]()
+
+
+def groups_every_holder_leases() -> None:
+    """Every holder of an event thinks it decides for it (no single authority): two
+    consumers of one group can hold the same event at once."""
+    from disquepy.core import groups
+
+    groups.Groups.authority = lambda self, e: self.node.myid
+
+
+def groups_leases_never_end() -> None:
+    """A lease that runs out is never given back to the group: an event whose consumer
+    died unacknowledged is lost for that group."""
+    from disquepy.core import groups
+
+    def effective(c, now):
+        return groups.AVAILABLE if c is None else c & 3
+
+    groups.effective = effective
+    groups.Groups._lease_ended = lambda self, eid, group, deadline, now: None

@@ -74,7 +74,7 @@ def test_replicated_jobs_are_batched_up_to_a_few_megabytes_per_message():
     body = b"x" * MB
     for _ in range(10):
         job = h.node.create_job(b"q", body, 3600, 60, 0, 1, 0, True, 0, h.client, h.now)
-        h.node.send_item(peer, M.REPLJOB, M.job_to_wire(h.node.jobs.get(job[1:-2])))
+        h.node.send_item(peer, M.REPLJOB, M.job_to_wire(h.node.jobs.get(job[1:-2])), len(body))
     sizes = [len(msg) - 4 for _, msg in h.node.bus_out]
     assert sizes == [4, 4, 2]  # jobs per REPLJOB: SOFT_BYTES (4 MB) of bodies each
 

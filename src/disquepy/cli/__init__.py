@@ -2,7 +2,7 @@
 
 ``disque [-h HOST] [-p PORT] [-a PASSWORD] CMD args...`` sends one command and prints the
 reply like redis-cli; with no command it opens an interactive prompt. Lower-case
-``cluster``, ``top``, ``jobs``, ``dead``, ``bench`` and ``analytics`` are friendly
+``cluster``, ``top``, ``jobs``, ``dead``, ``groups``, ``bench`` and ``analytics`` are friendly
 commands; every other word (``ADDJOB``, ``info``, ``CLUSTER NODES``...) goes to the server
 as typed.
 """
@@ -175,7 +175,7 @@ def cli(ctx: click.Context, host: str, port: int, password: str | None, user: st
     disque --tls --cacert CA [--cert C --key K] -p PORT ...  the same over TLS
     disque                                                   interactive prompt
     disque cluster create H:P H:P ...                        join nodes into a cluster
-    disque top | jobs QUEUE | dead QUEUE | bench | analytics PATH
+    disque top | jobs QUEUE | dead QUEUE | groups [QUEUE...] | bench | analytics PATH
     disque help [COMMAND]                                    server commands' syntax
 
     Lower-case friendly command names take precedence; any other word (ADDJOB, info,
@@ -201,10 +201,10 @@ def help_command(topic: tuple[str, ...]) -> None:
 
 
 def _register() -> None:
-    from . import analytics, bench, cluster, dead, jobs, top
+    from . import analytics, bench, cluster, dead, groups, jobs, top
 
     cli.add_command(help_command)
-    for mod in (cluster, top, jobs, dead, bench, analytics):
+    for mod in (cluster, top, jobs, dead, groups, bench, analytics):
         _accept_global_options(mod.command)
         cli.add_command(mod.command)
 

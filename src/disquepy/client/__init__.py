@@ -15,6 +15,7 @@ with Disque(["127.0.0.1:7711", "127.0.0.1:7712"]) as c:
 from ._common import (
     Affinity,
     DisqueError,
+    Event,
     Hello,
     Job,
     LeavingError,
@@ -34,6 +35,7 @@ __all__ = [
     "Disque",
     "AsyncDisque",
     "Job",
+    "Event",
     "Hello",
     "NodeInfo",
     "Pipeline",

@@ -11,15 +11,20 @@ from typing import Any
 from ._common import (
     addjob_args,
     getjob_args,
+    parse_event,
     parse_id,
     parse_info,
     parse_int,
     parse_jobs,
     parse_kv,
     parse_ping,
+    parse_qstatus,
     parse_show,
     parse_str,
+    qget_args,
     result_args,
+    seconds_arg,
+    status_args,
 )
 
 
@@ -148,6 +153,64 @@ class Commands:
         """PAUSE: change or read (``"state"``) a queue's pause state; returns it
         (``"none"``, ``"in"``, ``"out"`` or ``"all"``)."""
         return self._run(["PAUSE", queue, *flags], parse_str)
+
+    # -- consumer groups (bananaq's event queues; docs/GROUPS.md)
+
+    def qadd(self, queue: str, body: bytes | str, expire: float, *,
+             noblock: bool = False) -> str | None:
+        """QADD: push an event on ``queue``, kept ``expire`` seconds; every consumer group
+        gets it. Returns its ID (``None`` with ``noblock``: replicated in the background)."""
+        args = ["QADD", queue, seconds_arg(expire), body, *(["NOBLOCK"] if noblock else [])]
+        return self._run(args, lambda r: None if noblock else parse_str(r))
+
+    def qget(self, queue: str, group: str, *, lease: float | None = None,
+             with_counters: bool = False, max_deliveries: int | None = None) -> Any:
+        """QGET: lease ``group``'s next event of ``queue`` for ``lease`` seconds (server
+        default 30; 0 acknowledges it at once): an :class:`Event`, or ``None``. With
+        ``max_deliveries`` an event delivered that many times unacknowledged goes to the
+        group's dead letters instead (see :meth:`qdead`)."""
+        return self._run(qget_args(queue, group, lease, with_counters, max_deliveries),
+                         lambda r: parse_event(r, queue, self._decode_bodies))
+
+    def qack(self, queue: str, group: str, id: str) -> bool:
+        """QACK: ``True`` if the lease was live and the event is now done for ``group``."""
+        return self._run(["QACK", queue, group, id], lambda r: bool(parse_int(r)))
+
+    def qworking(self, queue: str, group: str, id: str, lease: float | None = None) -> bool:
+        """QWORKING (disquepy): still working; the lease now ends ``lease`` seconds from
+        now (server default 30). ``False`` if the lease had run out."""
+        args = ["QWORKING", queue, group, id, *(["EX", seconds_arg(lease)] if lease else [])]
+        return self._run(args, lambda r: bool(parse_int(r)))
+
+    def qnotify(self, group: str, timeout: float, *queues: str) -> str | None:
+        """QNOTIFY: the first of ``queues`` with an event available to ``group``, waiting
+        up to ``timeout`` seconds (0: forever); ``None`` on timeout."""
+        return self._run(["QNOTIFY", group, seconds_arg(timeout), *queues],
+                         lambda r: None if r is None else parse_str(r))
+
+    def qflush(self, queue: str) -> bool:
+        """QFLUSH: drop every event of ``queue``, on every node."""
+        return self._run(["QFLUSH", queue], lambda r: True)
+
+    def qstatus(self, *queues: str, groups: Sequence[str] | None = None) -> dict:
+        """QSTATUS: ``{queue: {group: {"total": n, "inprogress": n, ..., "lag": n,
+        "pending": n, "oldest-pending-ms": n}}}`` (this node's view)."""
+        return self._run(status_args("QSTATUS", queues, groups), parse_qstatus)
+
+    def qinfo(self, *queues: str, groups: Sequence[str] | None = None) -> list:
+        """QINFO: one human-readable line per queue and group."""
+        return self._run(status_args("QINFO", queues, groups),
+                         lambda r: [x.decode("utf-8", "surrogateescape") for x in r])
+
+    def qdead(self, queue: str, group: str) -> list:
+        """QDEAD (disquepy): ``group``'s dead letters of ``queue`` held on this node, as
+        :class:`Event` (``deliveries`` set), oldest first."""
+        return self._run(["QDEAD", queue, group],
+                         lambda r: [parse_event(x, queue, self._decode_bodies) for x in r])
+
+    def qrequeue(self, queue: str, group: str, *ids: str) -> int:
+        """QDEAD ... REQUEUE (disquepy): give dead letters back to ``group``; how many."""
+        return self._run(["QDEAD", queue, group, "REQUEUE", *ids], parse_int)
 
     # -- server
 

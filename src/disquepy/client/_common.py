@@ -331,6 +331,67 @@ def parse_jobs(reply: Any, decode_bodies: bool = False) -> list[Job]:
     return out
 
 
+@dataclass(slots=True)
+class Event:
+    """An event of a consumer group's queue, as ``qget`` and ``qdead`` return it.
+
+    ``deliveries`` (1 on the first delivery to the group) is set when asked for
+    (``qget(..., with_counters=True)``) and by ``qdead``; ``None`` otherwise."""
+
+    id: str
+    queue: str
+    body: bytes
+    deliveries: int | None = None
+
+    def json(self) -> Any:
+        """The body decoded as JSON."""
+        return json.loads(self.body)
+
+
+def parse_event(reply: Any, queue: str, decode_bodies: bool = False) -> Event | None:
+    """QGET / QDEAD entries: nil or [id, contents(, deliveries)]."""
+    if not reply:
+        return None
+    body = reply[1].decode("utf-8", "surrogateescape") if decode_bodies else reply[1]
+    return Event(reply[0].decode("ascii", "replace"), queue, body,
+                 int(reply[2]) if len(reply) > 2 else None)
+
+
+def qget_args(queue: str, group: str, lease: float | None, with_counters: bool,
+              max_deliveries: int | None) -> list:
+    args: list = ["QGET", queue, group]
+    if lease is not None:
+        args += ["EX", seconds_arg(lease)]
+    if with_counters:
+        args.append("WITHCOUNTERS")
+    if max_deliveries is not None:
+        args += ["MAXDELIVERIES", max_deliveries]
+    return args
+
+
+def seconds_arg(v: float) -> str:
+    """Seconds as the group commands take them: an integer or a plain decimal."""
+    if v < 0:
+        raise ValueError("seconds must be >= 0")
+    return str(int(v)) if float(v).is_integer() else f"{v:.3f}"
+
+
+def status_args(cmd: str, queues: Sequence[str], groups: Sequence[str] | None) -> list:
+    return [cmd, *queues, *(["GROUPS", *groups] if groups else [])]
+
+
+def parse_qstatus(reply: Any) -> dict:
+    """QSTATUS: {queue: {group: {field: int}}} (bananaq's fields, then disquepy's)."""
+    out: dict = {}
+    for name, per in reply or []:
+        groups = {}
+        for g, stats in zip(per[::2], per[1::2], strict=True):
+            groups[g.decode("utf-8", "surrogateescape")] = {
+                k.decode(): int(v) for k, v in zip(stats[::2], stats[1::2], strict=True)}
+        out[name.decode("utf-8", "surrogateescape")] = groups
+    return out
+
+
 def parse_show(reply: Any) -> dict | None:
     """SHOW / JSCAN REPLY all: flat key-value list -> dict (``body`` stays bytes)."""
     if reply is None:

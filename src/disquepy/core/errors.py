@@ -66,3 +66,9 @@ def noperm(user: str, name: str) -> str:
 
 def wrong_arity(name: str) -> str:
     return f"ERR wrong number of arguments for '{name}' command"
+# consumer groups (bananaq's commands, core/groups.py)
+EXPIRE_RANGE = "ERR expireSeconds must be a number of seconds greater than zero"
+EX_RANGE = "ERR EX must be a non negative number of seconds"
+NOTIFY_TIMEOUT = "ERR timeout must be a non negative number of seconds"
+BAD_EVENT_ID = "BADID Invalid event ID format."
+MAXDELIVERIES_RANGE = "ERR MAXDELIVERIES must be between 1 and 65535"

@@ -149,3 +149,21 @@ def node_ids_from_wire(ids: list[object]) -> tuple[str, ...] | None:
     if len(_NODE_LISTS) < _CACHE_MAX:
         _NODE_LISTS[nodes] = nodes
     return nodes
+
+
+# Event IDs (consumer groups, core/groups.py): 25 bytes, ``<16 hex: creation time in
+# ns>-<8 hex: the creating node>``. Unique across the cluster (a node's creation times
+# are strictly rising; the node part tells nodes apart) and ordered by time as a string.
+EVENT_ID_LEN = 25
+
+
+def event_id(ctime_ns: int, node_id: str) -> bytes:
+    return b"%016x-%b" % (ctime_ns & 0xFFFFFFFFFFFFFFFF, node_id[:8].encode())
+
+
+def is_valid_event_id(eid: object) -> bool:
+    return (type(eid) is bytes and len(eid) == EVENT_ID_LEN and eid[16] == 0x2D
+            and not set(eid[:16] + eid[17:]) - _HEX_BYTES)
+
+
+_HEX_BYTES = frozenset(b"0123456789abcdef")

@@ -26,6 +26,22 @@ Fields after the header, by type:
     OUTCOME       [job_id, state, detail]  a job completed with a result (ACKJOB RESULT),
                                            failed (FAILJOB) or was cancelled
 
+  consumer groups (core/groups.py, docs/GROUPS.md):
+    EVADD         [event, ...]      event: [id, queue, body, ctime ns, etime ms,
+                                    [holder, ...], [[group, claim], ...]]
+    EVGOT         [event_id, ...]   the sender holds these events
+    EVSTATE       [[event_id, group, claim], ...]  a group's claim on events changed
+    EVPULL        [req, queue, group, lease ms, max deliveries]  lease me an event of yours
+    EVGRANT       [req, [event_id, body, deliveries] | nil]
+    EVACK         [req, queue, group, event_id, ms]  acknowledge (ms 0) or extend the
+                                    lease by ms, if you decide for it
+    EVACKED       [req, verdict]    1 acked, 0 refused, 2 not mine to decide
+    EVFLUSH       [queue, ctime ns] QFLUSH: drop the queue's events (and later
+                                    arrivals created before ctime)
+    EVWATCH       [queue, group, ms] tell me when events are available (0: stop)
+    EVAVAIL       [queue, group]    events are available here for the group
+    EVDEL         [event_id]        a QADD gave up: drop the copy
+
 Everything a peer sends is checked here, before any handler runs: ``parse`` returns
 the message's header and its fields (jobs decoded to tuples, every integer in
 range) or raises :class:`Malformed`, which the node counts and logs. Handlers trust
@@ -37,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .ids import is_valid_job_id, valid_node_id
+from .ids import is_valid_event_id, is_valid_job_id, valid_node_id
 from .jobcodec import BUS, MAX_NODES, BadJob, JobFields, job_fields, parse_job
 from .outcomes import CANCELLED, COMPLETED, MAX_DETAIL_LIMIT
 
@@ -70,6 +86,17 @@ NEEDJOBS = 19
 YOURJOBS = 20
 PAUSE = 21
 OUTCOME = 22
+EVADD = 30
+EVGOT = 31
+EVSTATE = 32
+EVPULL = 33
+EVGRANT = 34
+EVACK = 35
+EVACKED = 36
+EVFLUSH = 37
+EVWATCH = 38
+EVAVAIL = 39
+EVDEL = 40
 
 NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
 
@@ -230,6 +257,107 @@ def _outcome(f: Fields) -> Fields:
     return f
 
 
+# ------------------------------------------------------------ consumer groups
+MAX_CLAIM = (1 << 62) - 1  # a packed claim (groups.py: state, deliveries, deadline)
+MAX_LEASE_MS = 1 << 40
+MAX_REQ = (1 << 62) - 1
+MAX_TIME = (1 << 63) - 1
+
+
+def _event_id(v: object) -> bytes:
+    if not is_valid_event_id(v):
+        raise Malformed("bad event ID")
+    assert type(v) is bytes
+    return v
+
+
+def _claims(v: object) -> None:
+    if type(v) is not list or len(v) > MAX_ITEMS:
+        raise Malformed("bad claims")
+    for c in v:
+        if type(c) is not list or len(c) != 2:
+            raise Malformed("bad claim")
+        _name(c[0])
+        _int(c[1], 0, MAX_CLAIM, "claim")
+
+
+def _events(items: Fields) -> Fields:
+    if not 0 < len(items) <= MAX_ITEMS:
+        raise Malformed("bad item count")
+    for e in items:
+        if type(e) is not list or len(e) != 7:
+            raise Malformed("bad event")
+        _event_id(e[0])
+        _name(e[1])
+        if type(e[2]) is not bytes:
+            raise Malformed("bad event body")
+        _int(e[3], 0, MAX_TIME, "event ctime")
+        _int(e[4], 0, MAX_TIME, "event expiry")
+        h = e[5]
+        if type(h) is not list or not 0 < len(h) <= MAX_NODES:
+            raise Malformed("bad event holders")
+        for n in h:
+            _node_id(n)
+        _claims(e[6])
+    return items
+
+
+def _event_ids(items: Fields) -> Fields:
+    if not 0 < len(items) <= MAX_ITEMS:
+        raise Malformed("bad item count")
+    for eid in items:
+        _event_id(eid)
+    return items
+
+
+def _evstate(items: Fields) -> Fields:
+    if not 0 < len(items) <= MAX_ITEMS:
+        raise Malformed("bad item count")
+    for it in items:
+        if type(it) is not list or len(it) != 3:
+            raise Malformed("bad EVSTATE item")
+        _event_id(it[0])
+        _name(it[1])
+        _int(it[2], 0, MAX_CLAIM, "claim")
+    return items
+
+
+def _fields(*checks: Callable[[object], object]) -> Callable[[Fields], Fields]:
+    """A message of len(checks) fields, each checked by its own."""
+    def fields(f: Fields) -> Fields:
+        if len(f) != len(checks):
+            raise Malformed("bad field count")
+        for check, v in zip(checks, f, strict=True):
+            check(v)
+        return f
+    return fields
+
+
+def _req(v: object) -> int:
+    return _int(v, 0, MAX_REQ, "request")
+
+
+def _ms(v: object) -> int:
+    return _int(v, 0, MAX_LEASE_MS, "duration")
+
+
+def _grant(g: object) -> None:
+    if g is not None:
+        if type(g) is not list or len(g) != 3 or type(g[1]) is not bytes:
+            raise Malformed("bad EVGRANT")
+        _event_id(g[0])
+        _int(g[2], 0, 0xFFFF, "deliveries")
+
+
+_evpull = _fields(_req, _name, _name, _ms, lambda v: _int(v, 0, 0xFFFF, "MAXDELIVERIES"))
+_evgrant = _fields(_req, _grant)
+_evack = _fields(_req, _name, _name, _event_id, _ms)
+_evacked = _fields(_req, lambda v: _int(v, 0, 2, "EVACK verdict"))
+_evflush = _fields(_name, lambda v: _int(v, 0, MAX_TIME, "flush time"))
+_evwatch = _fields(_name, _name, _ms)
+_evavail = _fields(_name, _name)
+
+
 # the fields of each message type: checked, and decoded where they carry jobs
 _FIELDS: dict[int, Callable[[Fields], Fields]] = {
     PING: _gossip, PONG: _gossip, MEET: _gossip, FAIL: _fail,
@@ -237,6 +365,9 @@ _FIELDS: dict[int, Callable[[Fields], Fields]] = {
     QUEUED: _queued, SETACK: _setack, GOTACK: _gotack, DELJOB: _deljob,
     WORKING: _one_id, NEEDJOBS: _needjobs, YOURJOBS: _yourjobs, PAUSE: _pause,
     OUTCOME: _outcome,
+    EVADD: _events, EVGOT: _event_ids, EVSTATE: _evstate, EVPULL: _evpull,
+    EVGRANT: _evgrant, EVACK: _evack, EVACKED: _evacked, EVFLUSH: _evflush,
+    EVWATCH: _evwatch, EVAVAIL: _evavail, EVDEL: _one(_event_id),
 }
 
 

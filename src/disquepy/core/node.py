@@ -23,6 +23,7 @@ from .client import Client
 from .config import ConfigError
 from .errors import ReplyError
 from .federation import Federation
+from .groups import Groups
 from .ids import JobIdGenerator, Rng, new_node_id
 from .job import (
     ACKED,
@@ -155,6 +156,7 @@ class Node:
         self.repl = Replication(self)
         self.acks = Acks(self)
         self.fed = Federation(self)
+        self.groups = Groups(self)  # consumer groups: events, claims, QNOTIFY clients
         self.cluster_dirty = False  # nodes.conf must be saved (peers, identity, leaving)
         self.bus_out: list[tuple[list[str], M.Message]] = []  # (destination ids, message) for take_messages()
         self._item_bytes = 0  # job body bytes in the last message of bus_out
@@ -173,6 +175,13 @@ class Node:
             M.NEEDJOBS: f.on_needjobs, M.YOURJOBS: f.on_yourjobs, M.PAUSE: f.on_pause,
             M.OUTCOME: a.on_outcome,
         }
+        g = self.groups
+        self._handlers.update({
+            M.EVADD: g.on_evadd, M.EVGOT: g.on_evgot, M.EVSTATE: g.on_evstate,
+            M.EVPULL: g.on_evpull, M.EVGRANT: g.on_evgrant, M.EVACK: g.on_evack,
+            M.EVACKED: g.on_evacked, M.EVFLUSH: g.on_evflush, M.EVWATCH: g.on_evwatch,
+            M.EVAVAIL: g.on_evavail, M.EVDEL: g.on_evdel,
+        })
         self.run_id = f"{rng.getrandbits(160):040x}"
         self._next_cron = now
         self._ops_samples: list[tuple[int, int]] = [(now, 0)]  # (ms, ncommands) every cron, for ops/s
@@ -235,14 +244,14 @@ class Node:
             return [*head, msgs]
         return tuple([*head, msgs[i:i + step]] for i in range(0, len(msgs), step))
 
-    def send_item(self, dsts: list[str], mtype: int, item: object) -> None:
+    def send_item(self, dsts: list[str], mtype: int, item: object, size: int = 0) -> None:
         """Send one item of a message that carries many (REPLJOB jobs, GOTJOB IDs):
         it joins the previous message when that one is of the same type to the same
         nodes, so a burst of replications costs one message per peer, not one per job.
         Only the last message grows, so the order of messages is kept. ``dsts`` must
-        be sorted (equal sets compare equal)."""
+        be sorted (equal sets compare equal). ``size``: the bytes the item carries (a
+        job's body): a message takes no more items past SOFT_BYTES of them."""
         out = self.bus_out
-        size = len(item[2]) if type(item) is list else 0  # a job's body
         if out:
             last_dsts, last = out[-1]
             if (last[0] == mtype and last_dsts == dsts and len(last) < M.MAX_ITEMS
@@ -367,6 +376,8 @@ class Node:
         client.closed = True
         if client.blocked is not None:
             self.queues.unblock(client)
+        if self.groups.waiters:
+            self.groups.client_closed(client)
         if self.clients.pop(client.id, None) is not None:
             self.mem.used -= CLIENT_OVERHEAD + client.qbuf
             client.qbuf = 0
@@ -829,6 +840,7 @@ class Node:
         self.queues.clear()
         self.keys.clear()
         self.amo_done.clear()
+        self.groups.flushall()
         self.awake = AwakeIndex()
         self.mem.clear()
 
@@ -851,6 +863,9 @@ class Node:
             t = b
         if t is None or self._next_cron < t:
             t = self._next_cron
+        g = self.groups.next_due()
+        if g is not None and g < t:
+            t = g
         return t
 
     def tick(self, now: int) -> None:
@@ -863,6 +878,7 @@ class Node:
         if now >= self._next_cron:
             self._next_cron = now + EVICT_CRON_MS
             self._cron(now)
+        self.groups.tick(now)
         if self.queues.ready:
             self.queues.serve_ready(now)
 

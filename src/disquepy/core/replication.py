@@ -55,7 +55,8 @@ class Replication:
         job.delivered = self.node.shared(tuple(targets) if extrepl else (self.node.myid, *targets))
         job.confirmed = () if extrepl else (self.node.myid,)
         if targets:
-            self.node.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)))
+            self.node.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)),
+                                len(job.body))
         if is_async or not targets:
             move(job, ACTIVE)
             self.replicated(job, now, extrepl)
@@ -103,7 +104,8 @@ class Replication:
             job.delivered = (*job.delivered, self.node.rng.choice(spare))
         dsts = sorted(n for n in job.delivered if n != self.node.myid and n not in job.confirmed)
         if dsts:
-            self.node.send_item(dsts, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)))
+            self.node.send_item(dsts, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)),
+                                len(job.body))
         at = now + REPL_RETRY_MS
         if deadline and deadline < at:
             at = deadline

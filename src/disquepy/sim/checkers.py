@@ -34,6 +34,7 @@ import traceback
 from ..core.job import ACKED, F_DELIVERED, F_DUMMY, QUEUED, STATE_NAMES, WAIT_REPL
 from ..core.memory import CLIENT_OVERHEAD, JOB_OVERHEAD
 from ..core.queues import QUEUE_OVERHEAD
+from .groups import events_memory
 
 MAX_KEPT = 50  # failures kept per kind and run (all are counted)
 REPLY_SLACK_MS = 1000  # a blocked command must be answered by its timeout plus this
@@ -223,11 +224,12 @@ class Checker:
             mem += QUEUE_OVERHEAD + len(q.name)
         for c in node.clients.values():
             mem += CLIENT_OVERHEAD + c.qbuf
+        mem += events_memory(node)
         if mem != node.mem.used:
             self.fail(
                 "memory",
                 f"node {i}: used_memory {node.mem.used} but its jobs, "
-                f"queues and clients cost {mem}",
+                f"queues, clients and events cost {mem}",
             )
         for jid, job in node.mem.evictable.items():
             if node.jobs.get(jid) is not job:

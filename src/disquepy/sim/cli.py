@@ -63,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-replicate", type=int, default=3)
     p.add_argument("--agents-per-node", type=int, default=3, help="clients per node")
     p.add_argument("--queues", type=int, default=3, help="queues the workload uses")
+    p.add_argument("--groups", type=int, default=0,
+                   help="consumer groups of the event workload (0: jobs only)")
     p.add_argument(
         "--skip-faults",
         default="",
@@ -118,6 +120,7 @@ def main(argv: list | None = None) -> int:
             agents_per_node=args.agents_per_node,
             queues=args.queues,
             skip_faults=parse_skip(args.skip_faults),
+            groups=args.groups,
         )
         SimConfig(**base)
         if args.shrink and args.seed is None:

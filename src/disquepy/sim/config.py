@@ -62,6 +62,9 @@ class SimConfig:
     # fault episodes (1-based, in firing order) drawn but not injected: how a shrunk
     # schedule leaves out single partitions, crashes, clogs and loss bursts
     skip_faults: frozenset = frozenset()
+    # consumer groups: this many groups consume events next to the job workload
+    # (sim/groups.py); 0 runs the job workload alone
+    groups: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 64:
@@ -70,6 +73,8 @@ class SimConfig:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}")
         if self.duration_s <= 0 or self.steps <= 0:
             raise ValueError("duration and steps must be positive")
+        if not 0 <= self.groups <= 16:
+            raise ValueError("groups must be in 0..16")
         if self.agents_per_node < 1 or self.queues < 1 or self.max_replicate < 1:
             raise ValueError("agents per node, queues and max replicate must be positive")
 
@@ -88,6 +93,8 @@ class SimConfig:
             cmd += f" --queues {self.queues}"
         if self.skip_faults:
             cmd += f" --skip-faults {skip_spec(self.skip_faults)}"
+        if self.groups:
+            cmd += f" --groups {self.groups}"
         return cmd
 
 

@@ -52,6 +52,9 @@ class RunResult:
             "frames": net,
             **ck.stats,
         }
+        if world.groups is not None:
+            stats.update(world.groups.stats)
+            stats["event_errors"] = dict(world.groups.errors)
         return cls(
             world.cfg,
             world.trace.hexdigest(),
@@ -79,9 +82,19 @@ class RunResult:
             f"seed {self.config.seed}: {verdict} | jobs {s.get('jobs_added', 0)} "
             f"delivered {s.get('jobs_delivered', 0)} dups {self.duplicates} "
             f"lost {s.get('lost', 0)} (crash-excused {s.get('excused_lost', 0)}) | "
+            f"{self._groups_text()}"
             f"faults {_faults_text(self.faults)} | sim {self.sim_ms / 1000:.0f}s "
             f"wall {self.wall_s:.2f}s hash {self.trace_hash[:12]}"
         )
+
+    def _groups_text(self) -> str:
+        s = self.stats
+        if "events_added" not in s:
+            return ""
+        return (f"events {s['events_added']} (+{s['events_noblock']} noblock) delivered "
+                f"{s['event_deliveries']} lost {s['events_lost']} (crash-excused "
+                f"{s['events_excused']}) double-leases {s['double_leases']} after-ack "
+                f"{s['after_ack']} | ")
 
     def report(self) -> str:
         lines = [self.summary_line()]

@@ -26,6 +26,14 @@ MEAN_PROCESS_MS = 500
 PLANS = (("ack", 0.60), ("fastack", 0.72), ("nack", 0.80), ("working", 0.87), ("drop", 1.0))
 
 
+def pick_node(nodes: list, rng, prefer: int) -> int | None:
+    """``prefer`` if it is up, else a random node that is up (None: all down)."""
+    if nodes[prefer] is not None:
+        return prefer
+    alive = [i for i, n in enumerate(nodes) if n is not None]
+    return rng.choice(alive) if alive else None
+
+
 class Held:
     """A delivered job a consumer is processing."""
 
@@ -133,12 +141,7 @@ class Workload:
 
     # --------------------------------------------------------------- acting
     def _pick(self, prefer: int) -> int | None:
-        """``prefer`` if it is up, else a random node that is up."""
-        nodes = self.world.nodes
-        if nodes[prefer] is not None:
-            return prefer
-        alive = [i for i, n in enumerate(nodes) if n is not None]
-        return self.rng.choice(alive) if alive else None
+        return pick_node(self.world.nodes, self.rng, prefer)
 
     def _send(self, a: Agent, node: int, argv: list, pending: Pending) -> bool:
         a.pending = pending

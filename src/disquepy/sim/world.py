@@ -29,6 +29,7 @@ from .clock import T0
 from .config import SimConfig, split_rng
 from .disk import CorruptAof, Disk
 from .faults import FaultInjector
+from .groups import GroupSim
 from .network import Network
 from .result import RunResult
 from .trace import Trace
@@ -70,6 +71,7 @@ class World:
         self.checker = Checker(self)
         self.workload = Workload(self, cfg, split_rng(cfg.seed, "workload"))
         self.history = self.workload.history
+        self.groups = GroupSim(self, cfg) if cfg.groups else None
         self.events = 0
         self.phase = FORM
         self.stop_flag = False
@@ -229,6 +231,8 @@ class World:
         disk.crash(power, self.node_now(i), self.faults.rng)
         live = disk.live_ids()
         self.checker.on_crash(i, node, live)
+        if self.groups is not None:
+            self.groups.on_crash(i, node)
         self.down_live[i] = live
         self.nodes[i] = None
         self.incarnation[i] += 1
@@ -293,6 +297,10 @@ class World:
             ta, agent = wl.next_agent()
             if ta < best:
                 best, kind = ta, 3
+            if self.groups is not None:
+                tg, gagent = self.groups.next_agent()
+                if tg < best:
+                    best, kind = tg, 5
             if self.next_sweep < best:
                 best, kind = self.next_sweep, 4
             if best > t_end:
@@ -307,11 +315,15 @@ class World:
                 self._tick(ni)
             elif kind == 3:
                 wl.act(agent)
+            elif kind == 5:
+                self.groups.act(gagent)
             elif kind == 0:
                 faults.fire(self)
             else:
                 self.next_sweep = self.now + SWEEP_MS
                 self.checker.sweep()
+                if self.groups is not None:
+                    self.groups.sweep()
 
     def _deliver(self) -> None:
         net = self.net
@@ -366,6 +378,8 @@ class World:
         at-most-once jobs that wait for their TTL."""
         if not self.workload.idle():
             return False
+        if self.groups is not None and not self.groups.idle():
+            return False
         for node in self.nodes:
             if node is None:
                 return False
@@ -380,6 +394,8 @@ class World:
         self.active_start = self.now
         self.faults.start(self, self.now)
         self.workload.start(self.now)
+        if self.groups is not None:
+            self.groups.start(self.now)
         self.next_sweep = self.now + SWEEP_MS
         self._loop(self.now + self.cfg.duration_s * 1000)  # or until the steps run out
         self.stop_flag = False
@@ -391,6 +407,8 @@ class World:
         self.phase = HEAL
         self.faults.stop(self)
         self.workload.quiesce()
+        if self.groups is not None:
+            self.groups.quiesce()
         self._loop(self.now + HEAL_SETTLE_MS)
         for i in range(self.cfg.nodes):
             for q in self.workload.queues:
@@ -421,6 +439,8 @@ class World:
             self._quiesce()
             self.phase = DONE
             self.checker.final()
+            if self.groups is not None:
+                self.groups.final()
         except SimAbort:
             pass
         return RunResult.of(self, time.monotonic() - self.wall_start)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import acks, cluster, jobs, queues, server, status, users
+from . import acks, cluster, groups, jobs, queues, server, status, users
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -115,6 +115,38 @@ _TABLE = [
     Command("pause", -3, queues.pause,
             args='queue option...',
             summary='Pause a queue: in, out, all or none; state to read it; bcast to the cluster'),
+    # consumer groups (bananaq's event queues; core/groups.py, docs/GROUPS.md)
+    Command("qadd", -4, groups.qadd, "m",
+            args="queue expireSeconds contents [NOBLOCK]",
+            summary=("Add an event to a queue, kept until it expires; every consumer group "
+                     "gets it (the reply, its ID, waits for its copies unless NOBLOCK)")),
+    Command("qget", -3, groups.qget,
+            args="queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n]",
+            summary=("Lease the group's next event of a queue for EX seconds (default 30; "
+                     "0 acknowledges it at once): [id, contents(, deliveries)] or nil")),
+    Command("qack", 4, groups.qack,
+            args="queue group event-id",
+            summary="Acknowledge a leased event for a group: 1, or 0 if the lease ran out"),
+    Command("qworking", -4, groups.qworking,
+            args="queue group event-id [EX seconds]",
+            summary="Still working: extend a leased event's lease to EX seconds from now"),
+    Command("qdead", -3, groups.qdead,
+            args="queue group [REQUEUE event-id ...]",
+            summary="A group's dead letters (events over MAXDELIVERIES), or requeue them"),
+    Command("qnotify", -4, groups.qnotify,
+            args="group timeout queue [queue ...]",
+            summary=("Block until one of the queues has an event available to the group "
+                     "(timeout in seconds, 0 forever): the queue's name or nil")),
+    Command("qflush", 2, groups.qflush,
+            args="queue",
+            summary="Remove every event of a queue, on every node"),
+    Command("qstatus", -1, groups.qstatus,
+            args="[queue ...] [GROUPS group ...]",
+            summary=("Per queue and group: total, inprogress, redo, done, available, "
+                     "consumers")),
+    Command("qinfo", -1, groups.qinfo,
+            args="[queue ...] [GROUPS group ...]",
+            summary="QSTATUS as one human-readable line per queue and group"),
     # server
     Command("ping", -1, server.ping,
             args='[message]',

@@ -144,6 +144,7 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
         "queues": [
             ("registered_queues", len(node.queues.by_name)),
         ],
+        "groups": node.groups.info(),
         "persistence": node.persistence_info(host.get("aof")),
         "stats": [
             ("total_connections_received", st.connections),

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Consumer groups (issue #16) against jobs, on a 3-node cluster of ours, in one run.
+
+* QADD vs ADDJOB REPLICATE 3 (both synchronous, 3 copies): 50 connections spread over
+  the 3 nodes, one request in flight each, alternating rounds. Target: >= 0.9x.
+* Consume: 10 groups of 2 consumers each (20 connections over the 3 nodes) loop
+  QGET q g EX 30 + QACK over a preloaded queue: every group gets every event, so the
+  rate counted is deliveries; against one group of 20 consumers looping GETJOB NOHANG
+  + ACKJOB over as many preloaded jobs. Target: >= 0.5x.
+* QNOTIFY on node B woken by a QADD on node A: time from the QADD sent to the QNOTIFY
+  reply, 200 samples. Target: median < 5 ms.
+* Memory per event held by 10 groups (every group done with it) vs per queued job, in
+  process (tracemalloc: what Python allocated and still holds; 16-byte bodies).
+  Target: <= 2x.
+
+    .venv/bin/python bench/groups.py            # about a minute
+    .venv/bin/python bench/groups.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+import hiredis  # noqa: E402
+from servers import Fleet  # noqa: E402  (bench/servers.py)
+
+BODY = "0123456789abcdef"
+GROUPS = 10
+
+
+def cmd(*args) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%b\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+class Conn:
+    """One connection, one request in flight (request/response)."""
+
+    def __init__(self, reader, writer) -> None:
+        self.r, self.w = reader, writer
+        self.parser = hiredis.Reader()
+
+    @classmethod
+    async def open(cls, port: int) -> Conn:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def call(self, data: bytes):
+        self.w.write(data)
+        while True:
+            v = self.parser.gets()
+            if v is not False:
+                return v
+            chunk = await self.r.read(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.parser.feed(chunk)
+
+    def close(self) -> None:
+        self.w.close()
+
+
+async def _conns(ports: list[int], n: int) -> list[Conn]:
+    return await asyncio.gather(*(Conn.open(ports[i % len(ports)]) for i in range(n)))
+
+
+async def _produce(ports: list[int], conns: int, total: int, request: bytes) -> float:
+    links = await _conns(ports, conns)
+    per = total // conns
+
+    async def one(c: Conn) -> int:
+        ok = 0
+        for _ in range(per):
+            r = await c.call(request)
+            ok += not isinstance(r, hiredis.ReplyError)
+        return ok
+
+    t = time.perf_counter()
+    ok = sum(await asyncio.gather(*(one(c) for c in links)))
+    dt = time.perf_counter() - t
+    for c in links:
+        c.close()
+    if ok != per * conns:
+        print(f"problem: {ok} of {per * conns} requests succeeded")
+    return ok / dt
+
+
+async def _consume_groups(ports: list[int], n: int) -> float:
+    links = await _conns(ports, GROUPS * 2)
+
+    async def one(c: Conn, group: str) -> int:
+        got = 0
+        get = cmd("QGET", "cq", group, "EX", 30)
+        while True:
+            e = await c.call(get)
+            if e is None:
+                return got
+            await c.call(cmd("QACK", "cq", group, e[0]))
+            got += 1
+
+    t = time.perf_counter()
+    got = sum(await asyncio.gather(*(one(c, f"g{i // 2}") for i, c in enumerate(links))))
+    dt = time.perf_counter() - t
+    for c in links:
+        c.close()
+    if got != n * GROUPS:
+        print(f"problem: {got} deliveries, expected {n * GROUPS}")
+    return got / dt
+
+
+async def _consume_jobs(ports: list[int], n: int) -> float:
+    links = await _conns(ports, GROUPS * 2)
+
+    async def one(c: Conn) -> int:
+        got = 0
+        get = cmd("GETJOB", "NOHANG", "FROM", "cj")
+        misses = 0
+        while misses < 3:  # a node may still import jobs from the others
+            jobs = await c.call(get)
+            if not jobs:
+                misses += 1
+                await asyncio.sleep(0.01)
+                continue
+            misses = 0
+            await c.call(cmd("ACKJOB", jobs[0][1]))
+            got += 1
+        return got
+
+    t = time.perf_counter()
+    got = sum(await asyncio.gather(*(one(c) for c in links)))
+    dt = time.perf_counter() - t
+    for c in links:
+        c.close()
+    if got != n:
+        print(f"problem: {got} jobs consumed, expected {n}")
+    return got / dt
+
+
+async def _notify_latency(a: int, b: int, samples: int) -> list[float]:
+    prod, cons = await Conn.open(a), await Conn.open(b)
+    out = []
+    for i in range(samples):
+        waiter = asyncio.ensure_future(cons.call(cmd("QNOTIFY", f"n{i}", 5, "nq")))
+        await asyncio.sleep(0.005)  # the QNOTIFY is blocked by now
+        t = time.perf_counter()
+        await prod.call(cmd("QADD", "nq", 60, BODY))
+        r = await waiter
+        out.append((time.perf_counter() - t) * 1000)
+        if r != b"nq":
+            print(f"problem: QNOTIFY replied {r!r}")
+    prod.close()
+    cons.close()
+    return sorted(out)
+
+
+def run(coro):
+    import uvloop
+
+    return uvloop.run(coro)
+
+
+def memory_per_item(n: int) -> tuple[float, float]:
+    """tracemalloc bytes per queued job and per event every one of 10 groups is done
+    with, on a single in-process node."""
+    from disquepy.core.config import Config
+    from disquepy.core.node import Node
+
+    def measure(fill) -> float:
+        node = Node(Config(), "1".zfill(40), random.Random(1), 1_000_000)
+        c = node.new_client(now=1_000_000)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        fill(node, c)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return (after - before) / n
+
+    def jobs(node, c) -> None:
+        for i in range(n):
+            node.execute(c, [b"ADDJOB", b"q", b"%016d" % i, b"0"], 1_000_000 + i)
+
+    def events(node, c) -> None:
+        for i in range(n):
+            node.execute(c, [b"QADD", b"q", b"3600", b"%016d" % i], 1_000_000 + i)
+        for g in range(GROUPS):
+            name = b"group%d" % g
+            while node.execute(c, [b"QGET", b"q", name, b"EX", b"0"], 2_000_000) != b"*-1\r\n":
+                pass
+
+    return measure(jobs), measure(events)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    adds = 3000 if a.quick else 15000
+    consume = 1000 if a.quick else 4000
+    rounds = 1 if a.quick else a.rounds
+    ok = True
+
+    def target(good: bool, text: str) -> None:
+        nonlocal ok
+        ok = ok and good
+        print(f"{'PASS' if good else 'FAIL'}: {text}")
+
+    with Fleet() as fleet:
+        nodes = fleet.cluster("ours", 3)
+        ports = [s.port for s in nodes]
+        qadd = cmd("QADD", "pq", 3600, BODY)
+        addjob = cmd("ADDJOB", "pj", BODY, 5000, "REPLICATE", 3)
+        rq, rj = [], []
+        for _ in range(rounds):
+            for side, req in ((rj, addjob), (rq, qadd)):
+                for s in nodes:
+                    s.flush()
+                side.append(run(_produce(ports, 50, adds, req)))
+        ratio = statistics.median(q / j for q, j in zip(rq, rj, strict=True))
+        print("| workload (3 nodes, 50 conns) | ops/s |\n|---|---|")
+        print(f"| ADDJOB REPLICATE 3 | {statistics.median(rj):,.0f} |")
+        print(f"| QADD (3 copies) | {statistics.median(rq):,.0f} |")
+        target(ratio >= 0.9, f"QADD / ADDJOB REPLICATE 3 = {ratio:.2f}x (target >= 0.9x)")
+
+        cg, cj = [], []
+        for _ in range(rounds):
+            for s in nodes:
+                s.flush()
+            c = nodes[0].client()
+            for _ in range(consume):
+                c.execute_command("QADD", "cq", 3600, BODY, "NOBLOCK")
+                c.execute_command("ADDJOB", "cj", BODY, 0, "REPLICATE", 3, "ASYNC")
+            c.close()
+            time.sleep(0.5)
+            cj.append(run(_consume_jobs(ports, consume)))
+            cg.append(run(_consume_groups(ports, consume)))
+        ratio = statistics.median(g / j for g, j in zip(cg, cj, strict=True))
+        print(f"| GETJOB+ACKJOB, one group of 20 consumers | {statistics.median(cj):,.0f} "
+              "jobs/s |")
+        print(f"| QGET+QACK, {GROUPS} groups x 2 consumers | {statistics.median(cg):,.0f} "
+              "deliveries/s |")
+        target(ratio >= 0.5, f"10 groups' deliveries / one group's GETJOB+ACKJOB = "
+                             f"{ratio:.2f}x (target >= 0.5x)")
+
+        for s in nodes:
+            s.flush()
+        lat = run(_notify_latency(ports[0], ports[1], 50 if a.quick else 200))
+        med = statistics.median(lat)
+        print(f"| QNOTIFY on B woken by QADD on A | median {med:.2f} ms, p99 "
+              f"{lat[min(len(lat) - 1, int(len(lat) * 0.99))]:.2f} ms |")
+        target(med < 5, f"QNOTIFY woken by a QADD on another node: median {med:.2f} ms "
+                        "(target < 5 ms)")
+
+    per_job, per_event = memory_per_item(5000 if a.quick else 20000)
+    print(f"| memory (tracemalloc) | job {per_job:,.0f} B, event held by {GROUPS} groups "
+          f"{per_event:,.0f} B |")
+    target(per_event <= 2 * per_job, f"memory per event held by {GROUPS} groups / per job = "
+                                     f"{per_event / per_job:.2f}x (target <= 2x)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

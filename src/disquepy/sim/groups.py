@@ -1,0 +1,492 @@
+"""The consumer-group workload and its checker (``--groups N``; docs/GROUPS.md).
+
+Producers QADD events (unique contents; long or short expiry; sometimes NOBLOCK) to a
+few event queues; each of N groups has consumers on several nodes that QGET (EX 0..4
+s, WITHCOUNTERS), sometimes after a QNOTIFY, and for each event they get, after a
+processing time: QACK (on the node that delivered it or another one), QWORKING then
+QACK, or nothing (the consumer "crashed": the lease must run out and the event come
+back). At the heal a late group starts consuming: it must get every unexpired event.
+
+The checker judges what clients saw against the four properties of docs/GROUPS.md:
+
+* durability and at-least-once: every event whose QADD returned an ID and that
+  outlives the run is delivered to every group and acknowledged by every group,
+  unless every node that held a copy lost it in a crash (events live in memory);
+* at most one consumer of a group holds an event at a time, and an event acked by a
+  group is not delivered to it again: failures in a run without faults, counted under
+  faults (``double_leases``, ``after_ack``), as docs/GROUPS.md says they can happen;
+* a delivered event is one a client added, under the ID its QADD returned, never
+  after it expired (clock skew allowed for);
+* groups never affect each other: each group is checked on its own;
+* memory accounting covers the events (the job checker's sweep counts them).
+"""
+
+from __future__ import annotations
+
+from ..core.groups import CLAIM_OVERHEAD, DONE, EVENT_OVERHEAD, PULL_STEP_MS, QADD_TIMEOUT_MS
+from .config import split_rng
+from .replies import ErrorReply, decode
+from .workload import pick_node
+
+INF = float("inf")
+MEAN_THINK_MS = 200
+MEAN_PROCESS_MS = 400
+SLACK_MS = 1500  # a command must be answered within its own bound plus this
+LATE_GROUP = b"late"
+
+
+class EventRecord:
+    __slots__ = ("body", "queue", "expire_ms", "sent_at", "noblock", "eid", "promised", "lost_on",
+                 "holders_at_reply", "groups")
+
+    def __init__(self, body: bytes, queue: bytes, expire_ms: int, sent_at: int,
+                 noblock: bool) -> None:
+        self.body = body
+        self.queue = queue
+        self.expire_ms = expire_ms
+        self.sent_at = sent_at
+        self.noblock = noblock
+        self.eid: bytes | None = None
+        self.promised = False  # QADD replied with the ID: the properties apply
+        self.lost_on: set = set()  # nodes that lost their copy in a crash
+        self.holders_at_reply = 0
+        # group -> [deliveries, acked_at or None, holder agent or None, lease until]
+        self.groups: dict = {}
+
+    def __repr__(self) -> str:
+        return (f"<Event {self.eid.decode() if self.eid else '-'} body={self.body.decode()} "
+                f"q={self.queue.decode()} expire={self.expire_ms}ms"
+                f"{' noblock' if self.noblock else ''}>")
+
+
+class Held:
+    __slots__ = ("rec", "eid", "node", "due", "plan", "group")
+
+    def __init__(self, rec, eid: bytes, node: int, due: int, plan: str, group: bytes) -> None:
+        self.rec = rec
+        self.eid = eid
+        self.node = node
+        self.due = due
+        self.plan = plan
+        self.group = group
+
+
+class Pending:
+    __slots__ = ("kind", "node", "sent_at", "due", "rec", "held", "lease", "queue")
+
+    def __init__(self, kind: str, node: int, sent_at: int, bound: int, rec=None, held=None,
+                 lease: int = 0, queue: bytes = b"") -> None:
+        self.kind = kind
+        self.node = node
+        self.sent_at = sent_at
+        self.due = sent_at + bound
+        self.rec = rec
+        self.held = held
+        self.lease = lease
+        self.queue = queue
+
+
+class GroupAgent:
+    __slots__ = ("idx", "home", "group", "conns", "pending", "next_at", "held", "seq",
+                 "notified", "sim")
+
+    def __init__(self, sim, idx: int, home: int, group: bytes | None) -> None:
+        self.sim = sim
+        self.idx = idx
+        self.home = home
+        self.group = group  # None: a producer
+        self.conns: dict = {}
+        self.pending: Pending | None = None
+        self.next_at: float = INF
+        self.held: Held | None = None
+        self.seq = 0
+        self.notified: bytes | None = None  # the queue a QNOTIFY named
+
+    def on_reply(self, world, node: int, data: bytes) -> None:
+        self.sim.reply(self, node, data)
+
+
+class GroupSim:
+    def __init__(self, world, cfg) -> None:
+        self.world = world
+        self.cfg = cfg
+        self.rng = split_rng(cfg.seed, "groups")
+        self.queues = [b"e%d" % i for i in range(2)]
+        self.groups = [b"g%d" % i for i in range(cfg.groups)]
+        n = cfg.nodes
+        # indexes from 1000: the trace tells group agents from the job workload's
+        self.agents: list[GroupAgent] = [GroupAgent(self, 1000 + k, k % n, None)
+                                         for k in range(n)]
+        for g in self.groups:
+            for k in range(2):
+                self.agents.append(GroupAgent(self, 1000 + len(self.agents),
+                                              (k + len(self.agents)) % n, g))
+        self.by_body: dict[bytes, EventRecord] = {}
+        self.by_id: dict[bytes, EventRecord] = {}
+        self.quiescing = False
+        self.ops = 0
+        self.errors: dict[str, int] = {}
+        self.stats = {"events_added": 0, "events_noblock": 0, "event_add_errors": 0,
+                      "event_deliveries": 0, "event_acks": 0, "double_leases": 0,
+                      "after_ack": 0, "events_excused": 0, "events_lost": 0,
+                      "event_copies_lost": 0, "acks_unconfirmed": 0}
+        self.repl = min(3, n)
+
+    # ------------------------------------------------------------ schedule
+    def start(self, now: int) -> None:
+        for a in self.agents:
+            a.next_at = now + int(self.rng.expovariate(1 / MEAN_THINK_MS))
+
+    def next_agent(self):
+        best, t = None, INF
+        for a in self.agents:
+            if a.next_at < t:
+                t, best = a.next_at, a
+        return t, best
+
+    def _think(self, a: GroupAgent, mean: float = MEAN_THINK_MS) -> None:
+        now = self.world.now
+        t = now + 1 + int(self.rng.expovariate(1 / mean))
+        if a.held is not None and a.held.due < t:
+            t = max(now, a.held.due)
+        a.next_at = t
+
+    def quiesce(self) -> None:
+        """Faults are over: producers stop, consumers ack what they get, and a group
+        that never consumed starts."""
+        self.quiescing = True
+        now = self.world.now
+        for a in self.agents:
+            if a.group is None:
+                a.next_at = INF
+                continue
+            if a.held is not None:
+                a.held.plan = "ack"
+                a.held.due = now + self.rng.randint(1, 50)
+            if a.pending is None:
+                self._think(a, 20)
+        for k in range(2):
+            late = GroupAgent(self, 1000 + len(self.agents), k % self.cfg.nodes, LATE_GROUP)
+            late.next_at = now + 1 + k
+            self.agents.append(late)
+
+    def idle(self) -> bool:
+        """Every consumer is idle and every promised event done by every group."""
+        if any(a.held is not None for a in self.agents):
+            return False
+        if not self.quiescing:
+            return True
+        end = self.world.now
+        for rec in self.by_id.values():
+            if not rec.promised or rec.sent_at + rec.expire_ms <= end + self._tol():
+                continue
+            if self._excused(rec):
+                continue
+            for g in [*self.groups, LATE_GROUP]:
+                if not self._done(rec, g):
+                    return False
+        return True
+
+    def _done(self, rec: EventRecord, g: bytes) -> bool:
+        """Group ``g`` got ``rec`` and is done with it: a client's QACK (or QGET EX 0)
+        said so, or (the reply was lost) a live holder has it DONE for the group."""
+        st = rec.groups.get(g)
+        if st is None:
+            return False
+        if st[1] is not None:
+            return True
+        for n in self.world.nodes:
+            e = n.groups.events.get(rec.eid) if n is not None else None
+            c = e.claims.get(g) if e is not None else None
+            if c is not None and c & 3 == DONE:
+                self.stats["acks_unconfirmed"] += 1
+                return True
+        return False
+
+    def _tol(self) -> int:
+        return self.world.skew_tolerance() + 1000
+
+    # ------------------------------------------------------------- acting
+    def _pick(self, prefer: int) -> int | None:
+        return pick_node(self.world.nodes, self.rng, prefer)
+
+    def _send(self, a: GroupAgent, node: int, argv: list, p: Pending) -> None:
+        a.pending = p
+        a.next_at = INF
+        if not self.world.execute(a, node, argv):
+            a.pending = None
+            self._think(a)
+
+    def act(self, a: GroupAgent) -> None:
+        now = self.world.now
+        a.next_at = INF
+        rng = self.rng
+        if a.held is not None and a.held.due <= now:
+            self._finish(a, a.held)
+            return
+        if a.group is None:
+            if self.quiescing or self.ops >= self.cfg.steps:
+                return
+            self.ops += 1
+            self._qadd(a)
+            return
+        node = self._pick(a.home if rng.random() < 0.6 else rng.randrange(self.cfg.nodes))
+        if node is None:
+            self._think(a)
+            return
+        if a.held is not None:
+            self._think(a)
+            return
+        q = a.notified or rng.choice(self.queues)
+        a.notified = None
+        if not self.quiescing and rng.random() < 0.25:
+            timeout = rng.randint(100, 2000)
+            argv = [b"QNOTIFY", a.group, b"%.3f" % (timeout / 1000), *self.queues]
+            self._send(a, node, argv, Pending("notify", node, now, timeout))
+            return
+        lease = 0 if rng.random() < 0.05 else rng.randint(1000, 4000)
+        argv = [b"QGET", q, a.group, b"EX", b"%.3f" % (lease / 1000), b"WITHCOUNTERS"]
+        bound = PULL_STEP_MS * self.cfg.nodes
+        self._send(a, node, argv, Pending("get", node, now, bound, lease=lease, queue=q))
+
+    def _qadd(self, a: GroupAgent) -> None:
+        rng = self.rng
+        now = self.world.now
+        node = self._pick(a.home if rng.random() < 0.7 else rng.randrange(self.cfg.nodes))
+        if node is None:
+            self._think(a)
+            return
+        a.seq += 1
+        body = b"v%d.%d.%d" % (self.cfg.seed, a.idx, a.seq)
+        expire = rng.randint(5000, 30_000) if rng.random() < 0.1 else 3_600_000
+        noblock = rng.random() < 0.1
+        q = rng.choice(self.queues)
+        rec = EventRecord(body, q, expire, now, noblock)
+        self.by_body[body] = rec
+        argv = [b"QADD", q, b"%.3f" % (expire / 1000), body]
+        if noblock:
+            argv.append(b"NOBLOCK")
+        self._send(a, node, argv, Pending("add", node, now, QADD_TIMEOUT_MS, rec=rec))
+
+    def _finish(self, a: GroupAgent, h: Held) -> None:
+        rng = self.rng
+        now = self.world.now
+        if h.plan == "drop":
+            a.held = None
+            self._think(a)
+            return
+        node = self._pick(h.node if rng.random() < 0.7 else rng.randrange(self.cfg.nodes))
+        if node is None:
+            h.due = now + 100
+            self._think(a)
+            return
+        if h.plan == "working":
+            argv = [b"QWORKING", h.rec.queue, h.group, h.eid, b"EX", b"3"]
+        else:
+            argv = [b"QACK", h.rec.queue, h.group, h.eid]
+        self._send(a, node, argv, Pending(h.plan, node, now, 1000, held=h))
+
+    # ------------------------------------------------------------ replies
+    def reply(self, a: GroupAgent, node: int, data: bytes) -> None:
+        world = self.world
+        p = a.pending
+        if p is None or p.node != node:
+            world.checker.fail("protocol", f"group agent {a.idx} got an unexpected reply "
+                                           f"from node {node}: {data[:80]!r}")
+            return
+        a.pending = None
+        try:
+            value = decode(data)
+        except ValueError as e:
+            world.checker.fail("protocol", f"undecodable reply from node {node}: {e}")
+            self._think(a)
+            return
+        if isinstance(value, ErrorReply):
+            key = f"{p.kind.upper()}: {str(value).split(' ', 1)[0]}"
+            self.errors[key] = self.errors.get(key, 0) + 1
+            if p.kind == "add":
+                self.stats["event_add_errors"] += 1
+            elif p.held is not None:
+                a.held = None
+        else:
+            getattr(self, "_on_" + p.kind)(a, p, value)
+        if a.pending is None and a.next_at == INF:
+            self._think(a, 20 if self.quiescing or a.notified else MEAN_THINK_MS)
+
+    def _on_add(self, a: GroupAgent, p: Pending, value) -> None:
+        rec = p.rec
+        if rec.noblock:
+            if value != b"OK":
+                self.world.checker.fail("protocol", f"QADD NOBLOCK replied {value!r}")
+            self.stats["events_noblock"] += 1
+            return
+        if not isinstance(value, bytes) or len(value) != 25:
+            self.world.checker.fail("protocol", f"odd QADD reply {value!r}")
+            return
+        rec.eid = value
+        rec.promised = True
+        self.by_id[value] = rec
+        self.stats["events_added"] += 1
+        rec.holders_at_reply = h = self._holders(value)
+        if h + len(rec.lost_on) < self.repl and not rec.groups:
+            self.world.checker.fail(
+                "group-replication", f"QADD replied {value.decode()} but {h} node(s) hold "
+                f"a copy ({len(rec.lost_on)} lost in crashes), R={self.repl}: {rec}")
+
+    def _on_notify(self, a: GroupAgent, p: Pending, value) -> None:
+        if value is not None:
+            a.notified = value
+
+    def _on_get(self, a: GroupAgent, p: Pending, value) -> None:
+        if value is None:
+            return
+        world = self.world
+        ck = world.checker
+        now = world.now
+        eid, body, deliveries = value
+        rec = self.by_body.get(body)
+        if rec is None or rec.queue != p.queue:
+            ck.fail("group-bad-delivery", f"node {p.node} delivered {eid!r} {body!r} from "
+                                          f"{p.queue!r}, which no client added there")
+            return
+        if rec.eid is not None and rec.eid != eid:
+            ck.fail("group-bad-delivery", f"node {p.node} delivered {body!r} as {eid!r} but "
+                                          f"QADD returned {rec.eid!r}")
+            return
+        if rec.eid is None:
+            rec.eid = eid  # NOBLOCK, or a QADD that failed: no ID was returned
+            self.by_id.setdefault(eid, rec)
+        if now > rec.sent_at + rec.expire_ms + self._tol():
+            ck.fail("group-expiry", f"node {p.node} delivered {rec} "
+                                    f"{now - rec.sent_at - rec.expire_ms} ms after it expired")
+        self.stats["event_deliveries"] += 1
+        st = rec.groups.get(a.group)
+        if st is None:
+            st = rec.groups[a.group] = [0, None, None, 0]
+        faulty = bool(world.cfg.faults)
+        if st[1] is not None and st[1] < p.sent_at:
+            self.stats["after_ack"] += 1
+            if not faulty:
+                ck.fail("group-after-ack", f"{rec} delivered to group {a.group!r} again "
+                                           f"after it acked it")
+        elif st[2] is not None and st[2] != a.idx and p.sent_at < st[3] - self._tol():
+            self.stats["double_leases"] += 1
+            if not faulty:
+                ck.fail("group-double-lease", f"{rec} leased to agents {st[2]} and {a.idx} "
+                                              f"of group {a.group!r} at once")
+        st[0] += 1
+        if p.lease == 0:  # EX 0: acknowledged at once
+            if st[1] is None:
+                st[1] = now
+            st[2] = None
+            return
+        st[2] = a.idx
+        st[3] = p.sent_at + p.lease
+        r = self.rng.random()
+        if self.quiescing or a.group == LATE_GROUP:
+            plan, due = "ack", now + self.rng.randint(1, 50)
+        else:
+            plan = "ack" if r < 0.75 else "working" if r < 0.85 else "drop"
+            due = now + min(3000, 1 + int(self.rng.expovariate(1 / MEAN_PROCESS_MS)))
+        a.held = Held(rec, eid, p.node, due, plan, a.group)
+
+    def _on_ack(self, a: GroupAgent, p: Pending, value) -> None:
+        h = p.held
+        a.held = None
+        st = h.rec.groups.get(h.group)
+        if value == 1:
+            self.stats["event_acks"] += 1
+            if st is not None:
+                if st[1] is None:
+                    st[1] = self.world.now
+                if st[2] == a.idx:
+                    st[2] = None
+
+    def _on_working(self, a: GroupAgent, p: Pending, value) -> None:
+        h = p.held
+        st = h.rec.groups.get(h.group)
+        if value == 1 and st is not None and st[2] == a.idx:
+            st[3] = max(st[3], p.sent_at + 3000)
+        h.plan = "ack"
+        h.due = self.world.now + 1 + int(self.rng.expovariate(1 / MEAN_PROCESS_MS))
+        if value != 1:
+            a.held = None  # the lease ran out: the event is someone else's now
+
+    # ------------------------------------------------------------- faults
+    def connection_lost(self, a: GroupAgent) -> None:
+        p = a.pending
+        a.pending = None
+        if p is not None and p.held is not None and a.held is p.held:
+            p.held.due = self.world.now + 50
+        self._think(a)
+
+    def on_crash(self, i: int, node) -> None:
+        """Node i is gone with every event it held (events live in memory)."""
+        g = node.groups
+        for e in [*g.events.values(), *(w.event for w in g.adding.values())]:
+            rec = self.by_body.get(e.body)
+            if rec is not None:
+                rec.lost_on.add(i)
+            self.stats["event_copies_lost"] += 1
+        for a in self.agents:
+            if a.pending is not None and a.pending.node == i:
+                self.connection_lost(a)
+
+    def _holders(self, eid: bytes) -> int:
+        return sum(1 for n in self.world.nodes if n is not None and eid in n.groups.events)
+
+    def _excused(self, rec: EventRecord) -> bool:
+        return len(rec.lost_on) >= max(1, rec.holders_at_reply)
+
+    def sweep(self) -> None:
+        """Answer-in-time check: a command past its bound is a failure; the client gives
+        up on the connection and goes on."""
+        world = self.world
+        now = world.now
+        slack = SLACK_MS + world.skew_tolerance()
+        for a in self.agents:
+            p = a.pending
+            if p is None or now <= p.due + slack:
+                continue
+            world.checker.fail("no-reply", f"node {p.node} never answered group agent "
+                                           f"{a.idx}'s {p.kind} sent at "
+                                           f"{world.elapsed(p.sent_at)}ms")
+            conn = a.conns.pop(p.node, None)
+            node = world.nodes[p.node]
+            if conn is not None and node is not None and conn[0] == world.incarnation[p.node]:
+                world._call(p.node, node.client_closed, conn[1])
+                world._after(p.node)
+            self.connection_lost(a)
+
+    # --------------------------------------------------------------- final
+    def final(self) -> None:
+        world = self.world
+        ck = world.checker
+        end = world.now
+        tol = self._tol()
+        for rec in self.by_id.values():
+            if not rec.promised or rec.sent_at + rec.expire_ms <= end + tol:
+                continue
+            for g in [*self.groups, LATE_GROUP]:
+                if self._done(rec, g):
+                    continue
+                st = rec.groups.get(g)
+                if self._excused(rec):
+                    self.stats["events_excused"] += 1
+                    break
+                self.stats["events_lost"] += 1
+                what = "never delivered to" if st is None else "never acked by"
+                where = [i for i, n in enumerate(world.nodes)
+                         if n is not None and rec.eid in n.groups.events]
+                ck.fail("group-lost", f"{rec} {what} group {g.decode()} (held by nodes "
+                                      f"{where}, lost in crashes on {sorted(rec.lost_on)})")
+                break
+        for i, node in enumerate(world.nodes):
+            if node is not None and node.groups.adding:
+                ck.fail("stuck", f"node {i}: QADDs still wait for copies")
+
+
+def events_memory(node) -> int:
+    """What a node's events cost in its used_memory (groups.py's accounting)."""
+    return sum(EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
+               for e in node.groups.events.values())
