@@ -45,14 +45,19 @@ MYPYC_MODULES = [
     "src/disquepy/core/commands/queues.py",
     "src/disquepy/core/commands/server.py",
     "src/disquepy/core/commands/status.py",
+    "src/disquepy/core/commands/groups.py",
+    "src/disquepy/core/commands/users.py",
     "src/disquepy/core/outcomes.py",
+    "src/disquepy/core/jobmetrics.py",
     "src/disquepy/core/persistence.py",
     # the cluster: bus messages and the node's parts by topic
     "src/disquepy/core/messages.py",
     "src/disquepy/core/membership.py",
     "src/disquepy/core/replication.py",
     "src/disquepy/core/acks.py",
+    "src/disquepy/core/acl.py",
     "src/disquepy/core/federation.py",
+    "src/disquepy/core/groups.py",
 ]
 
 
