@@ -68,15 +68,13 @@ def test_replies_match_their_requests_and_one_connection_serves_a_fast_node():
 
 def test_a_held_up_connection_gets_company():
     async def main():
-        node = SlowNode(delay=0.5)
+        node = SlowNode(delay=2.0)
         addr = await node.start()
         pipe = NodePipe(timeout=5)
         slow = asyncio.ensure_future(pipe.call(addr, ["slow"]))
         await asyncio.sleep(0.05)  # the slow one is on the wire
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
         assert await pipe.call(addr, ["fast"]) == b"1"  # on a second connection
-        assert loop.time() - t0 < 0.3 and not slow.done()
+        assert not slow.done()  # answered before the one held up
         assert await slow == b"1" and node.connections == 2
         pipe.close()
 
