@@ -499,6 +499,6 @@ def test_a_handler_result_is_the_jobs_result_and_wait_tells_failure(dq):
         assert st.status == "failed" and "bad input" in st.error and not st.ok
         t0 = time.monotonic()
         assert dq.wait_for_ack(bad, 10) is False  # at once: it ended, as failed
-        assert time.monotonic() - t0 < 2
+        assert time.monotonic() - t0 < 5  # not at the 10 s timeout
     finally:
         w.stop(5)

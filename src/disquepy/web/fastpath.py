@@ -10,9 +10,10 @@ asyncio redis client. Two levers, both invisible to a client of the API:
   else — another route, a body that does not validate, a payload too large, a header
   out of bounds — goes to the FastAPI app unchanged (the body replayed), so errors keep
   their exact form.
-* :class:`NodePipe`, one connection to the node the client library uses, on which the
-  ADDJOBs of concurrent requests are written as they come and their replies matched in
-  order (pipelining, hiredis' parser). A failure there (connection lost, timeout,
+* :class:`NodePipe`, connections to the node the client library uses, on which the
+  ADDJOBs of concurrent requests are written together and their replies matched in
+  order (pipelining, hiredis' parser); one connection while the node answers at once,
+  more while ADDJOBs wait for their copies. A failure there (connection lost, timeout,
   ``-LEAVING`` and the like) is retried through :class:`~disquepy.client.AsyncDisque`
   with the same idempotency key, which fails over between nodes and never adds the job
   twice.
@@ -58,15 +59,25 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.timeout = timeout
         self.timer: asyncio.TimerHandle | None = None
+        self.out: list[bytes] = []  # commands of this loop iteration, written at its end
 
     def send(self, data: bytes) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self.waiting.append((fut, loop.time()))
-        self.transport.write(data)
+        if not self.out:
+            loop.call_soon(self._flush)
+        self.out.append(data)
         if self.timer is None:
             self.timer = loop.call_later(self.timeout, self._check)
         return fut
+
+    def _flush(self) -> None:
+        """One write for the commands of the requests served in one loop iteration (one
+        syscall, and one read for the node, instead of one each)."""
+        out, self.out = self.out, []
+        if not self.closed:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _check(self) -> None:
         self.timer = None
@@ -116,7 +127,14 @@ class _Conn(asyncio.Protocol):
 
 
 class NodePipe:
-    """One pipelined connection to ``addr`` (reopened after a failure)."""
+    """Pipelined connections to ``addr``: requests go down the first connection whose
+    oldest unanswered command is younger than ``SLOW`` (so a fast node gets them all on
+    one, written together), and a new connection is opened, up to ``MAX_CONNS``, when
+    every one is held up (an ADDJOB waiting for its copies blocks the commands behind it
+    on its connection: the node answers a connection's commands in order)."""
+
+    SLOW = 0.002  # seconds
+    MAX_CONNS = 16
 
     def __init__(self, username: str | None = None, password: str | None = None,
                  timeout: float = 10.0) -> None:
@@ -124,20 +142,29 @@ class NodePipe:
         self.password = password
         self.timeout = timeout
         self.addr: tuple[str, int] | None = None
-        self._conn: _Conn | None = None
+        self._conns: list[_Conn] = []
         self._opening: asyncio.Future | None = None
 
     async def _connection(self, addr: tuple[str, int]) -> _Conn:
-        c = self._conn
-        if c is not None and not c.closed and self.addr == addr:
-            return c
-        if self._opening is not None:  # another request is opening it: share it
+        if self.addr != addr:  # the client moved to another node: follow it
+            self.close()
+            self.addr = addr
+        conns = self._conns
+        if conns:
+            now = asyncio.get_running_loop().time()
+            for c in conns:
+                if c.closed:
+                    continue
+                if not c.waiting or now - c.waiting[0][1] < self.SLOW:
+                    return c
+            conns[:] = [c for c in conns if not c.closed]
+            if len(conns) >= self.MAX_CONNS:
+                return min(conns, key=lambda c: len(c.waiting))
+        if self._opening is not None:  # another request is opening one: share it
             return await asyncio.shield(self._opening)
         loop = asyncio.get_running_loop()
         self._opening = loop.create_future()
         try:
-            if c is not None:
-                c.fail(PipeError("node changed"))
             _, c = await asyncio.wait_for(loop.create_connection(
                 lambda: _Conn(self.timeout), addr[0], addr[1]), self.timeout)
             if self.password:
@@ -147,7 +174,10 @@ class NodePipe:
                 if isinstance(ok, Exception):
                     c.fail(PipeError(str(ok)))
                     raise PipeError(f"AUTH: {ok}")
-            self._conn, self.addr = c, addr
+            if self.addr != addr:  # moved while connecting: the client's way instead
+                c.fail(PipeError("node changed"))
+                raise PipeError("node changed")
+            conns.append(c)
             self._opening.set_result(c)
             return c
         except BaseException as e:
@@ -168,9 +198,9 @@ class NodePipe:
         return await self._send(c, args)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.fail(PipeError("closed"))
-            self._conn = None
+        for c in self._conns:
+            c.fail(PipeError("closed"))
+        self._conns = []
 
 
 class FastJobs:

@@ -240,12 +240,18 @@ async function loadDead() {
   try { renderDead(await api("GET", `/queues/${encodeURIComponent(q)}/dead-letters`)); } catch (e) { toast(e.message, true); }
 }
 
+function queueCell(q) {
+  // "payments:high" -> payments with its priority chip (a plain queue name as it is)
+  const m = /^(.*):(high|low)$/.exec(q || "");
+  return m ? `${esc(m[1])} <span class="chip ${m[2]}">${m[2]}</span>` : esc(q);
+}
+
 function renderDead(items) {
   $("#dead-empty").hidden = items.length > 0;
   $("#dead-requeue-all").disabled = items.length === 0;
   $("#dead-table tbody").innerHTML = items.map((d) => `<tr data-id="${esc(d.id)}" data-job="${esc(d.job_id)}">
     <td><a class="mono" href="#lookup/${encodeURIComponent(d.job_id)}" title="${esc(d.job_id)}">${esc(shortId(d.job_id))}</a></td>
-    <td>${esc(d.queue)}</td><td><div class="err mono" title="${esc(d.error)}">${esc(d.error)}</div></td>
+    <td>${queueCell(d.queue)}</td><td><div class="err mono" title="${esc(d.error)}">${esc(d.error)}</div></td>
     <td class="num">${num(d.attempts)}</td><td class="nowrap">${when(d.failed_at)}</td>
     <td><div class="preview mono">${esc(JSON.stringify(d.payload))}</div></td>
     <td class="actions"><button class="btn btn-sm" data-act="requeue">Requeue</button>
@@ -326,7 +332,7 @@ function history(s) {
   const again = (s.nacks || 0) + (s.additional_deliveries || 0);
   if (s.status === "failed") {
     ev.push(["bad", `Attempt ${s.attempt} failed`, s.error || ""]);
-    ev.push(["bad", s.dead_letter_id ? "Moved to the dead letters" : "Given up on (failed)", when(s.finished_at)]);
+    ev.push(["bad", s.dead_letter_id ? "Moved to the dead letters" : "Failed for good", when(s.finished_at)]);
     return ev.map(([cls, what, t]) => `<li class="${cls}"><div>${esc(what)}</div><div class="t">${esc(t)}</div></li>`).join("");
   }
   if (again) ev.push(["bad", `Failed or timed out ${again} time${again > 1 ? "s" : ""}`, "queued again"]);
