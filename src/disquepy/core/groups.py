@@ -324,9 +324,10 @@ class Groups:
         for name, (_, until) in list(self.tombs.items()):
             if until <= now:
                 del self.tombs[name]
+        peers = self.node.members.peers
         for q in list(self.queues.values()):
             for pid, (_, wuntil) in list(q.watchers.items()):
-                if wuntil <= now:
+                if wuntil <= now or pid not in peers:  # (a forgotten node never cancels)
                     del q.watchers[pid]
             if not q.live and not q.waiters and not q.watchers:
                 del self.queues[q.name]

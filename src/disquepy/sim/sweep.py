@@ -118,6 +118,15 @@ class Summary:
             f"{self.total('redelivered_requested')} requested (NACK / consumer gone)",
             f"failures: {len(self.failed)} seed(s)",
         ]
+        if cfg.groups:  # the consumer-group workload (sim/groups.py)
+            lines.insert(-1, (
+                f"groups: events added {self.total('events_added')} (+"
+                f"{self.total('events_noblock')} NOBLOCK), deliveries "
+                f"{self.total('event_deliveries')}, acks {self.total('event_acks')}; lost "
+                f"{self.total('events_lost')} (excused by crashes: "
+                f"{self.total('events_excused')}, {self.total('event_copies_lost')} copies "
+                f"lost); double leases {self.total('double_leases')}, deliveries after an "
+                f"ack {self.total('after_ack')} (both counted under faults)"))
         for r in self.failed:
             kinds = ",".join(f"{k}={v}" for k, v in sorted(r.fail_counts.items()))
             lines.append(f"  seed {r.config.seed}: {kinds}")

@@ -11,16 +11,19 @@ Worker(["127.0.0.1:7711"], queues=["high", "low"], concurrency=4, handler=handle
        dead_letter_after=5).run()          # until SIGTERM/SIGINT
 ```
 
-From the shell: ``python -m disquepy.worker mymodule:handle --queues high,low -c 4``.
+From the shell: ``python -m disquepy.worker mymodule:handle --queues high,low -c 4``;
+with ``--group G`` the queues' events are consumed as consumer group G (GroupWorker).
 """
 
 from .backoff import Backoff
 from .core import RetryLater, Route, Worker, current_attempt, current_job
 from .deadletter import DeadLetter, delete_dead, list_dead, requeue_dead
+from .groups import GroupWorker
 from .tasks import Task, Tasks
 
 __all__ = [
     "Worker",
+    "GroupWorker",
     "Tasks",
     "Task",
     "Route",

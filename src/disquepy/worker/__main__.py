@@ -152,6 +152,15 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "(with --processes N: PORT, PORT+1 ... PORT+N-1, one per process)")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                    help="log threshold (job outcomes are INFO, failures WARNING)")
+    p.add_argument("-g", "--group", default=None, metavar="GROUP",
+                   help="consume the queues' events as this consumer group (QNOTIFY, QGET, "
+                        "QACK: docs/GROUPS.md) instead of their jobs")
+    p.add_argument("--lease", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="with --group: each event's lease (QGET EX), extended while the "
+                        "handler runs")
+    p.add_argument("--max-deliveries", type=_whole(1), default=None, metavar="N",
+                   help="with --group: an event delivered N times unacknowledged goes to "
+                        "the group's dead letters (QDEAD)")
     p.add_argument("-p", "--processes", type=_whole(1), default=1, metavar="N",
                    help="run a pool of N worker processes (SIGTERM/SIGINT forwarded)")
     connection_options.add_arguments(p)
@@ -232,6 +241,8 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     else:
         raise UsageError(f"{a.target} is a {type(obj).__name__}, neither a function nor "
                          f"a Tasks app")
+    if a.group is not None and isinstance(obj, Tasks):
+        raise UsageError(f"--group takes a handler function; {a.target} is a Tasks app")
     if a.processes > 1:  # the children get the same (checked) command line
         return run_pool(argv, a.processes, a.metrics_port)
     setup_logging(a.log_level)
@@ -243,7 +254,14 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
         logging.getLogger("disquepy.worker").info(
             "metrics at http://127.0.0.1:%d/metrics", a.metrics_port)
     client = Disque(a.nodes.split(","), affinity=a.affinity, **conn)
-    if isinstance(obj, Tasks):
+    if a.group is not None:
+        from .groups import GroupWorker
+
+        w = GroupWorker(client, queues, a.group, a.concurrency, obj, body=a.body,
+                        lease=a.lease, max_deliveries=a.max_deliveries,
+                        poll_timeout=a.poll_timeout_ms / 1000,
+                        heartbeat=not a.no_heartbeat, shutdown_timeout=a.shutdown_timeout)
+    elif isinstance(obj, Tasks):
         w = obj.worker(a.concurrency, queues or None, client, **common)
     else:
         w = Worker(client, queues, a.concurrency, obj, body=a.body, backoff=a.backoff,

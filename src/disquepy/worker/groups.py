@@ -1,0 +1,147 @@
+"""A worker for consumer groups (``disque-worker module:handler --queues a,b --group G``):
+every group gets every event of its queues (docs/GROUPS.md); the workers of one group
+share them, one event to one worker at a time.
+
+Each of ``concurrency`` threads loops: QNOTIFY the group on the queues (up to
+``poll_timeout`` seconds), QGET the queue it names with a ``lease`` (``max_deliveries``:
+an event delivered that many times unacknowledged goes to the group's dead letters),
+run the handler, QACK on success. A failed handler leaves the lease to run out: the
+event comes back to the group then (use a short lease for a fast retry). A heartbeat
+thread extends (QWORKING) the lease of a handler still running at half its lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..client import Disque, DisqueError, Event
+from .core import _decode
+
+log = logging.getLogger("disquepy.worker")
+
+
+class GroupWorker:
+    def __init__(self, client: Disque, queues: Sequence[str], group: str,
+                 concurrency: int, handler: Callable[[Any], Any], *, body: str = "json",
+                 lease: float = 30.0, max_deliveries: int | None = None,
+                 poll_timeout: float = 1.0, heartbeat: bool = True,
+                 shutdown_timeout: float = 30.0) -> None:
+        if not queues:
+            raise ValueError("a group worker needs queues")
+        if lease <= 0:
+            raise ValueError("lease must be > 0 seconds")
+        self.client = client
+        self.queues = list(queues)
+        self.group = group
+        self.concurrency = concurrency
+        self.handler = handler
+        self.body = body
+        self.lease = lease
+        self.max_deliveries = max_deliveries
+        self.poll_timeout = poll_timeout
+        self.heartbeat = heartbeat
+        self.shutdown_timeout = shutdown_timeout
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[Event, float]] = {}  # event id -> (event, lease end)
+        self.processed = 0
+        self.failed = 0
+
+    def start(self) -> GroupWorker:
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._loop, name=f"group-worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.heartbeat:
+            t = threading.Thread(target=self._heartbeat_loop, name="group-heartbeat",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop fetching; wait up to ``timeout`` (default: shutdown_timeout) for running
+        handlers. True if every thread ended (unfinished events come back to the group
+        when their lease runs out)."""
+        self._stop.set()
+        deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def run(self) -> bool:
+        """Start and block until :meth:`request_stop` (or SIGTERM/SIGINT in the main
+        thread), then stop gracefully."""
+        import signal
+
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGTERM, signal.SIGINT):
+                old[s] = signal.signal(s, lambda signum, frame: self._stop.set())
+        try:
+            self.start()
+            while not self._stop.wait(0.2):
+                pass
+            return self.stop()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                q = self.client.qnotify(self.group, self.poll_timeout, *self.queues)
+                if q is None:
+                    continue
+                e = self.client.qget(q, self.group, lease=self.lease, with_counters=True,
+                                     max_deliveries=self.max_deliveries)
+            except DisqueError as exc:
+                log.warning("group %s: %s", self.group, exc)
+                self._stop.wait(0.5)
+                continue
+            if e is not None:
+                self._handle(e)
+
+    def _handle(self, e: Event) -> None:
+        with self._lock:
+            self._running[e.id] = (e, time.monotonic() + self.lease)
+        try:
+            self.handler(_decode(e.body, self.body))
+        except Exception:
+            self.failed += 1
+            log.exception("group %s: handler failed on event %s of %s (delivery %s); it "
+                          "comes back when its lease ends", self.group, e.id, e.queue,
+                          e.deliveries)
+            return
+        finally:
+            with self._lock:
+                self._running.pop(e.id, None)
+        try:
+            if not self.client.qack(e.queue, self.group, e.id):
+                log.warning("group %s: event %s acked after its lease ran out", self.group,
+                            e.id)
+        except DisqueError as exc:
+            log.warning("group %s: QACK %s: %s", self.group, e.id, exc)
+        self.processed += 1
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(min(1.0, self.lease / 4)):
+            now = time.monotonic()
+            with self._lock:
+                due = [e for e, end in self._running.values() if end - now < self.lease / 2]
+            for e in due:
+                try:
+                    if self.client.qworking(e.queue, self.group, e.id, lease=self.lease):
+                        with self._lock:
+                            if e.id in self._running:
+                                self._running[e.id] = (e, time.monotonic() + self.lease)
+                except DisqueError as exc:
+                    log.warning("group %s: QWORKING %s: %s", self.group, e.id, exc)
