@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -161,13 +162,48 @@ def main(argv: list[str] | None = None) -> int:
     except tls.TlsConfigError as e:
         log.warning("Failed to configure TLS: %s", e)
         return 1
+    if cfg.daemonize:
+        daemonize()
+    pidfile = write_pidfile(cfg.pidfile) if cfg.daemonize else None
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         log.warning("uvloop not available, using the default asyncio loop")
-    return asyncio.run(_serve(cfg, path, *contexts))
+    try:
+        return asyncio.run(_serve(cfg, path, *contexts))
+    finally:
+        if pidfile is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(pidfile)
+
+
+def daemonize() -> None:
+    """``daemonize yes``, as Disque does: the process forks, the parent exits 0 at once
+    (the shell or init script goes on), the child leaves the terminal's session and its
+    standard streams go to /dev/null (so with ``logfile ""`` the log goes nowhere:
+    give a logfile)."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    fd = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(fd, std)
+    if fd > 2:
+        os.close(fd)
+
+
+def write_pidfile(path: str) -> str | None:
+    """The daemon's pid in ``path`` (relative: inside ``dir``), removed at exit; a file
+    that cannot be written is logged and the node runs on, as in Disque."""
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(f"{os.getpid()}\n")
+    except OSError as e:
+        log.warning("Can't write the pid file %s: %s", os.path.abspath(path), e.strerror)
+        return None
+    return os.path.abspath(path)
 
 
 def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:

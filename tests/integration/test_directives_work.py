@@ -1,0 +1,85 @@
+"""Directives that Disque documents and disquepy once parsed and ignored, now doing what
+disque.conf says, on real processes: ``tcp-keepalive`` on client connections,
+``daemonize`` with its ``pidfile``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+from support import ROOT, SERVER, Server, free_port, raw, wait_for
+
+
+def keepalive_timers(port: int) -> list[str]:
+    """The TCP timers (ss -o) of the server side of each established client connection."""
+    out = subprocess.run(["ss", "-tnoH", "state", "established", f"( sport = :{port} )"],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+@pytest.mark.timeout(60)
+def test_tcp_keepalive_probes_idle_client_connections(tmp_path):
+    s = Server(tmp_path, "--tcp-keepalive", "60").start()
+    try:
+        c = s.client()
+        assert c.ping()
+        # (until the reply is acknowledged ss shows the retransmission timer instead)
+        wait_for(lambda: any("timer:(keepalive," in ln for ln in keepalive_timers(s.port)),
+                 what="the keepalive timer")  # the first probe due within 60 s
+        assert len(keepalive_timers(s.port)) == 1
+        # CONFIG SET: connections made after it have no keepalive
+        assert c.execute_command("CONFIG", "SET", "tcp-keepalive", "0") == b"OK"
+        c2 = s.client()
+        assert c2.ping()
+        time.sleep(0.5)  # both replies acknowledged
+        conns = keepalive_timers(s.port)
+        assert len(conns) == 2
+        assert sum("keepalive" in ln for ln in conns) == 1, conns
+    finally:
+        s.kill()
+
+
+@pytest.mark.timeout(60)
+def test_daemonize_returns_at_once_and_keeps_a_pidfile(tmp_path):
+    """The command returns 0 while the node runs on in the background; the pid file
+    (relative: inside dir) names the node's process and goes with it."""
+    port = free_port()
+    (tmp_path / "d").mkdir()
+    t0 = time.monotonic()
+    r = subprocess.run([*SERVER, "--port", str(port), "--daemonize", "yes", "--dir",
+                        str(tmp_path / "d"), "--pidfile", "node.pid", "--logfile", "log.txt"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r
+    assert time.monotonic() - t0 < 20
+    pidfile = tmp_path / "d" / "node.pid"
+    def pong() -> bool:
+        try:
+            return raw(port, b"PING\r\n", timeout=1, until=b"\r\n") == b"+PONG\r\n"
+        except OSError:
+            return False
+
+    wait_for(pong, what="the daemon to answer")
+    pid = int(pidfile.read_text())
+    try:
+        info = raw(port, b"INFO server\r\n", timeout=2, until=b"tcp_port")
+        assert f"process_id:{pid}".encode() in info
+        assert os.getsid(pid) == pid  # a session of its own: the terminal can go
+        assert "ready to accept connections" in (tmp_path / "d" / "log.txt").read_text()
+        assert raw(port, b"SHUTDOWN\r\n", timeout=5) == b""  # closes without a reply
+        wait_for(lambda: not pidfile.exists(), what="the pid file removed at exit")
+        wait_for(lambda: not running(pid), what="the daemon gone")
+    finally:
+        if running(pid):
+            os.kill(pid, 9)
+
+
+def running(pid: int) -> bool:
+    """``pid`` exists and is no zombie (the daemon's reaper is whoever adopted it)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
