@@ -91,3 +91,39 @@ def running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.timeout(60)
+def test_slowlog_keeps_the_commands_slower_than_the_threshold(tmp_path):
+    """slowlog-log-slower-than and slowlog-max-len were parsed and ignored, with no
+    SLOWLOG command: now SLOWLOG GET|LEN|RESET answer as Disque's."""
+    s = Server(tmp_path, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "3").start()
+    try:
+        c = s.client()
+        t0 = int(time.time())
+        jid = c.execute_command("ADDJOB", "q", "x" * 200, 0)
+        entries = c.execute_command("SLOWLOG", "GET")
+        newest = entries[0]
+        assert newest[3] == [b"ADDJOB", b"q", b"x" * 128 + b"... (72 more bytes)", b"0"]
+        assert newest[2] >= 0 and abs(newest[1] - t0) <= 2
+        assert c.execute_command("DELJOB", *[jid] * 40) == 1  # its arguments cut at 32
+        many = c.execute_command("SLOWLOG", "GET", 1)[0][3]
+        assert len(many) == 32 and many[-1] == b"... (10 more arguments)"
+        assert many[:2] == [b"DELJOB", jid]
+        assert c.execute_command("SLOWLOG", "LEN") == 3  # slowlog-max-len 3
+        ids = [e[0] for e in c.execute_command("SLOWLOG", "GET", -1)]
+        assert ids == sorted(ids, reverse=True) and len(ids) == 3
+        assert c.execute_command("SLOWLOG", "RESET") == b"OK"
+        assert c.execute_command("SLOWLOG", "LEN") == 1  # the SLOWLOG LEN itself
+        with pytest.raises(Exception, match="Unknown SLOWLOG subcommand"):
+            c.execute_command("SLOWLOG", "NOPE")
+        # a negative threshold logs nothing; a high one only slower commands
+        c.execute_command("CONFIG", "SET", "slowlog-log-slower-than", "-1")
+        c.execute_command("SLOWLOG", "RESET")
+        c.execute_command("ADDJOB", "q", "y", 0)
+        assert c.execute_command("SLOWLOG", "LEN") == 0
+        c.execute_command("CONFIG", "SET", "slowlog-log-slower-than", "10000000")
+        c.execute_command("ADDJOB", "q", "y", 0)
+        assert c.execute_command("SLOWLOG", "LEN") == 0
+    finally:
+        s.kill()

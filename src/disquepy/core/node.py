@@ -44,6 +44,7 @@ from .outputs import Outputs, ShellRequest
 from .persistence import Persistence
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .replication import WILLQUEUE_ADVANCE_MS, Replication
+from .slowlog import SlowLog
 
 # Memory accounting: what one job, queue or client costs this process, measured for
 # CPython 3.11 with tracemalloc (see docs/PERFORMANCE.md); a job's body is added as is.
@@ -121,6 +122,8 @@ class Node:
         # INFO commandstats: command name -> [calls, ns spent] (ns from command_took)
         self.cmdstats: dict[str, list[int]] = {}
         self.last_stat: list[int] | None = None
+        self.slowlog = SlowLog()  # SLOWLOG: fed by command_took with the command below
+        self.last_argv: list[bytes] = []
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
         self.logs_out: list = []  # (level, line) for the server log
@@ -373,6 +376,7 @@ class Node:
             st = self.cmdstats[cmd.name] = [0, 0]
         st[0] += 1
         self.last_stat = st
+        self.last_argv = argv
         try:
             reply = cmd.handler(self, client, argv, now)
         except ReplyError as e:
@@ -765,6 +769,11 @@ class Node:
         if st is not None:
             st[1] += ns
             self.last_stat = None
+            threshold = self.config.slowlog_log_slower_than
+            if 0 <= threshold <= ns // 1000:
+                self.slowlog.record(self.last_argv, ns // 1000, self.now,
+                                    self.config.slowlog_max_len)
+            self.last_argv = []  # not kept alive until the next command (a big body)
 
     def reset_stats(self) -> None:
         self.stats = Stats()

@@ -132,6 +132,10 @@ _TABLE = [
     Command("command", -1, server.command,
             args='[COUNT | INFO name [name ...] | DOCS]',
             summary="The server's commands"),
+    Command("slowlog", -2, server.slowlog, "a",
+            args='GET [count] | LEN | RESET',
+            summary=('The commands that took slowlog-log-slower-than microseconds or more, '
+                     'the newest first')),
     Command("time", 1, server.time_cmd,
             args='',
             summary="The server's time: seconds and microseconds"),

@@ -50,6 +50,28 @@ def select(node, client, argv, now):
     raise ReplyError("ERR DB index is out of range")
 
 
+def slowlog(node, client, argv, now):
+    """SLOWLOG GET [count] | LEN | RESET, as Disque: GET's entries are [id, unix time,
+    microseconds, [arguments]], the newest first (count 10 by default, all if < 0)."""
+    sub = argv[1].lower()
+    if sub == b"get" and len(argv) in (2, 3):
+        count = 10
+        if len(argv) == 3:
+            count = to_int(argv[2])
+            if count is None:
+                raise ReplyError(errors.NOT_INTEGER)
+        return resp.array([
+            resp.array([resp.integer(i), resp.integer(ts), resp.integer(us),
+                        resp.bulk_array(args)])
+            for i, ts, us, args in node.slowlog.newest(count)])
+    if sub == b"len" and len(argv) == 2:
+        return resp.integer(len(node.slowlog.entries))
+    if sub == b"reset" and len(argv) == 2:
+        node.slowlog.reset()
+        return resp.OK
+    raise ReplyError("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")
+
+
 # ------------------------------------------------------------------ auth / hello
 def auth(node, client, argv, now):
     """AUTH password, or Redis 6's AUTH default password."""
