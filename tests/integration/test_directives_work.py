@@ -127,3 +127,31 @@ def test_slowlog_keeps_the_commands_slower_than_the_threshold(tmp_path):
         assert c.execute_command("SLOWLOG", "LEN") == 0
     finally:
         s.kill()
+
+
+@pytest.mark.timeout(60)
+def test_unixsocket_serves_clients_with_its_permissions(tmp_path):
+    """unixsocket (relative: inside dir) and unixsocketperm were parsed and ignored."""
+    import redis
+
+    d = tmp_path / "d"
+    d.mkdir()
+    s = Server(tmp_path, "--dir", str(d), "--unixsocket", "node.sock",
+               "--unixsocketperm", "700").start()
+    try:
+        path = d / "node.sock"
+        assert oct(path.stat().st_mode & 0o777) == "0o700"
+        c = redis.Redis(unix_socket_path=str(path), protocol=2, socket_timeout=10)
+        jid = c.execute_command("ADDJOB", "q", "over the unix socket", 0)
+        assert s.client().execute_command("QLEN", "q") == 1  # the same node over TCP
+        assert c.execute_command("GETJOB", "FROM", "q")[0][1] == jid
+        assert "ready to accept connections at node.sock" in s.log()
+        c.close()
+        s.kill()  # kill -9 leaves the socket file: the next start replaces it
+        assert path.exists()
+        s.start()
+        assert redis.Redis(unix_socket_path=str(path), protocol=2).ping()
+        s.stop()  # SIGTERM: the socket file goes with the node
+        assert not path.exists()
+    finally:
+        s.kill()

@@ -289,6 +289,17 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         log.warning("Creating Server %s listening socket %s:%d: %s", "TLS" if ctx else "TCP",
                     addr, port, e.strerror)
         return 1
+    if cfg.unixsocket:  # a stale socket file from a killed node is replaced
+        try:
+            srv = await loop.create_unix_server(factory(None), cfg.unixsocket,
+                                                backlog=cfg.tcp_backlog)
+            if cfg.unixsocketperm:
+                os.chmod(cfg.unixsocket, cfg.unixsocketperm)
+        except OSError as e:
+            log.warning("Opening Unix socket %s: %s", os.path.abspath(cfg.unixsocket),
+                        e.strerror)
+            return 1
+        driver.servers.append(srv)
     from .bus import Bus
 
     secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
@@ -311,9 +322,14 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     for port, ctx in listeners:
         log.info("The server is now ready to accept %sconnections on port %d",
                  "TLS " if ctx else "", port)
+    if cfg.unixsocket:
+        log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
     driver.start_gc_policy()
     driver.arm()
     await driver.stopping.wait()
+    if cfg.unixsocket:
+        with contextlib.suppress(OSError):
+            os.unlink(cfg.unixsocket)
     log.warning("Disque is now ready to exit, bye bye...")
     return driver.exit_code
 
