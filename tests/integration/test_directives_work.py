@@ -155,3 +155,35 @@ def test_unixsocket_serves_clients_with_its_permissions(tmp_path):
         assert not path.exists()
     finally:
         s.kill()
+
+
+@pytest.mark.timeout(60)
+def test_latency_monitor_records_commands_over_the_threshold(tmp_path):
+    """latency-monitor-threshold was parsed and ignored, with no LATENCY command."""
+    s = Server(tmp_path).start()  # threshold 0: off
+    try:
+        c = s.client()
+        p = c.pipeline(transaction=False)
+        for i in range(40000):
+            p.execute_command("ADDJOB", "q", f"job {i}", 0)
+        p.execute()
+
+        def slow():  # a reply of 40,000 jobs: well over 1 ms to build, compiled too
+            assert len(c.execute_command("QPEEK", "q", 40000)) == 40000
+
+        slow()
+        assert c.execute_command("LATENCY", "LATEST") == []
+        assert c.execute_command("CONFIG", "SET", "latency-monitor-threshold", "1") == b"OK"
+        t0 = int(time.time())
+        slow()
+        [(event, ts, latest, top)] = c.execute_command("LATENCY", "LATEST")
+        assert event == b"command" and abs(ts - t0) <= 2 and 1 <= latest <= top
+        [(ts2, ms)] = c.execute_command("LATENCY", "HISTORY", "command")
+        assert ts2 == ts and ms == latest
+        assert c.execute_command("LATENCY", "HISTORY", "nothing") == []
+        assert c.execute_command("LATENCY", "RESET") == 1
+        assert c.execute_command("LATENCY", "LATEST") == []
+        with pytest.raises(Exception, match="syntax error"):
+            c.execute_command("LATENCY", "NOPE")
+    finally:
+        s.kill()

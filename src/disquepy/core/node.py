@@ -38,6 +38,7 @@ from .job import (
 )
 from .jobtable import JobTable
 from .keys import Keys
+from .latency import LatencyMonitor
 from .membership import Membership
 from .outcomes import COMPLETED, EXPIRED, FAILED, Outcomes
 from .outputs import Outputs, ShellRequest
@@ -123,6 +124,7 @@ class Node:
         self.cmdstats: dict[str, list[int]] = {}
         self.last_stat: list[int] | None = None
         self.slowlog = SlowLog()  # SLOWLOG: fed by command_took with the command below
+        self.latency = LatencyMonitor()  # LATENCY: fed by command_took too
         self.last_argv: list[bytes] = []
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list = []  # (client or None, ShellRequest) for the shell to finish
@@ -774,6 +776,9 @@ class Node:
                 self.slowlog.record(self.last_argv, ns // 1000, self.now,
                                     self.config.slowlog_max_len)
             self.last_argv = []  # not kept alive until the next command (a big body)
+            ms = ns // 1_000_000
+            if 0 < self.config.latency_monitor_threshold <= ms:
+                self.latency.add("command", ms, self.now)
 
     def reset_stats(self) -> None:
         self.stats = Stats()

@@ -72,6 +72,24 @@ def slowlog(node, client, argv, now):
     raise ReplyError("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")
 
 
+def latency(node, client, argv, now):
+    """LATENCY LATEST | HISTORY event | RESET [event ...], as Disque (times in unix
+    seconds, latencies in milliseconds)."""
+    sub = argv[1].lower()
+    mon = node.latency
+    if sub == b"latest" and len(argv) == 2:
+        return resp.array([
+            resp.array([resp.bulk(name), resp.integer(ts), resp.integer(last),
+                        resp.integer(top)])
+            for name, ts, last, top in mon.latest()])
+    if sub == b"history" and len(argv) == 3:
+        return resp.array([resp.array([resp.integer(ts), resp.integer(ms)])
+                           for ts, ms in mon.history(argv[2].decode("utf-8", "replace"))])
+    if sub == b"reset":
+        return resp.integer(mon.reset([a.decode("utf-8", "replace") for a in argv[2:]]))
+    raise ReplyError(errors.SYNTAX)
+
+
 # ------------------------------------------------------------------ auth / hello
 def auth(node, client, argv, now):
     """AUTH password, or Redis 6's AUTH default password."""
