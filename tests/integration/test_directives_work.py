@@ -187,3 +187,26 @@ def test_latency_monitor_records_commands_over_the_threshold(tmp_path):
             c.execute_command("LATENCY", "NOPE")
     finally:
         s.kill()
+
+
+@pytest.mark.timeout(60)
+def test_watchdog_logs_where_the_loop_is_stuck(tmp_path):
+    """watchdog-period was parsed and ignored: now a loop stuck longer than the period
+    logs the running code's stack, in one line; 0 (the default) logs nothing."""
+    s = Server(tmp_path).start()
+    try:
+        c = s.client()
+        assert c.execute_command("DEBUG", "SLEEP", "0.5") == b"OK"
+        assert "WATCHDOG" not in s.log()
+        assert c.execute_command("CONFIG", "SET", "watchdog-period", "200") == b"OK"
+        time.sleep(0.3)  # the cron arms it
+        assert c.execute_command("DEBUG", "SLEEP", "0.6") == b"OK"
+        wait_for(lambda: "WATCHDOG TIMER EXPIRED" in s.log(), what="the watchdog line")
+        [line] = [ln for ln in s.log().splitlines() if "WATCHDOG" in ln]
+        assert "over 200 ms" in line and "time.sleep(req.args[0])" in line, line
+        assert c.execute_command("CONFIG", "SET", "watchdog-period", "0") == b"OK"
+        time.sleep(0.3)
+        assert c.execute_command("DEBUG", "SLEEP", "0.6") == b"OK"
+        assert c.ping() and s.log().count("WATCHDOG") == 1
+    finally:
+        s.kill()

@@ -326,7 +326,12 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
     driver.start_gc_policy()
     driver.arm()
+    from .watchdog import Watchdog
+
+    watchdog = Watchdog(cfg, loop)
+    watchdog.start()
     await driver.stopping.wait()
+    watchdog.stop()
     if cfg.unixsocket:
         with contextlib.suppress(OSError):
             os.unlink(cfg.unixsocket)
