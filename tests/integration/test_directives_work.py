@@ -210,3 +210,45 @@ def test_watchdog_logs_where_the_loop_is_stuck(tmp_path):
         assert c.ping() and s.log().count("WATCHDOG") == 1
     finally:
         s.kill()
+
+
+@pytest.mark.timeout(60)
+def test_syslog_gets_every_line_with_ident_and_facility(tmp_path):
+    """syslog-enabled, syslog-ident and syslog-facility were parsed and ignored."""
+    import socket
+
+    path = tmp_path / "syslog.sock"
+    sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sink.bind(str(path))
+    sink.settimeout(10)
+    s = Server(tmp_path, "--syslog-enabled", "yes", "--syslog-ident", "dq-test",
+               "--syslog-facility", "local3",
+               env={"DISQUEPY_SYSLOG_SOCKET": str(path)}).start()
+    try:
+        got = []
+        while not any(b"ready to accept connections" in m for m in got):
+            got.append(sink.recv(65536))
+        pid = s.proc.pid
+        # <priority>: facility local3 (19) * 8 + severity info (6) = 158
+        ready = next(m for m in got if b"ready to accept" in m)
+        assert ready.startswith(b"<158>dq-test[%d]: " % pid), ready
+        assert "ready to accept connections" in s.log()  # the log file still has it
+    finally:
+        s.kill()
+        sink.close()
+    # nothing listening (as C's openlog: no error): the node says so in its log and
+    # serves; a syslog that comes up later gets the lines from then on
+    later = tmp_path / "later.sock"
+    bad = Server(tmp_path / "bad", "--syslog-enabled", "yes",
+                 env={"DISQUEPY_SYSLOG_SOCKET": str(later)}).start()
+    try:
+        assert f"nothing listens at {later}" in bad.log()
+        sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sink.bind(str(later))
+        sink.settimeout(10)
+        assert bad.client().ping()
+        raw(bad.port, b"SHUTDOWN\r\n", timeout=5)  # logs "User requested shutdown..."
+        assert b"User requested shutdown" in sink.recv(65536)
+    finally:
+        bad.kill()
+        sink.close()

@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"Can't open the log file {os.path.abspath(cfg.logfile)}: "
                          f"{e.strerror}\n")
         return 1
+    if cfg.syslog_enabled and not logmod.add_syslog(cfg.syslog_ident, cfg.syslog_facility):
+        log.warning("syslog-enabled yes, but nothing listens at %s: lines reach syslog "
+                    "once it does", logmod.syslog_socket())
     if cfg.protected_mode and not cfg.requirepass:
         exposed = cfg.protected_mode_violations()
         if exposed:
