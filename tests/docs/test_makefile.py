@@ -9,11 +9,15 @@ import pytest
 from support import ROOT
 
 
+def make_plan(target: str, tmp_path) -> str:
+    """What `make <target>` would run with no virtualenv yet (`make -n`)."""
+    return subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30, check=True).stdout
+
+
 def plan(target: str, tmp_path) -> list[str]:
-    """The commands `make <target>` would run with no virtualenv yet."""
-    out = subprocess.run(["make", "-n", target, f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    return [line for line in out.splitlines() if "pip install" in line]
+    """The pip installs `make <target>` would run with no virtualenv yet."""
+    return [line for line in make_plan(target, tmp_path).splitlines() if "pip install" in line]
 
 
 @pytest.mark.parametrize("target", ["run", "cluster"])
@@ -39,3 +43,14 @@ def test_test_installs_the_dev_and_spark_extras(tmp_path, target):
     # one and then the full one
     assert sum(line.endswith("-e '.[web]'") or "-e '.[web,dev,spark]'" in line
                for line in installs) == 1, installs
+
+
+def test_test_installs_java_and_run_does_not(tmp_path):
+    """Spark needs Java 17+: `make test` checks for it and installs Debian's headless JRE
+    when it is missing (the CI runs `make test`); `make run` starts a node without it."""
+    test = make_plan("test", tmp_path)
+    assert "spark/_java.py" in test and "apt-get install -y -qq openjdk-17-jre-headless" in test
+    run = make_plan("run", tmp_path)
+    assert "openjdk" not in run and "_java.py" not in run
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci

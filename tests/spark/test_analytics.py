@@ -87,6 +87,57 @@ def test_dead_letter_queue_names_map_to_their_queue():
         dead_letter_regex("dead")
 
 
+def chart_input(names: list[str]) -> tuple[dict, list]:
+    """What _chart gets for queues with the same traffic (their lines would coincide):
+    60 added and 40 acked in 2 s each; "q:dead" queues are dead-letter queues."""
+    queues, rows = {}, []
+    for q in names:
+        queues[q] = dict(added=60, acked=40, backlog=20, queued=20, nack_rate=0.1,
+                         dead_letter_rate=0.0, **{f"{k}_p{p}": 10.0 * p for k in
+                                                  ("wait_ms", "proc_ms") for p in (50, 90, 99)})
+        rows += [dict(queue=q, bucket=1000 + b, added=30, acked=20, backlog=10 * (b + 1),
+                      queued=10 * (b + 1)) for b in (0, 1)]
+    queues["never"] = dict(queues[names[0]], acked=0, **{f"{k}_p{p}": None for k in
+                                                        ("wait_ms", "proc_ms") for p in (50, 90, 99)})
+    return queues, rows
+
+
+def test_chart_draws_each_queue_on_axes_of_its_own(tmp_path):
+    """Queues with the same traffic drew on top of each other in one throughput and one
+    backlog panel, so all but the last were hidden: each drawn queue has its own row.
+    Only the 6 busiest are drawn, dead-letter queues count in their queue's rate, and
+    every latency row, a queue never delivered included, lies inside its axes."""
+    from matplotlib.colors import to_hex
+
+    from disquepy.spark.analytics import COLORS, _chart
+
+    names = [f"queue-{i}" for i in range(7)] + ["queue-0:dead"]
+    queues, rows = chart_input(names)
+    fig = _chart(tmp_path / "q.png", queues, rows, 1)
+    assert png_size((tmp_path / "q.png").read_bytes())[0] == 1400
+    drawn = {}  # queue colour -> the axes with a line of that colour
+    for ax in fig.axes:
+        colours = {to_hex(ln.get_color()) for ln in ax.get_lines()} & set(COLORS)
+        assert len(colours) <= 1, (ax.get_title("left"), colours)
+        for c in colours:
+            drawn.setdefault(c, []).append(ax)
+    assert len(drawn) == 6 and all(len(axes) == 2 for axes in drawn.values())
+    lat = next(ax for ax in fig.axes if ax.get_title("left").startswith("Wait"))
+    ticks = [t.get_text() for t in lat.get_yticklabels()]
+    assert len(ticks) == 12 and not any(":dead" in t for t in ticks)
+    lo, hi = sorted(lat.get_ylim())
+    assert lo <= -0.4 and hi >= len(ticks) - 0.6
+    # a queue with nothing delivered: its row says so, inside the axes
+    queues, rows = chart_input(["only"])
+    queues = {"never": queues["never"]}
+    fig = _chart(tmp_path / "one.png", queues, [dict(r, queue="never") for r in rows], 1)
+    lat = next(ax for ax in fig.axes if ax.get_title("left").startswith("Wait"))
+    assert [t.get_text() for t in lat.texts] == ["no data", "no data"]
+    assert all(sorted(lat.get_ylim())[0] < t.get_position()[1] < sorted(lat.get_ylim())[1]
+               for t in lat.texts)
+    _chart(tmp_path / "none.png", {}, [], 1)  # an empty log still gives a chart
+
+
 def real_server_events(base) -> None:
     """A real node with the event log on: queue "fast" (40 jobs acked), queue "flaky"
     (5 jobs nacked three times each, never acked), queue "failing" (3 jobs a real worker
@@ -194,5 +245,6 @@ def test_analytics_on_hand_made_and_real_event_logs(spark, tmp_path, capsys):
     assert max(col("moved", "queued")) == 1 and col("moved", "queued")[-1] == 0
     assert sum(col("failing", "dead_lettered")) == 3 and sum(col("flaky", "nacked")) == 15
     assert sum(col("emails", "added")) == 3 and sum(col("emails", "nacked")) == 2
-    assert png_size((out / "queues.png").read_bytes()) == (1400, 950)
+    w, h = png_size((out / "queues.png").read_bytes())
+    assert w == 1400 and h > 950  # taller with each queue drawn (a row each)
     assert json.loads((out / "summary.json").read_text())["queues"]["emails"]["acked"] == 2

@@ -5,6 +5,7 @@ with its traceback under a Redis-style line."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -55,6 +56,12 @@ def run_worker(*args: str, entry: bool = False, timeout: float = 30) -> subproce
                                                            "WARNING"]),
     (["handlers:slow", "-q", "q", "--nodes", "127.0.0.1:x"], ["--nodes", "HOST:PORT"]),
     (["handlers:slow", "-q", "q", "--bogus"], ["unrecognized arguments: --bogus"]),
+    # -p is the port in disque and redis-cli; it was --processes here, so a newcomer's
+    # `-p 7711` started 7711 worker processes
+    (["handlers:slow", "-q", "q", "-p", "7711"],
+     ["-p/--port is not a worker option", "--nodes 127.0.0.1:7711", "--processes N"]),
+    (["handlers:slow", "-q", "q", "--processes", "7711"],
+     ["--processes 7711 is more than", "per CPU", "--concurrency"]),
     (["handlers:app", "-q", "nosuch"], ["no task for queue 'nosuch'", "its queues: tq"]),
     (["handlers:app", "--backoff", "fixed:1"], ["--backoff applies to a handler function",
                                                 "@app.task"]),
@@ -104,7 +111,8 @@ def test_help_names_the_program_and_every_option_with_its_default(entry, prog):
     from disquepy.worker.__main__ import parser
 
     p = parser()
-    opts = [a for a in p._actions if a.option_strings and a.dest != "help"]
+    opts = [a for a in p._actions  # (-p is hidden: refused with the fix, see above)
+            if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS]
     assert len(opts) >= 15
     lines = out.splitlines()
     for a in opts:

@@ -5,7 +5,10 @@ NACKs what did not finish."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import time
+from pathlib import Path
 
 import pytest
 from support import wait_for
@@ -80,6 +83,37 @@ def test_process_pool_runs_jobs_in_parallel_and_drains(dq, server, spawn_worker,
     assert p.wait(20) == 0, p.log_path.read_text()
     assert all(dq.show(j) is None for j in ids)
     assert p.log_path.read_text().count("outcome=acked") == 2
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (from /proc's children lists, Linux)."""
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for t in os.listdir(f"/proc/{p}/task")
+                    for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+        except OSError:
+            continue
+        found.update(kids)
+        todo.extend(kids)
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_pool_given_by_an_abbreviated_option_starts_only_its_processes(
+        dq, server, spawn_worker, tmp_path):
+    """``--proc 2`` (argparse takes abbreviations) was not stripped from the children's
+    command line, so each child started a pool of its own, without end."""
+    ids = [slow_job(dq, tmp_path, n, 1.0) for n in (1, 2)]
+    p = spawn_worker(server.port, "handlers:slow", "--queues", "q", "--proc", "2")
+    wait_for(lambda: all((tmp_path / f"done-{n}").exists() for n in (1, 2)),
+             what="both jobs done")
+    time.sleep(1.0)  # time for a runaway child pool to show
+    assert len(_descendants(p.pid)) == 2
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 0, p.log_path.read_text()
+    assert all(dq.show(j) is None for j in ids)
 
 
 @pytest.mark.timeout(60)

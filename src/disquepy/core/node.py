@@ -44,6 +44,7 @@ from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED, JobMetrics
 from .jobmetrics import EXPIRED as M_EXPIRED
 from .jobtable import JobTable
 from .keys import Keys
+from .latency import LatencyMonitor
 from .membership import Membership
 from .memory import CLIENT_OVERHEAD, CRITICAL, HIGH, JOB_OVERHEAD, Memory
 from .outcomes import COMPLETED, EXPIRED, FAILED, Outcomes
@@ -52,6 +53,7 @@ from .persistence import Persistence
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .queues import Queues
 from .replication import WILLQUEUE_ADVANCE_MS, Replication
+from .slowlog import SlowLog
 
 if TYPE_CHECKING:
     from .config import Config
@@ -128,6 +130,11 @@ class Node:
         # INFO commandstats: command name -> [calls, ns spent] (ns from command_took)
         self.cmdstats: dict[str, list[int]] = {}
         self.last_stat: list[int] | None = None
+        self.slowlog = SlowLog()  # SLOWLOG: fed by command_took with the command below
+        self.latency = LatencyMonitor()  # LATENCY: fed by command_took too
+        self.last_argv: list[bytes] = []
+        self.slow_us = -1  # slowlog-log-slower-than and latency-monitor-threshold, kept
+        self.latency_ms = 0  # here by config_changed: read on every command
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list[tuple[Client | None, ShellRequest]] = []  # (client or None, ShellRequest) for the shell to finish
         self.logs_out: list[tuple[str, str]] = []  # (level, line) for the server log
@@ -424,6 +431,7 @@ class Node:
             st = self.cmdstats[cmd.name] = [0, 0]
         st[0] += 1
         self.last_stat = st
+        self.last_argv = argv
         try:
             reply = cmd.handler(self, client, argv, now)
         except ReplyError as e:
@@ -465,6 +473,8 @@ class Node:
     def config_changed(self, names: list[str]) -> None:
         """Refresh values derived from the configuration (after CONFIG SET)."""
         self.mem.set_limit(self.config.maxmemory)
+        self.slow_us = self.config.slowlog_log_slower_than
+        self.latency_ms = self.config.latency_monitor_threshold
         self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
         if self.outcomes.max_bytes != self.config.job_outcome_max_memory:
             self.outcomes.max_bytes = self.config.job_outcome_max_memory
@@ -819,6 +829,13 @@ class Node:
         if st is not None:
             st[1] += ns
             self.last_stat = None
+            if 0 <= self.slow_us <= ns // 1000:
+                self.slowlog.record(self.last_argv, ns // 1000, self.now,
+                                    self.config.slowlog_max_len)
+            self.last_argv = []  # not kept alive until the next command (a big body)
+            ms = ns // 1_000_000
+            if 0 < self.latency_ms <= ms:
+                self.latency.add("command", ms, self.now)
 
     def reset_stats(self) -> None:
         self.stats = Stats()

@@ -58,13 +58,13 @@ import hashlib
 import hmac
 import os
 import random
-import socket
 import ssl
 from collections import deque
 from collections.abc import Callable, Iterable
 
 from ..codec.bus import MAX_FRAME, BusProtocolError, FrameReader
 from .log import VERBOSE, RateLimited
+from .sockopts import keepalive
 from .tls import describe as describe_tls_error
 
 # reconnect back-off, seconds: first retry ~BACKOFF_MIN, doubling up to BACKOFF_MAX,
@@ -109,18 +109,7 @@ _CLOSED = "closed"
 
 
 def _tune_socket(transport) -> None:
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        if hasattr(socket, "TCP_KEEPIDLE"):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, KEEPALIVE_IDLE // 3))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-    except OSError:  # the socket may already be gone; nothing to tune then
-        pass
+    keepalive(transport, KEEPALIVE_IDLE, nodelay=True)
 
 
 # ---------------------------------------------------------------- handshake

@@ -44,6 +44,29 @@ def setup(level: str = "notice", logfile: str = "") -> None:
     set_level(level)
 
 
+def syslog_socket() -> str:
+    """Where syslog listens: /dev/log, or $DISQUEPY_SYSLOG_SOCKET (e.g. /var/run/syslog)."""
+    return os.environ.get("DISQUEPY_SYSLOG_SOCKET", "/dev/log")
+
+
+def add_syslog(ident: str, facility: str) -> bool:
+    """``syslog-enabled yes``: every line to syslog too, as ``ident[pid]: message`` at
+    the line's priority. As C's openlog, a syslog not listening is no error: lines sent
+    while it is unreachable are dropped (each send tries to reconnect). Returns whether
+    it was reachable now."""
+    from logging.handlers import SysLogHandler
+
+    class _SysLog(SysLogHandler):
+        def handleError(self, record: logging.LogRecord) -> None:
+            pass  # syslog down: the line is dropped (not a traceback per line)
+
+    handler = _SysLog(syslog_socket(), SysLogHandler.facility_names[facility])
+    handler.ident = f"{ident}[{os.getpid()}]: "
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.handlers.append(handler)
+    return handler.socktype is not None
+
+
 def set_level(level: str) -> None:
     log.setLevel(LEVELS.get(level, logging.INFO))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -136,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"Can't open the log file {os.path.abspath(cfg.logfile)}: "
                          f"{e.strerror}\n")
         return 1
+    if cfg.syslog_enabled and not logmod.add_syslog(cfg.syslog_ident, cfg.syslog_facility):
+        log.warning("syslog-enabled yes, but nothing listens at %s: lines reach syslog "
+                    "once it does", logmod.syslog_socket())
     if cfg.protected_mode and not cfg.requirepass:
         exposed = cfg.protected_mode_violations()
         if exposed:
@@ -161,13 +165,48 @@ def main(argv: list[str] | None = None) -> int:
     except tls.TlsConfigError as e:
         log.warning("Failed to configure TLS: %s", e)
         return 1
+    if cfg.daemonize:
+        daemonize()
+    pidfile = write_pidfile(cfg.pidfile) if cfg.daemonize else None
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         log.warning("uvloop not available, using the default asyncio loop")
-    return asyncio.run(_serve(cfg, path, *contexts))
+    try:
+        return asyncio.run(_serve(cfg, path, *contexts))
+    finally:
+        if pidfile is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(pidfile)
+
+
+def daemonize() -> None:
+    """``daemonize yes``, as Disque does: the process forks, the parent exits 0 at once
+    (the shell or init script goes on), the child leaves the terminal's session and its
+    standard streams go to /dev/null (so with ``logfile ""`` the log goes nowhere:
+    give a logfile)."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    fd = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(fd, std)
+    if fd > 2:
+        os.close(fd)
+
+
+def write_pidfile(path: str) -> str | None:
+    """The daemon's pid in ``path`` (relative: inside ``dir``), removed at exit; a file
+    that cannot be written is logged and the node runs on, as in Disque."""
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(f"{os.getpid()}\n")
+    except OSError as e:
+        log.warning("Can't write the pid file %s: %s", os.path.abspath(path), e.strerror)
+        return None
+    return os.path.abspath(path)
 
 
 def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
@@ -276,6 +315,17 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         log.warning("Creating Server %s listening socket %s:%d: %s", "TLS" if ctx else "TCP",
                     addr, port, e.strerror)
         return 1
+    if cfg.unixsocket:  # a stale socket file from a killed node is replaced
+        try:
+            srv = await loop.create_unix_server(factory(None), cfg.unixsocket,
+                                                backlog=cfg.tcp_backlog)
+            if cfg.unixsocketperm:
+                os.chmod(cfg.unixsocket, cfg.unixsocketperm)
+        except OSError as e:
+            log.warning("Opening Unix socket %s: %s", os.path.abspath(cfg.unixsocket),
+                        e.strerror)
+            return 1
+        driver.servers.append(srv)
     bus.sync_links(node.members.peer_links())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.shutdown, "signal")
@@ -285,9 +335,19 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     for port, ctx in listeners:
         log.info("The server is now ready to accept %sconnections on port %d",
                  "TLS " if ctx else "", port)
+    if cfg.unixsocket:
+        log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
     driver.start_gc_policy()
     driver.arm()
+    from .watchdog import Watchdog
+
+    watchdog = Watchdog(cfg, loop)
+    watchdog.start()
     await driver.stopping.wait()
+    watchdog.stop()
+    if cfg.unixsocket:
+        with contextlib.suppress(OSError):
+            os.unlink(cfg.unixsocket)
     log.warning("Disque is now ready to exit, bye bye...")
     return driver.exit_code
 

@@ -22,6 +22,7 @@ from time import time as _time
 from ..codec import resp
 from ..codec.resp import ProtocolError, QueryBufferLimitError
 from .log import log
+from .sockopts import keepalive
 
 # a client with this many unparsed bytes buffered while blocked stops being read
 _PAUSE_READING_AT = 1 << 20
@@ -61,6 +62,8 @@ class ClientProtocol(asyncio.Protocol):
             self.closing = True
             return
         self.client = self.node.new_client(self, addr, now)
+        if self.driver.config.tcp_keepalive > 0:  # CONFIG SET: for connections after it
+            keepalive(transport, self.driver.config.tcp_keepalive)
         log.debug("Accepted %s", addr)
 
     def connection_lost(self, exc) -> None:

@@ -326,34 +326,41 @@ def format_summary(result: dict) -> str:
     return "\n".join(lines)
 
 
+CHART_QUEUES = 6  # the busiest queues drawn (the printed table and Parquet have them all)
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
+
+
 def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
-           dead_letter_queue: str = DEFAULT_DLQ) -> None:
-    """The chart ``queues.png``, one colour per queue (the 6 busiest; dead-letter queues
-    count in their queue's dead-letter rate): jobs in and out per second, backlog and
-    queued depth over time, wait and processing percentiles, nack and dead-letter rates."""
+           dead_letter_queue: str = DEFAULT_DLQ) -> Any:
+    """The chart ``queues.png`` (returns its matplotlib Figure): one row per queue (the
+    6 busiest; dead-letter queues count in their queue's dead-letter rate) with its jobs
+    in and out per second and its backlog and queued depth over time, each queue on axes
+    of its own so one queue's lines never hide another's; under them the wait and
+    processing percentiles and the nack and dead-letter rates of every drawn queue."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     dlq = re.compile(dead_letter_regex(dead_letter_queue))
     own = [q for q in queues if not dlq.match(q)] or list(queues)
-    top = sorted(own, key=lambda q: -(queues[q]["added"] + queues[q]["acked"]))[:6]
-    colors = dict(zip(top, ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                            "#8c564b"), strict=False))
-    fig = Figure(figsize=(14, 9.5), dpi=100, layout="constrained")
-    (a_thr, a_back), (a_lat, a_fail) = fig.subplots(2, 2)
+    top = sorted(own, key=lambda q: -(queues[q]["added"] + queues[q]["acked"]))[:CHART_QUEUES]
+    colors = dict(zip(top, COLORS, strict=False))
+    n = max(len(top), 1)
+    rows_h, lat_h = 1.7 * n, max(3.2, 0.62 * 2 * n + 1.2)
+    fig = Figure(figsize=(14, 1.2 + rows_h + lat_h), dpi=100, layout="constrained")
+    f_top, f_bottom = fig.subfigures(2, 1, height_ratios=[rows_h + 0.6, lat_h])
+    grid_axes = f_top.subplots(n, 2, sharex=True, squeeze=False)
+    a_lat, a_fail = f_bottom.subplots(1, 2, width_ratios=[3, 2])
     buckets = sorted({r["bucket"] for r in thr_rows if r["queue"] in colors})
     first = buckets[0] if buckets else 0
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(first))
     length = (buckets[-1] - first + bucket) if buckets else 0
     fig.suptitle(f"Disque queues: {start}, {length} s", fontsize=15, fontweight="bold")
-    fig.legend(handles=[Patch(color=colors[q], label=q) for q in top], loc="outside lower center",
-               ncol=len(top) or 1, fontsize=11, frameon=False)
     # each bucket's value held over the bucket, the last one drawn to its end
     grid = list(range(first, buckets[-1] + 2 * bucket, bucket)) if buckets else []
     xs = [b - first for b in grid]
-    for q in top:
+    for i, q in enumerate(top):
         by_bucket = {r["bucket"]: r for r in thr_rows if r["queue"] == q}
 
         def series(col: str, carry: bool = False, by_bucket=by_bucket) -> list:
@@ -365,23 +372,44 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
             return out
 
         c = colors[q]
+        a_thr, a_back = grid_axes[i]
         a_thr.step(xs, [v / bucket for v in series("added")], where="post", color=c, lw=2)
-        a_thr.step(xs, [v / bucket for v in series("acked")], where="post", color=c, lw=2,
-                   ls="--")
-        a_back.step(xs, series("backlog", carry=True), where="post", color=c, lw=2)
-        a_back.step(xs, series("queued", carry=True), where="post", color=c, lw=1.5, ls=":")
-    for ax, title, ylabel, styles in (
-            (a_thr, f"Throughput ({bucket} s buckets)", "jobs/s",
-             (("-", "in: added"), ("--", "out: acked"))),
-            (a_back, "Backlog", "jobs",
-             (("-", "added, not yet acked"), (":", "waiting in the queue")))):
+        a_thr.step(xs, [v / bucket for v in series("acked")], where="post", color="black",
+                   lw=1.5, ls="--")
+        back = series("backlog", carry=True)
+        a_back.fill_between(xs, back, step="post", color=c, alpha=0.25, lw=0)
+        a_back.step(xs, back, where="post", color=c, lw=2)
+        a_back.step(xs, series("queued", carry=True), where="post", color="black", lw=1.5,
+                    ls=":")
+        d = queues[q]
+        a_thr.set_ylabel(f"{q[:24]}\njobs/s", fontsize=10, color=c, fontweight="bold")
+        a_back.set_ylabel("jobs", fontsize=9)
+        a_back.text(0.995, 0.95, f"at the end: backlog {d['backlog']}, queued {d['queued']}",
+                    transform=a_back.transAxes, ha="right", va="top", fontsize=9,
+                    bbox=dict(facecolor="white", alpha=0.8, lw=0))
+        a_thr.text(0.995, 0.95, f"added {d['added']}, acked {d['acked']}",
+                   transform=a_thr.transAxes, ha="right", va="top", fontsize=9,
+                   bbox=dict(facecolor="white", alpha=0.8, lw=0))
+        for ax in (a_thr, a_back):
+            ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1] * 1.25, 1))
+            ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))
+            ax.grid(alpha=0.3)
+    if not top:
+        for ax in grid_axes[0]:
+            ax.text(0.5, 0.5, "no queue in the event log", ha="center", va="center",
+                    transform=ax.transAxes, color="gray")
+    for ax, title, styles in (
+            (grid_axes[0][0], f"Throughput, jobs/s ({bucket} s buckets)",
+             ((None, "-", "in: added"), ("black", "--", "out: acked"))),
+            (grid_axes[0][1], "Backlog",
+             ((None, "-", "added, not yet acked"), ("black", ":", "waiting in the queue")))):
         ax.set_title(title, fontsize=12, loc="left", fontweight="bold")
+        ax.legend(handles=[Line2D([], [], color=col or "gray", ls=ls, lw=2, label=lab)
+                           for col, ls, lab in styles], fontsize=9, ncol=2,
+                  loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False,
+                  borderaxespad=0.1)  # above the axes, beside the title: off the lines
+    for ax in grid_axes[-1]:
         ax.set_xlabel("seconds since the start")
-        ax.set_ylabel(ylabel)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(handles=[Line2D([], [], color="black", ls=ls, label=lab)
-                           for ls, lab in styles], fontsize=9, loc="upper left")
 
     # wait and processing p50 / p90 / p99: one row per queue and kind
     labels, rows = [], []
@@ -396,13 +424,14 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
             y = k + (i - 1) * h
             if r[i] is None:  # no delivery (wait) or no ack (processing)
                 if i == 1:
-                    a_lat.text(0.6, y, "no data", va="center", fontsize=8, color="gray")
+                    a_lat.text(0.6, y, "no data", va="center", fontsize=9, color="gray")
                 continue
             v = max(float(r[i]), 0.5)  # 0 ms on a log axis
             a_lat.barh(y, v, height=h, alpha=alpha, color=colors[q])
-            a_lat.text(v * 1.1, y, _ms(r[i]), va="center", fontsize=7)
-    a_lat.set_yticks(range(len(labels)), [f"{q}: {kind}" for q, kind in labels], fontsize=9)
-    a_lat.invert_yaxis()
+            a_lat.text(v * 1.1, y, _ms(r[i]), va="center", fontsize=8)
+    a_lat.set_yticks(range(len(labels)), [f"{q[:24]}: {kind}" for q, kind in labels],
+                     fontsize=9)
+    a_lat.set_ylim(max(len(labels), 1) - 0.5, -0.5)  # top to bottom, every row inside
     a_lat.set_xscale("log")
     a_lat.set_xlim(0.5, hi * 4)
     a_lat.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _ms(v)))
@@ -422,10 +451,10 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
                hatch="//", edgecolor="black", alpha=0.5)
     for x, v in [*zip([x - 0.2 for x in k], nack, strict=True),
                  *zip([x + 0.2 for x in k], dead, strict=True)]:
-        a_fail.text(x, v, f"{v:.1f}%" if v else "0", ha="center", va="bottom", fontsize=8)
-    a_fail.set_xticks(list(k), top, fontsize=9)
-    a_fail.set_ylabel("% of deliveries / of jobs added")
-    a_fail.set_ylim(0, max([*nack, *dead, 1.0]) * 1.2)
+        a_fail.text(x, v, f"{v:.1f}%" if v else "0", ha="center", va="bottom", fontsize=9)
+    a_fail.set_xticks(list(k), [q[:16] for q in top], fontsize=9)
+    a_fail.set_ylabel("%")
+    a_fail.set_ylim(0, max([*nack, *dead, 1.0]) * 1.25)
     a_fail.set_title("Failures", fontsize=12, loc="left", fontweight="bold")
     a_fail.legend(handles=[Patch(color="gray", label="nacks per delivery"),
                            Patch(facecolor="white", edgecolor="black", hatch="//",
@@ -433,6 +462,7 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
                   fontsize=9, loc="upper left")
     a_fail.grid(alpha=0.3, axis="y")
     fig.savefig(path)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # options that shape how a handler function's jobs are handled; a Tasks app sets them
 # per task (@app.task(...)), so they are refused with one
 HANDLER_ONLY = ("body", "backoff", "dead_letter_after", "dead_letter_deliveries")
+PROCESSES_PER_CPU = 4
 
 
 class UsageError(Exception):
@@ -161,10 +162,20 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--max-deliveries", type=_whole(1), default=None, metavar="N",
                    help="with --group: an event delivered N times unacknowledged goes to "
                         "the group's dead letters (QDEAD)")
-    p.add_argument("-p", "--processes", type=_whole(1), default=1, metavar="N",
-                   help="run a pool of N worker processes (SIGTERM/SIGINT forwarded)")
+    p.add_argument("--processes", type=_whole(1), default=1, metavar="N",
+                   help=f"run a pool of N worker processes (SIGTERM/SIGINT forwarded; at "
+                        f"most {max_processes()}, {PROCESSES_PER_CPU} per CPU here)")
+    # -p is the port in disque and redis-cli: `disque-worker ... -p 7711` must not start
+    # 7711 processes (it did when -p was --processes), so it is refused with the fix
+    p.add_argument("-p", "--port", dest="port_given", default=None, help=argparse.SUPPRESS)
     connection_options.add_arguments(p)
     return p
+
+
+def max_processes() -> int:
+    """The largest --processes accepted: a few per CPU (more parallelism in one process
+    is --concurrency); a typo such as --processes 7711 must not fork thousands."""
+    return max(8, PROCESSES_PER_CPU * (os.cpu_count() or 1))
 
 
 def load(target: str):
@@ -214,6 +225,14 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     a = p.parse_args(argv)
+    if a.port_given is not None:
+        raise UsageError(f"-p/--port is not a worker option (the port is -p in disque and "
+                         f"redis-cli): name the node with --nodes 127.0.0.1:{a.port_given} "
+                         f"(a pool of N processes is --processes N)")
+    if a.processes > max_processes():
+        raise UsageError(f"--processes {a.processes} is more than {max_processes()} "
+                         f"({PROCESSES_PER_CPU} per CPU here); for more jobs at once in a "
+                         f"process raise --concurrency (handler threads)")
     conn = connection_options.client_kwargs(p, a)
     obj = _load_reporting(a.target)
     queues = [q.strip() for q in a.queues.split(",") if q.strip()]
@@ -312,20 +331,21 @@ def run_pool(argv: list[str], n: int, metrics_port: int | None = None) -> int:
     ``--metrics-port P`` the i-th process serves its metrics on port P+i (scrape each)."""
     args = []
     skip = False
-    for x in argv:  # drop --processes N / -p N and --metrics-port P (given per child)
+    for x in argv:  # drop --processes N and --metrics-port P (given per child)
         if skip:
             skip = False
             continue
-        if x in ("-p", "--processes", "--metrics-port"):
+        if x in ("--processes", "--metrics-port"):
             skip = True
             continue
-        if (x.startswith(("--processes=", "--metrics-port="))
-                or (x.startswith("-p") and x[2:].isdigit())):
+        if x.startswith(("--processes=", "--metrics-port=")):
             continue
         args.append(x)
+    # "--processes 1" last: it wins over an abbreviation left in args (--proc 2), with
+    # which each child started a pool of its own, and so on without end
     children = [subprocess.Popen([sys.executable, "-m", "disquepy.worker", *args, *(
-        ["--metrics-port", str(metrics_port + i)] if metrics_port is not None else [])])
-        for i in range(n)]
+        ["--metrics-port", str(metrics_port + i)] if metrics_port is not None else []),
+        "--processes", "1"]) for i in range(n)]
 
     def forward(signum, frame):
         for c in children:

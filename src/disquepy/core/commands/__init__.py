@@ -184,6 +184,14 @@ _TABLE = [
     Command("command", -1, server.command,
             args='[COUNT | INFO name [name ...] | DOCS]',
             summary="The server's commands"),
+    Command("slowlog", -2, server.slowlog, "a",
+            args='GET [count] | LEN | RESET',
+            summary=('The commands that took slowlog-log-slower-than microseconds or more, '
+                     'the newest first')),
+    Command("latency", -2, server.latency, "a",
+            args='LATEST | HISTORY event | RESET [event ...]',
+            summary=('Commands that took latency-monitor-threshold ms or more: the latest '
+                     'and largest, and one sample a second (event "command")')),
     Command("time", 1, server.time_cmd,
             args='',
             summary="The server's time: seconds and microseconds"),

@@ -59,6 +59,47 @@ def select(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     raise ReplyError("ERR DB index is out of range")
 
 
+def slowlog(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """SLOWLOG GET [count] | LEN | RESET, as Disque: GET's entries are [id, unix time,
+    microseconds, [arguments]], the newest first (count 10 by default, all if < 0)."""
+    sub = argv[1].lower()
+    if sub == b"get" and len(argv) in (2, 3):
+        count = 10
+        if len(argv) == 3:
+            given = to_int(argv[2])
+            if given is None:
+                raise ReplyError(errors.NOT_INTEGER)
+            count = given
+        return resp.array([
+            resp.array([resp.integer(i), resp.integer(ts), resp.integer(us),
+                        resp.bulk_array(args)])
+            for i, ts, us, args in node.slowlog.newest(count)])
+    if sub == b"len" and len(argv) == 2:
+        return resp.integer(len(node.slowlog.entries))
+    if sub == b"reset" and len(argv) == 2:
+        node.slowlog.reset()
+        return resp.OK
+    raise ReplyError("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")
+
+
+def latency(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """LATENCY LATEST | HISTORY event | RESET [event ...], as Disque (times in unix
+    seconds, latencies in milliseconds)."""
+    sub = argv[1].lower()
+    mon = node.latency
+    if sub == b"latest" and len(argv) == 2:
+        return resp.array([
+            resp.array([resp.bulk(name), resp.integer(ts), resp.integer(last),
+                        resp.integer(top)])
+            for name, ts, last, top in mon.latest()])
+    if sub == b"history" and len(argv) == 3:
+        return resp.array([resp.array([resp.integer(ts), resp.integer(ms)])
+                           for ts, ms in mon.history(argv[2].decode("utf-8", "replace"))])
+    if sub == b"reset":
+        return resp.integer(mon.reset([a.decode("utf-8", "replace") for a in argv[2:]]))
+    raise ReplyError(errors.SYNTAX)
+
+
 # ------------------------------------------------------------------------ INFO
 def _human(n: int) -> str:
     for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
