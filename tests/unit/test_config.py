@@ -155,9 +155,7 @@ def test_other_defaults():
     assert cfg.syslog_facility == "local0"
     assert cfg.unixsocket == ""
     assert cfg.unixsocketperm == 0
-    assert cfg.activerehashing is True
     assert cfg.watchdog_period == 0
-    assert cfg.databases == 16
     # disquepy extensions
     assert cfg.cluster_port_offset == 10000
     assert cfg.client_query_buffer_limit == GB
@@ -396,7 +394,11 @@ def test_error_block_format():
             "syslog-facility local8",
             "Invalid log facility. Must be one of USER or between LOCAL0-LOCAL7",
         ),
-        ("databases 0", "Invalid number of databases"),
+        ("databases 16", "databases is not supported: disquepy has one keyspace, as Disque "
+         "(SELECT accepts only 0); remove the line"),
+        ("activerehashing yes", "activerehashing is not supported: disquepy's tables are "
+         "Python dicts, which resize as they grow; there is no rehashing to run in the cron "
+         "or to turn off; remove the line"),
         ("maxclients 0", "Invalid max clients limit"),
         ("maxmemory 0", "You need to specify a memory limit greater than zero"),
         ("maxmemory lots", "You need to specify a memory limit greater than zero"),
@@ -646,7 +648,7 @@ def test_get_patterns():
     ]
     assert [n for n, _ in cfg.get("h?")] == ["hz"]
     assert [n for n, _ in cfg.get("[bd]*")] == [
-        "daemonize", "bind", "databases", "dir", "delivery-token-ttl"]
+        "daemonize", "bind", "dir", "delivery-token-ttl"]
     assert [n for n, _ in cfg.get("[^a-z]*")] == []
 
 
@@ -1016,7 +1018,6 @@ SET_VALUES: dict[str, st.SearchStrategy[str]] = {
     "slowlog-log-slower-than": _int_values(-10, 10**6),
     "slowlog-max-len": _int_values(0, 10**4),
     "latency-monitor-threshold": _int_values(0, 10**4),
-    "activerehashing": st.sampled_from(["yes", "no"]),
     "client-output-buffer-limit": st.tuples(
         st.integers(0, 10**9), st.integers(0, 10**9), st.integers(0, 3600)
     ).map(lambda t: f"normal {t[0]} {t[1]} {t[2]}"),

@@ -86,6 +86,13 @@ UNSUPPORTED = {
         "maxmemory-samples is not supported: disquepy does not sample, it evicts exactly, "
         "oldest first (acknowledged jobs, delivered at-most-once jobs, then empty idle "
         "queues); remove the line"),
+    "databases": (
+        "databases is not supported: disquepy has one keyspace, as Disque (SELECT accepts "
+        "only 0); remove the line"),
+    "activerehashing": (
+        "activerehashing is not supported: disquepy's tables are Python dicts, which "
+        "resize as they grow; there is no rehashing to run in the cron or to turn off; "
+        "remove the line"),
 }
 UNBALANCED_QUOTES = "Unbalanced quotes in configuration line"
 
@@ -924,13 +931,6 @@ DIRECTIVES: tuple[Directive, ...] = (
         error="Invalid log facility. Must be one of USER or between LOCAL0-LOCAL7",
         doc="Syslog facility.",
     ),
-    Directive(
-        "databases",
-        _Int(1, INT_MAX),
-        16,
-        error="Invalid number of databases",
-        doc="Accepted for compatibility; unused.",
-    ),
     Directive("dir", _String(), "./", mutable=True, doc="Working directory (AOF lives here)."),
     # --- security -------------------------------------------------------
     Directive(
@@ -1248,7 +1248,6 @@ DIRECTIVES: tuple[Directive, ...] = (
         doc="Record events slower than this many milliseconds (0 = off).",
     ),
     # --- advanced -------------------------------------------------------
-    Directive("activerehashing", _BOOL, True, mutable=True, doc="Incremental rehashing in cron."),
     Directive(
         "client-output-buffer-limit",
         _OutputBufferLimit(),
@@ -1308,7 +1307,6 @@ class Config:
     syslog_enabled: bool
     syslog_ident: str
     syslog_facility: str
-    databases: int
     dir: str
     requirepass: str
     rename_command: list[tuple[str, str]]
@@ -1352,7 +1350,6 @@ class Config:
     slowlog_log_slower_than: int
     slowlog_max_len: int
     latency_monitor_threshold: int
-    activerehashing: bool
     client_output_buffer_limit: OutputBufferLimit
     hz: int
     watchdog_period: int
