@@ -314,7 +314,14 @@ class Outcomes:
 
     def get(self, job_id: str) -> Outcome | None:
         """The outcome of ``job_id``, or None when none is kept."""
-        raw = _raw_id(job_id)
+        return self._find(_raw_id(job_id), job_id)
+
+    def get_raw(self, raw: bytes) -> Outcome | None:
+        """:meth:`get` for a caller holding the ID as bytes, known valid (the node's
+        commands after job_ids()): no decode here and encode back in get()."""
+        return self._find(raw, None)
+
+    def _find(self, raw: bytes, job_id: str | None) -> Outcome | None:
         h = hash(raw)
         tab = self._shards[h & _SHARD_MASK]
         if tab is None:

@@ -37,6 +37,13 @@ if TYPE_CHECKING:
 
 MAX_ERROR = 1024  # FAILJOB ERROR text kept (outcomes.py truncates details there too)
 
+# JOBSTATUS's field names, encoded once
+(_ID, _STATE, _QUEUE, _ATTEMPTS, _NACKS, _ADELIV, _CREATED, _FINISHED, _REQUEUE,
+ _DETAIL) = (resp.bulk(k) for k in (
+    b"id", b"state", b"queue", b"attempts", b"nacks", b"additional-deliveries",
+    b"created", b"finished", b"next-requeue-within", b"detail"))
+_STATES = {k: resp.bulk(name.encode()) for k, name in STATE_NAMES.items()}
+
 
 def live_state(job: Job) -> bytes:
     """What a live job's copy on this node says of it."""
@@ -61,35 +68,37 @@ def jobstatus(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     b, i = resp.bulk, resp.integer
     null = resp.null_bulk(client.proto)
     job = node.jobs.get(jid)
-    o = node.outcomes.get(jid.decode()) if node.outcomes_on else None
-    if job is not None and (o is None or job.state != ACKED):
+    # an acked copy may still be here (waiting for its GC): its outcome says more
+    o = node.outcomes.get_raw(jid) if node.outcomes_on and (
+        job is None or job.state == ACKED) else None
+    if job is not None and o is None:
         delivered = 1 if job.flags & F_DELIVERED else 0
         return resp.array([
-            b(b"id"), b(jid),
-            b(b"state"), b(live_state(job)),
-            b(b"queue"), b(job.queue),
-            b(b"attempts"), i(job.nacks + job.adeliv + delivered),
-            b(b"nacks"), i(job.nacks),
-            b(b"additional-deliveries"), i(job.adeliv),
-            b(b"created"), i(job.ctime // 1_000_000),
-            b(b"finished"), null,
-            b(b"next-requeue-within"),
+            _ID, b(jid),
+            _STATE, b(live_state(job)),
+            _QUEUE, b(job.queue),
+            _ATTEMPTS, i(job.nacks + job.adeliv + delivered),
+            _NACKS, i(job.nacks),
+            _ADELIV, i(job.adeliv),
+            _CREATED, i(job.ctime // 1_000_000),
+            _FINISHED, null,
+            _REQUEUE,
             i(max(0, job.qtime - now)) if job.qtime and job.state == ACTIVE else null,
-            b(b"detail"), null,
+            _DETAIL, null,
         ])
     if o is None:
         raise ReplyError(errors.NOJOB)
     return resp.array([
-        b(b"id"), b(jid),
-        b(b"state"), b(STATE_NAMES[o.state].encode()),
-        b(b"queue"), b(o.queue.encode("latin-1")),
-        b(b"attempts"), i(o.attempts),
-        b(b"nacks"), null,
-        b(b"additional-deliveries"), null,
-        b(b"created"), i(o.created_ms),
-        b(b"finished"), i(o.finished_ms),
-        b(b"next-requeue-within"), null,
-        b(b"detail"), b(o.detail) if o.detail else null,
+        _ID, b(jid),
+        _STATE, _STATES[o.state],
+        _QUEUE, b(o.queue.encode("latin-1")),
+        _ATTEMPTS, i(o.attempts),
+        _NACKS, null,
+        _ADELIV, null,
+        _CREATED, i(o.created_ms),
+        _FINISHED, i(o.finished_ms),
+        _REQUEUE, null,
+        _DETAIL, b(o.detail) if o.detail else null,
     ])
 
 
@@ -100,7 +109,7 @@ def cancel(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     jid = job_ids(argv)[0]
     job = node.jobs.get(jid)
     if job is None:
-        o = node.outcomes.get(jid.decode()) if node.outcomes_on else None
+        o = node.outcomes.get_raw(jid) if node.outcomes_on else None
         if o is not None:
             raise ReplyError(f"ERR job already {STATE_NAMES[o.state]}: nothing to cancel")
         raise ReplyError(errors.NOJOB)
