@@ -162,6 +162,29 @@ def test_a_sender_whose_copy_is_refused_asks_another_node_or_answers_norepl():
     assert isinstance(reply, Error) and reply.startswith("NOREPL")
 
 
+def test_event_copies_from_the_bus_stop_at_the_nodes_limit():
+    """An event's copy (EVADD) is refused past 75% of maxmemory as a job's is: the QADD
+    waiting for it answers NOREPL instead of the replica exceeding its limit."""
+    c = Cluster(2, maxmemory=4 * MB)
+    c.meet_all()
+    big = "x" * 200_000
+    for _ in range(15):
+        c.cmd(1, "ADDJOB", "fill", big, 0, "REPLICATE", 1)
+    assert not c.nodes[1].mem.fits_job(len(big), 75)
+    used = c.nodes[1].mem.used
+    assert c.cmd(0, "QADD", "ev", 60, big) == "BLOCKED"
+    c.run(5500)
+    (_, reply), = c.outbox(0)
+    assert isinstance(reply, Error) and reply.startswith("NOREPL")
+    assert not c.nodes[1].groups.events and c.nodes[1].mem.used <= used
+    # a small event still fits: its copy is held and the QADD answers its ID
+    small = c.cmd(0, "QADD", "ev", 60, "ok")
+    if small == "BLOCKED":
+        c.run(100)
+        (_, small), = c.outbox(0)
+    assert isinstance(small, bytes) and small in c.nodes[1].groups.events
+
+
 def test_bus_job_fields_stay_range_checked():
     """The codec refuses a counter at 2**64-1 (what made the timer tick raise)."""
     h = Harness()

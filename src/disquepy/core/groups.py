@@ -41,6 +41,7 @@ from . import messages as M
 from .errors import ReplyError
 from .ids import event_id
 from .membership import P_FAIL
+from .replication import COPIES_UP_TO
 
 if TYPE_CHECKING:
     from .client import Client
@@ -536,6 +537,9 @@ class Groups:
                 continue
             tomb = self.tombs.get(qname)
             if tomb is not None and ctime <= tomb[0]:
+                continue
+            if not self.node.mem.fits_job(len(body), COPIES_UP_TO):
+                got.pop()  # not held (as a job copy past 75% of maxmemory): not counted
                 continue
             hs = [str(h) for h in holders]
             if self.node.myid not in hs:
