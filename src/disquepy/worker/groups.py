@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..client import Disque, DisqueError, Event
+import redis.exceptions as rexc
+
+from ..client import Disque, DisqueError, Event, NoPermissionError
 from .core import _decode
 
 log = logging.getLogger("disquepy.worker")
@@ -51,6 +53,7 @@ class GroupWorker:
         self._running: dict[str, tuple[Event, float]] = {}  # event id -> (event, lease end)
         self.processed = 0
         self.failed = 0
+        self.fatal: Exception | None = None  # a refusal no retry can fix (user, password)
 
     def start(self) -> GroupWorker:
         for i in range(self.concurrency):
@@ -103,6 +106,12 @@ class GroupWorker:
                     continue
                 e = self.client.qget(q, self.group, lease=self.lease, with_counters=True,
                                      max_deliveries=self.max_deliveries)
+            except (rexc.AuthenticationError, NoPermissionError) as exc:
+                self.fatal = exc
+                log.error("event=fatal error=%r: stopping (check --user, --password and the "
+                          "user's role)", str(exc))
+                self._stop.set()
+                break
             except DisqueError as exc:
                 log.warning("group %s: %s", self.group, exc)
                 self._stop.wait(0.5)
