@@ -29,6 +29,10 @@ WRITE_OPTIONS = ("queue", "queueColumn", "bodyColumn", "keyColumn", "idempotent"
 READ_OPTIONS = ("queue", "queues", "bodyFormat", "states", "copies")
 STREAM_READ_OPTIONS = (*READ_OPTIONS, "maxJobsPerTrigger", "fetchSize", "readersPerNode",
                        "workingInterval")
+#: a stream read as a consumer group (QGET/QACK/QWORKING): the job read's tuning does
+#: not apply (see GROUP_REFUSED)
+GROUP_STREAM_OPTIONS = ("queue", "queues", "bodyFormat", "group", "lease",
+                        "maxEventsPerTrigger", "maxDeliveries")
 #: options Spark itself sets or reads, which reach the data source with the user's
 #: (writeStream's checkpointLocation; save(path)/load(path) as "path")
 SPARK_OPTIONS = ("checkpointlocation", "path")

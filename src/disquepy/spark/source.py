@@ -184,14 +184,16 @@ def stream_columns(reply: list, fmt: str, node_id: str) -> list[list]:
             nacks, adeliv, [node_id] * n]
 
 
-def _arrow_batch(schema: StructType, columns: list[list]) -> Any:
-    """Columns in SNAPSHOT_COLUMNS order -> an Arrow batch of ``schema``'s columns (a
-    user schema may pick and reorder them), typed as Spark expects them."""
+def _arrow_batch(schema: StructType, columns: list[list],
+                 names: tuple[str, ...] = SNAPSHOT_COLUMNS) -> Any:
+    """Columns in ``names`` order (SNAPSHOT_COLUMNS by default) -> an Arrow batch of
+    ``schema``'s columns (a user schema may pick and reorder them), typed as Spark
+    expects them."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     pa_schema = to_arrow_schema(schema, timezone="UTC")
-    by_name = dict(zip(SNAPSHOT_COLUMNS, columns, strict=True))
+    by_name = dict(zip(names, columns, strict=True))
     arrays = [pa.array(by_name[f.name], type=f.type) for f in pa_schema]
     return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
 
@@ -984,7 +986,9 @@ class DisqueDataSource(DataSource):
     JSON; without such a column the whole row as JSON), ``queueColumn``, ``keyColumn``,
     ``idempotent`` (default true), ``batchSize``, ``reportFile``; read: ``bodyFormat``
     (string or binary), ``states``, ``copies`` (all or primary); stream read:
-    ``maxJobsPerTrigger``, ``fetchSize``, ``readersPerNode``, ``workingInterval``.
+    ``maxJobsPerTrigger``, ``fetchSize``, ``readersPerNode``, ``workingInterval``;
+    stream read as a consumer group (:mod:`disquepy.spark.groups`): ``group``,
+    ``lease``, ``maxEventsPerTrigger``, ``maxDeliveries``.
     """
 
     @classmethod
@@ -996,18 +1000,31 @@ class DisqueDataSource(DataSource):
         return lower_options(self.options)
 
     def schema(self) -> str:
-        """id, queue, body, state, ctime, nacks, additional_deliveries, node."""
+        """id, queue, body, state, ctime, nacks, additional_deliveries, node; a group
+        stream read (option ``group``): id, queue, group, body, deliveries."""
         body = "binary" if _body_type(self._opts()) == "binary" else "string"
+        if "group" in self._opts():
+            return f"id string, queue string, group string, body {body}, deliveries long"
         return (f"id string, queue string, body {body}, state string, ctime timestamp, "
                 f"nacks long, additional_deliveries long, node string")
 
     def reader(self, schema: StructType) -> DisqueSnapshotReader:
         """Batch read: a non-consuming snapshot."""
+        if "group" in self._opts():
+            raise ValueError("option group reads a queue's events as a consumer group: "
+                             "use spark.readStream (spark.read is a non-consuming "
+                             "snapshot of jobs)")
         return DisqueSnapshotReader(self._opts(), schema)
 
-    def streamReader(self, schema: StructType) -> DisqueStreamReader:
-        """Streaming read: consume with at-least-once semantics."""
-        return DisqueStreamReader(self._opts(), schema)
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Streaming read: consume with at-least-once semantics (the jobs of the
+        queues, or with option ``group`` their events as that consumer group)."""
+        opts = self._opts()
+        if "group" in opts or "lease" in opts or "maxdeliveries" in opts:
+            from .groups import DisqueGroupStreamReader
+
+            return DisqueGroupStreamReader(opts, schema)
+        return DisqueStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DisqueBatchWriter:
         """Batch write."""
