@@ -40,6 +40,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep node directories of clean runs")
     p.add_argument("--sabotage-lose", type=int, default=0, metavar="N",
                    help="delete N added jobs behind the checker's back (it must fail)")
+    p.add_argument("--groups", type=int, default=0, metavar="N",
+                   help="also run N consumer groups (QADD/QGET/QACK, 2 consumers each) "
+                        "and check them (docs/GROUPS.md)")
+    p.add_argument("--sabotage-lose-events", type=int, default=0, metavar="N",
+                   help="with --groups: QFLUSH N added events behind the checker's back "
+                        "(it must fail)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every fault")
     return p
 
@@ -54,6 +60,10 @@ def main(argv: list | None = None) -> int:
             raise ValueError("--nodes must be in 3..9")
         if args.duration <= 0 or args.runs < 1:
             raise ValueError("--duration and --runs must be positive")
+        if not 0 <= args.groups <= 16:
+            raise ValueError("--groups must be in 0..16")
+        if args.sabotage_lose_events and not args.groups:
+            raise ValueError("--sabotage-lose-events needs --groups")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -66,6 +76,7 @@ def main(argv: list | None = None) -> int:
         workdir = f"{args.workdir}/run{k}" if args.workdir else None
         cfg = ChaosConfig(seed=args.seed + k, nodes=args.nodes, duration=args.duration,
                           faults=kinds, timeout=args.timeout, lose_jobs=args.sabotage_lose,
+                          groups=args.groups, lose_events=args.sabotage_lose_events,
                           workdir=workdir, keep=args.keep)
         print(f"chaos run {k + 1}/{args.runs}: seed {cfg.seed} "
               f"(replay: {cfg.replay_command()})", flush=True)
