@@ -56,6 +56,7 @@ def test_event_no_group_got_is_lost_unless_r_nodes_were_killed_after_its_qadd():
     # R distinct nodes killed after the QADD was sent: every copy may be gone
     rep = check_groups(h, G, R, [(6.0, 0), (7.0, 1), (8.0, 1), (9.0, 4)], float("-inf"))
     assert rep.ok and rep.counts["lost_excused"] == 1
+    assert rep.counts["events_after_r_kills"] == 3  # a and b too (sent at 0)
     # kills before the QADD excuse nothing
     rep = check_groups(h, G, R, [(1.0, 0), (2.0, 1), (3.0, 2)], float("-inf"))
     assert rep.violations == {"lost": 1}

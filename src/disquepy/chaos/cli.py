@@ -114,6 +114,13 @@ def totals(results: list) -> dict:
         for k, v in r.faults.items():
             faults[k] = faults.get(k, 0) + v
     out["faults"] = faults
+    groups: dict = {}
+    for r in results:
+        for k, v in r.group_counts.items():
+            if k != "groups":
+                groups[k] = groups.get(k, 0) + v
+    if groups:
+        out["groups"] = groups
     return out
 
 
@@ -129,4 +136,12 @@ def summary_text(results: list) -> str:
         f"unacked {t['unacked']}, not collected {t['not_collected']}",
         f"  duplicate rate {100 * t['duplicate_rate']:.2f}% "
         f"({100 * t['duplicate_rate_unrequested']:.2f}% not requested)",
-    ])
+    ] + ([_groups_total(t["groups"])] if "groups" in t else []))
+
+
+def _groups_total(g: dict) -> str:
+    return (f"  groups: {g['events_added']} events with an ID, {g['deliveries']} deliveries, "
+            f"lost {g['lost']} (excused {g['lost_excused']}), group missed "
+            f"{g['group_missed']}, unexpected {g['unexpected']}, double leases healthy "
+            f"{g['double_lease_healthy']} / under faults {g['double_leases_faults']}, "
+            f"after ack {g['after_ack']}")

@@ -139,7 +139,8 @@ class ChaosResult:
                 f"({g['redeliveries']} again to the same group), QACK 1: {g['acks_one']}, "
                 f"0: {g['acks_zero']}")
             lines.append(
-                f"  groups: lost {g['lost']} (excused by R kills {g['lost_excused']}), "
+                f"  groups: lost {g['lost']} (excused by R kills {g['lost_excused']} of "
+                f"{g['events_after_r_kills']} exposed), "
                 f"group missed {g['group_missed']} (excused {g['group_missed_excused']}), "
                 f"unexpected {g['unexpected']}, double leases healthy "
                 f"{g['double_lease_healthy']} / under faults {g['double_leases_faults']}, "
