@@ -40,6 +40,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep node directories of clean runs")
     p.add_argument("--sabotage-lose", type=int, default=0, metavar="N",
                    help="delete N added jobs behind the checker's back (it must fail)")
+    p.add_argument("--groups", type=int, default=0, metavar="N",
+                   help="also run N consumer groups (QADD/QGET/QACK, 2 consumers each) "
+                        "and check them (docs/GROUPS.md)")
+    p.add_argument("--sabotage-lose-events", type=int, default=0, metavar="N",
+                   help="with --groups: QFLUSH N added events behind the checker's back "
+                        "(it must fail)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every fault")
     return p
 
@@ -54,6 +60,10 @@ def main(argv: list | None = None) -> int:
             raise ValueError("--nodes must be in 3..9")
         if args.duration <= 0 or args.runs < 1:
             raise ValueError("--duration and --runs must be positive")
+        if not 0 <= args.groups <= 16:
+            raise ValueError("--groups must be in 0..16")
+        if args.sabotage_lose_events and not args.groups:
+            raise ValueError("--sabotage-lose-events needs --groups")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -66,6 +76,7 @@ def main(argv: list | None = None) -> int:
         workdir = f"{args.workdir}/run{k}" if args.workdir else None
         cfg = ChaosConfig(seed=args.seed + k, nodes=args.nodes, duration=args.duration,
                           faults=kinds, timeout=args.timeout, lose_jobs=args.sabotage_lose,
+                          groups=args.groups, lose_events=args.sabotage_lose_events,
                           workdir=workdir, keep=args.keep)
         print(f"chaos run {k + 1}/{args.runs}: seed {cfg.seed} "
               f"(replay: {cfg.replay_command()})", flush=True)
@@ -103,6 +114,13 @@ def totals(results: list) -> dict:
         for k, v in r.faults.items():
             faults[k] = faults.get(k, 0) + v
     out["faults"] = faults
+    groups: dict = {}
+    for r in results:
+        for k, v in r.group_counts.items():
+            if k != "groups":
+                groups[k] = groups.get(k, 0) + v
+    if groups:
+        out["groups"] = groups
     return out
 
 
@@ -118,4 +136,12 @@ def summary_text(results: list) -> str:
         f"unacked {t['unacked']}, not collected {t['not_collected']}",
         f"  duplicate rate {100 * t['duplicate_rate']:.2f}% "
         f"({100 * t['duplicate_rate_unrequested']:.2f}% not requested)",
-    ])
+    ] + ([_groups_total(t["groups"])] if "groups" in t else []))
+
+
+def _groups_total(g: dict) -> str:
+    return (f"  groups: {g['events_added']} events with an ID, {g['deliveries']} deliveries, "
+            f"lost {g['lost']} (excused {g['lost_excused']}), group missed "
+            f"{g['group_missed']}, unexpected {g['unexpected']}, double leases healthy "
+            f"{g['double_lease_healthy']} / under faults {g['double_leases_faults']}, "
+            f"after ack {g['after_ack']}")

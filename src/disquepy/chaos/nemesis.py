@@ -166,6 +166,7 @@ class Nemesis:
         self.counts = {k: 0 for k in KINDS}
         self.partitions = {"halves": 0, "isolate": 0, "bridge": 0}
         self.restart_errors: list = []
+        self.kills: list = []  # (loop time, node index) of every kill -9
 
     async def run(self, t0: float) -> None:
         """Inject the schedule, ``t0`` being the loop time of offset 0. Cancel to stop."""
@@ -188,6 +189,7 @@ class Nemesis:
         self.counts[f.kind] += 1
         if f.kind == "kill":
             c.kill(f.params[0])
+            self.kills.append((asyncio.get_running_loop().time(), f.params[0]))
         elif f.kind == "pause":
             c.nodes[f.params[0]].pause()
         elif f.kind == "partition":

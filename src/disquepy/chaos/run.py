@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .checker import ADD_OK, check
 from .cluster import Cluster
+from .groups import SABOTAGE_QUEUE, GroupWorkload, check_groups
 from .nemesis import KINDS, Nemesis, schedule
 from .proxy import BusProxy, alias
 from .resp import ConnLost, ReplyError
@@ -52,6 +53,8 @@ class ChaosConfig:
     max_down: int = 2  # nodes killed or paused at the same time, at most
     timeout: float = 0.0  # overall limit, seconds (0: duration + 240)
     lose_jobs: int = 0  # sabotage: add this many jobs and delete them behind our back
+    groups: int = 0  # consumer groups (2 consumers each) beside the jobs; 0: none
+    lose_events: int = 0  # sabotage: QADD this many events and QFLUSH them behind our back
     workdir: str | None = None
     keep: bool = False  # keep the node directories even after a clean run
 
@@ -62,6 +65,10 @@ class ChaosConfig:
             cmd += f" --faults {','.join(self.faults) or 'none'}"
         if self.lose_jobs:
             cmd += f" --sabotage-lose {self.lose_jobs}"
+        if self.groups:
+            cmd += f" --groups {self.groups}"
+        if self.lose_events:
+            cmd += f" --sabotage-lose-events {self.lose_events}"
         return cmd
 
     @property
@@ -81,6 +88,8 @@ class ChaosResult:
     problems: list = field(default_factory=list)  # node crashes, no convergence, timeouts
     phases: dict = field(default_factory=dict)  # phase -> seconds
     evidence: list = field(default_factory=list)  # SHOW of a few jobs in violations
+    group_counts: dict = field(default_factory=dict)  # the groups checker's (--groups)
+    group_examples: dict = field(default_factory=dict)
     workdir: str = ""
     wall_s: float = 0.0
 
@@ -96,6 +105,7 @@ class ChaosResult:
         d["replay"] = self.config.replay_command()
         d["ok"] = self.ok
         d["examples"] = {k: [repr(x) for x in v] for k, v in self.examples.items()}
+        d["group_examples"] = {k: [repr(x) for x in v] for k, v in self.group_examples.items()}
         return d
 
     def text(self) -> str:
@@ -120,8 +130,27 @@ class ChaosResult:
             f"NACK or a dropped job {c.get('duplicates_unrequested', 0)} "
             f"({100 * c.get('duplicate_rate_unrequested', 0):.2f}%)",
         ]
+        g = self.group_counts
+        if g:
+            lines.append(
+                f"  groups: {g['groups']} groups, {g['events_sent']} QADD sent, "
+                f"{g['events_added']} got an ID, {g['qadd_errors']} errors, "
+                f"{g['qadd_unknown']} without a reply; {g['deliveries']} deliveries "
+                f"({g['redeliveries']} again to the same group), QACK 1: {g['acks_one']}, "
+                f"0: {g['acks_zero']}")
+            lines.append(
+                f"  groups: lost {g['lost']} (excused by R kills {g['lost_excused']} of "
+                f"{g['events_after_r_kills']} exposed), "
+                f"group missed {g['group_missed']} (excused {g['group_missed_excused']}), "
+                f"unexpected {g['unexpected']}, double leases healthy "
+                f"{g['double_lease_healthy']} / under faults {g['double_leases_faults']}, "
+                f"delivered after the group's ack {g['after_ack']}")
         for k, v in self.violations.items():
-            lines.append(f"  VIOLATION {k}: {v}; e.g. {self.examples.get(k, [])[:3]}")
+            if k.startswith("groups_"):
+                e = self.group_examples.get(k.removeprefix("groups_"), [])
+            else:
+                e = self.examples.get(k, [])
+            lines.append(f"  VIOLATION {k}: {v}; e.g. {e[:3]}")
         for p in self.problems:
             lines.append(f"  PROBLEM {p}")
         for e in self.evidence:
@@ -145,6 +174,10 @@ class ChaosRun:
         self.faults = schedule(cfg.seed, cfg.nodes, cfg.duration, cfg.faults, cfg.max_down)
         self.nemesis = Nemesis(self.cluster, self.proxy, self.faults)
         self.workload = Workload(cfg.seed, self.cluster.ports, cfg.producers, cfg.consumers)
+        self.groups = GroupWorkload(cfg.seed, self.cluster.ports, cfg.groups)
+        if cfg.lose_events:
+            self.groups.queues += (SABOTAGE_QUEUE,)
+        self.healthy_from = float("-inf") if not self.faults else float("inf")
         self.result = ChaosResult(cfg, workdir=str(self.root))
         self.t_start = time.monotonic()
         self.interrupted = False
@@ -186,6 +219,7 @@ class ChaosRun:
             # be lost inside asyncio.wait_for, and asyncio.run would then wait forever for
             # a client task retrying against nodes that are gone
             self.workload.producing = self.workload.consuming = False
+            self.groups.producing = self.groups.consuming = False
             self.proxy.close()
             self.cluster.stop_all()
 
@@ -210,13 +244,15 @@ class ChaosRun:
         t = time.monotonic()
         loop = asyncio.get_running_loop()
         self.workload.start()
+        if cfg.groups:
+            self.groups.start()
         nem = asyncio.create_task(self.nemesis.run(loop.time()))
         watch = asyncio.create_task(self._watch_exits())
         await asyncio.sleep(cfg.duration)  # the schedule ends by then
         nem.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await nem  # a nemesis that raised raises here
-        self.workload.producing = False
+        self.workload.producing = self.groups.producing = False
         self._phase("faults", t)
 
         t = time.monotonic()
@@ -227,10 +263,14 @@ class ChaosRun:
             r.problems.append(f"restart failed: {e}")
         if not await c.wait_converged(CONVERGE_S):
             r.problems.append(f"the cluster did not re-form in {CONVERGE_S:.0f} s after the heal")
+        elif self.faults:
+            self.healthy_from = loop.time()
         await self._check_addresses("after the heal")
         self._phase("heal", t)
         if cfg.lose_jobs:
             await self._sabotage_lose(cfg.lose_jobs)
+        if cfg.lose_events:
+            await self._sabotage_lose_events(cfg.lose_events)
 
         t = time.monotonic()
         self.workload.draining = True
@@ -239,6 +279,11 @@ class ChaosRun:
         if not drained:
             r.problems.append(f"the drain did not finish in {DRAIN_S:.0f} s")
         self._phase("drain", t)
+        if cfg.groups:
+            t = time.monotonic()
+            await self.groups.drain(DRAIN_S)  # a group missing events: the checker says so
+            await self.groups.stop()
+            self._phase("group_drain", t)
 
         t = time.monotonic()
         final = await self._collect()
@@ -257,6 +302,12 @@ class ChaosRun:
         r.proxy = self.proxy.stats.as_dict()
         r.client_errors = dict(self.workload.errors)
         await self._gather_evidence(report)
+        if cfg.groups:
+            g = check_groups(self.groups.history, self.groups.groups, min(3, cfg.nodes),
+                             self.nemesis.kills, self.healthy_from)
+            r.group_counts, r.group_examples = g.counts, g.examples
+            r.violations.update({f"groups_{k}": v for k, v in g.violations.items()})
+            r.client_errors.update({f"groups {k}": v for k, v in self.groups.errors.items()})
 
     async def _gather_evidence(self, report) -> None:
         """SHOW, on every node, a few of the jobs a violation is about."""
@@ -321,6 +372,19 @@ class ChaosRun:
             for p in c.ports:
                 await c.admin.call(p, "DELJOB", jid)
         log.warning("sabotage: %d jobs deleted behind the checker's back", n)
+
+    async def _sabotage_lose_events(self, n: int) -> None:
+        """QADD n events the clients record as added, then QFLUSH their queue (only
+        the consumers' drain reads it): the groups checker must report them lost."""
+        c, hist = self.cluster, self.groups.history
+        t = asyncio.get_running_loop().time()
+        for k in range(n):
+            contents = f"{self.cfg.seed}:sabotage-event:{k}".encode()
+            rec = hist.add_sent(contents, SABOTAGE_QUEUE, 0, t)
+            rec.eid = await c.admin.call(c.ports[0], "QADD", SABOTAGE_QUEUE, 3600, contents)
+            rec.outcome = ADD_OK
+        await c.admin.call(c.ports[0], "QFLUSH", SABOTAGE_QUEUE)
+        log.warning("sabotage: %d events flushed behind the checker's back", n)
 
     async def _drain(self) -> bool:
         """Consumers ack everything until no node holds a job still to deliver (queued,

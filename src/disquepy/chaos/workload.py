@@ -35,6 +35,25 @@ ACK_TRIES = 4
 PLANS = (("ack", 0.78), ("fastack", 0.86), ("nack", 0.92), ("drop", 1.0))
 
 
+async def recorded_add(pool: Pool, port: int, rec, err, *cmd):
+    """Send an ADDJOB / QADD, setting ``rec``'s outcome and error; the reply, or None
+    (an error, or no reply: then the add may or may not have happened)."""
+    try:
+        reply = await pool.call(port, *cmd, timeout=CALL_TIMEOUT_S)
+    except ReplyError as e:
+        rec.outcome, rec.error = ADD_ERROR, str(e)[:80]
+        err(f"{cmd[0]} " + str(e).split(" ", 1)[0])
+        return None
+    except ConnLost as e:
+        # refused (node down): surely not added; otherwise we cannot know
+        rec.outcome, rec.error = ADD_UNKNOWN, str(e)[:80]
+        err(f"{cmd[0]} no reply")
+        await asyncio.sleep(0.05)
+        return None
+    rec.outcome = ADD_OK
+    return reply
+
+
 class Workload:
     """The clients of one run, recording into ``history``."""
 
@@ -87,21 +106,9 @@ class Workload:
                 body = f"{self.seed}:{k}:{n}".encode()
                 n += 1
                 rec = hist.add_sent(body, queue, repl, retry, node)
-                try:
-                    jid = await pool.call(
-                        self.ports[node], "ADDJOB", queue, body, ADD_TIMEOUT_MS,
-                        "REPLICATE", repl, "RETRY", retry, "TTL", TTL_S,
-                        timeout=CALL_TIMEOUT_S,
-                    )
-                    rec.outcome, rec.jid = ADD_OK, jid
-                except ReplyError as e:
-                    rec.outcome, rec.error = ADD_ERROR, str(e)[:80]
-                    self._err("ADDJOB " + str(e).split(" ", 1)[0])
-                except ConnLost as e:
-                    # refused (node down): surely not added; otherwise we cannot know
-                    rec.outcome, rec.error = ADD_UNKNOWN, str(e)[:80]
-                    self._err("ADDJOB no reply")
-                    await asyncio.sleep(0.05)
+                rec.jid = await recorded_add(
+                    pool, self.ports[node], rec, self._err, "ADDJOB", queue, body,
+                    ADD_TIMEOUT_MS, "REPLICATE", repl, "RETRY", retry, "TTL", TTL_S)
                 await asyncio.sleep(think)
         finally:
             pool.close()
