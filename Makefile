@@ -121,9 +121,10 @@ clean:
 	find src/disquepy/core src/disquepy/codec -name '*.so' -delete
 
 # Real-process fault suite (docs/RELIABILITY.md): 3 seeded runs x 60 s of faults on a
-# 5-node cluster behind the bus proxy; summary in var/chaos-summary.json.
+# 5-node cluster behind the bus proxy, jobs and 2 consumer groups; summary in
+# var/chaos-summary.json.
 CHAOS_SEED ?= 1
-CHAOS_ARGS ?= --seed $(CHAOS_SEED) --runs 3 --duration 60
+CHAOS_ARGS ?= --seed $(CHAOS_SEED) --runs 3 --duration 60 --groups 2
 # Soak: many simulator seeds (2 worker processes) plus more chaos runs. Long: a 5-node
 # seed takes ~2 s of CPU, so 20000 seeds are ~6 h on 2 cores (SOAK_SEEDS=2000: ~40 min).
 SOAK_SEEDS ?= 20000
