@@ -74,6 +74,32 @@ def test_metrics_per_node_and_queue_by_priority(web, http, dq, server):
     assert not any(v.startswith("D-") for _, labels in m for _, v in labels)
 
 
+def test_consumer_groups_per_node_queue_and_group(web, dq, server):
+    node = f"127.0.0.1:{server.port}"
+    ids = [dq.qadd("signups", f"e{i}", expire=600) for i in range(3)]
+    leased = dq.qget("signups", "mail", lease=60)
+    assert leased is not None and leased.id in ids
+    first = dq.qget("signups", "stats", lease=60)
+    assert dq.qack("signups", "stats", first.id)
+    time.sleep(0.3)  # the web's snapshot cache
+    m, types = scrape(web.url)
+
+    def g(name, group, **extra):
+        return (name, tuple(sorted({"node": node, "queue": "signups", "group": group,
+                                    **extra}.items())))
+
+    assert m[g("disquepy_group_events", "mail", state="total")] == 3
+    assert m[g("disquepy_group_events", "mail", state="inprogress")] == 1
+    assert m[g("disquepy_group_pending", "mail")] == 1
+    assert m[g("disquepy_group_lag", "mail")] == 2
+    assert m[g("disquepy_group_events", "stats", state="done")] == 1
+    assert m[g("disquepy_group_lag", "stats")] == 2
+    assert m[g("disquepy_group_pending", "stats")] == 0
+    assert m[g("disquepy_group_oldest_pending_seconds", "mail")] >= 0
+    assert types["disquepy_group_lag"] == "gauge"
+    assert not any(v in ids for _, labels in m for _, v in labels)  # no event IDs
+
+
 def test_a_down_node_reads_up_0_and_the_scrape_still_answers(make_cluster, web_factory):
     servers, _ = make_cluster(2)
     w = web_factory([f"127.0.0.1:{s.port}" for s in servers])

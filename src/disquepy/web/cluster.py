@@ -18,7 +18,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ..client import Disque
-from ..client._common import parse_info, parse_kv, parse_show
+from ..client._common import parse_info, parse_kv, parse_qstatus, parse_show
 from ..client.jobstatus import dead_letters_of, node_addresses, node_queues
 from ..client.priority import PRIORITIES, queue_for, split
 
@@ -32,6 +32,9 @@ class Snapshot:
     # (node address, Disque queue) -> JOBMETRICS of the queue (see parse_jobmetrics)
     jobmetrics: dict[tuple[str, str], dict] = field(default_factory=dict)
     bounds_ms: list[int] = field(default_factory=list)  # JOBMETRICS' histogram buckets
+    # (node address, event queue) -> {group: QSTATUS fields}: the node's view of its
+    # consumer groups (core/groups.py)
+    groups: dict[tuple[str, str], dict] = field(default_factory=dict)
 
 
 def parse_jobmetrics(reply: list) -> tuple[list[int], dict[str, dict]]:
@@ -52,7 +55,7 @@ def parse_jobmetrics(reply: list) -> tuple[list[int], dict[str, dict]]:
 
 def take_snapshot(client: Disque) -> Snapshot:
     """Ask every node (three round trips each, however many queues)."""
-    # INFO, HELLO, JOBMETRICS, then QSTAT and QPEEK per queue
+    # INFO, HELLO, JOBMETRICS, QSTATUS, then QSTAT and QPEEK per queue
     snap = Snapshot(time.time())
     for addr in node_addresses(client):
         node: dict[str, Any] = {"address": addr, "up": False}
@@ -60,7 +63,8 @@ def take_snapshot(client: Disque) -> Snapshot:
         try:
             names = node_queues(client, addr)
             replies = client.execute_many_on(
-                addr, [["INFO"], ["HELLO"], ["JOBMETRICS"]] + [["QSTAT", q] for q in names]
+                addr, [["INFO"], ["HELLO"], ["JOBMETRICS"], ["QSTATUS"]]
+                + [["QSTAT", q] for q in names]
                 + [["QPEEK", q, 1] for q in names])
         except rexc.RedisError as e:
             node["error"] = str(e) or type(e).__name__
@@ -71,9 +75,12 @@ def take_snapshot(client: Disque) -> Snapshot:
             snap.bounds_ms, per_queue = parse_jobmetrics(replies[2])
             for q, m in per_queue.items():
                 snap.jobmetrics[(addr, q)] = m
+        if not isinstance(replies[3], Exception):  # a node without groups: none
+            for q, per_group in parse_qstatus(replies[3]).items():
+                snap.groups[(addr, q)] = per_group
         n = len(names)
         oldest: dict[str, bytes] = {}
-        for q, stat, peek in zip(names, replies[3:3 + n], replies[3 + n:], strict=True):
+        for q, stat, peek in zip(names, replies[4:4 + n], replies[4 + n:], strict=True):
             if isinstance(stat, Exception) or stat is None:
                 continue
             snap.queues[(addr, q)] = dict(parse_kv(stat), oldest_age=None)

@@ -10,7 +10,9 @@ Per queue, the nodes' JOBMETRICS (``core/jobmetrics.py``): counters of what each
 did (added, delivered, acked, nacked, retried, requeued, expired, cancelled, and
 dead-lettered by ``reason``; each event counted by one node, so ``sum by (queue)`` is
 the cluster's count) and two histograms, ``disquepy_queue_wait_seconds`` (queued ->
-delivered) and ``disquepy_queue_processing_seconds`` (delivered -> acked). The worker's
+delivered) and ``disquepy_queue_processing_seconds`` (delivered -> acked). Consumer
+groups per node, event queue and group from QSTATUS (``disquepy_group_*``: events by
+state, lag, pending, oldest pending age, consumers). The worker's
 own ``/metrics`` has its per-task view (:mod:`disquepy.worker.metrics`).
 """
 
@@ -125,11 +127,45 @@ class ClusterCollector:
             deq.add_metric(lab, int(st["jobs-out"]))
         yield from (depth, blocked, oldest, paused, enq, deq, dead, dead_in)
         yield from self._job_metrics(snap, p, ql)
+        yield from self._group_metrics(snap, p)
         scrape = GaugeMetricFamily(p + "scrape_duration_seconds",
                                    "Time to collect these metrics (cached snapshot or not)")
         scrape.add_metric([], round(time.monotonic() - t0, 6))
         yield scrape
 
+
+    @staticmethod
+    def _group_metrics(snap, p: str):
+        """Consumer groups per node, event queue and group, from the node's QSTATUS (its
+        own view: complete where every node holds every event, up to 3 nodes)."""
+        gl = ["node", "queue", "group"]
+        events = GaugeMetricFamily(p + "group_events", "Events of the queue by state for "
+                                   "the group (total, available, inprogress, redo, done, "
+                                   "dead)", labels=gl + ["state"])
+        lag = GaugeMetricFamily(p + "group_lag", "Events waiting to be delivered to the group "
+                                "(available + redo)",
+                                labels=gl)
+        pending = GaugeMetricFamily(p + "group_pending", "Events leased to the group's "
+                                    "consumers and not acknowledged", labels=gl)
+        oldest = GaugeMetricFamily(p + "group_oldest_pending_seconds", "Age of the "
+                                   "group's oldest event not done", labels=gl)
+        consumers = GaugeMetricFamily(p + "group_consumers", "Consumers of the group "
+                                      "(QSTATUS' consumers field)", labels=gl)
+        for (addr, q), per_group in sorted(snap.groups.items()):
+            for g, st in sorted(per_group.items()):
+                lab = [addr, q, g]
+                for state in ("total", "available", "inprogress", "redo", "done", "dead"):
+                    if state in st:
+                        events.add_metric(lab + [state], st[state])
+                if "lag" in st:
+                    lag.add_metric(lab, st["lag"])
+                if "pending" in st:
+                    pending.add_metric(lab, st["pending"])
+                if "oldest-pending-ms" in st:
+                    oldest.add_metric(lab, st["oldest-pending-ms"] / 1000)
+                if "consumers" in st:
+                    consumers.add_metric(lab, st["consumers"])
+        yield from (events, lag, pending, oldest, consumers)
 
     @staticmethod
     def _job_metrics(snap, p: str, ql: list[str]):
