@@ -269,7 +269,8 @@ class Rewrite:
         if self.unsynced >= REWRITE_SYNC_BYTES and \
                 self.aof.driver.config.aof_rewrite_incremental_fsync:
             self.unsynced = 0
-            self.aof.loop.run_in_executor(None, _sync_and_close, os.dup(self.fd))
+            fut = self.aof.loop.run_in_executor(None, _sync_and_close, os.dup(self.fd))
+            fut.add_done_callback(_log_sync_failure)
 
     def _synced(self, fut) -> None:
         t0 = time.perf_counter()
@@ -342,6 +343,12 @@ def write_snapshot(node, path: str) -> int:
     os.replace(tmp, path)
     _fsync_dir(path)
     return size
+
+
+def _log_sync_failure(fut) -> None:
+    """An incremental fsync of a rewrite failed: said (the final fsync still decides)."""
+    if fut.exception() is not None:
+        log.warning("Incremental fsync of the AOF rewrite failed: %s", fut.exception())
 
 
 def _sync_and_close(fd: int) -> None:
