@@ -35,16 +35,15 @@ sys.path.insert(0, str(ROOT / "src"))
 import hiredis  # noqa: E402
 from servers import Fleet  # noqa: E402  (bench/servers.py)
 
+from disquepy.chaos.resp import encode  # noqa: E402
+
 BODY = "0123456789abcdef"
 GROUPS = 10
 
 
 def cmd(*args) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%b\r\n" % (len(b), b))
-    return b"".join(out)
+    """A request's RESP bytes (the chaos client's encoder), built once per loop."""
+    return encode(args)
 
 
 class Conn:
