@@ -37,11 +37,25 @@ def tls_client(ca: CA, port: int, cert: tuple[str, str] | None, **kw) -> redis.R
                        ssl_keyfile=cert and cert[1], **kw)
 
 
-def test_tls_and_plain_clients_side_by_side(server_factory, ca):
-    tls_port = free_port()
-    s = server_factory(*tls_args(ca, "node", tls_port))
+# the record layer of established connections: C (server/_ctls.c, built by make) or
+# the ssl.SSLObject path kept for where it cannot be built; both must behave the same
+RECORD_LAYERS = {"c": ({}, "in C (server/_ctls.c)"),
+                 "python": ({"DISQUEPY_PURE_TLS": "1"}, "through ssl.SSLObject")}
+
+
+def start_tls_node(server_factory, ca, tls_port, layer):
+    env, said = RECORD_LAYERS[layer]
+    s = server_factory(*tls_args(ca, "node", tls_port), env=env)
     wait_for(lambda: f"ready to accept TLS connections on port {tls_port}" in s.log(),
              what="the TLS listener")
+    assert f"TLS records of client connections: {said}" in s.log()
+    return s
+
+
+@pytest.mark.parametrize("layer", RECORD_LAYERS)
+def test_tls_and_plain_clients_side_by_side(server_factory, ca, layer):
+    tls_port = free_port()
+    s = start_tls_node(server_factory, ca, tls_port, layer)
     crt, key = ca.issue("app")
     stop = threading.Event()
     plain_ids: list[str] = []
@@ -90,11 +104,12 @@ def test_client_without_certificate_refused_under_tls_auth_clients_yes(server_fa
                     protocol=2).ping()
 
 
-def test_big_requests_and_long_pipelines_over_tls(server_factory, ca):
+@pytest.mark.parametrize("layer", RECORD_LAYERS)
+def test_big_requests_and_long_pipelines_over_tls(server_factory, ca, layer):
     """Records split across reads, a pipeline long enough to pause reading, a body of
     several TLS records: every reply arrives, in order."""
     tls_port = free_port()
-    server_factory(*tls_args(ca, "node", tls_port))
+    start_tls_node(server_factory, ca, tls_port, layer)
     c = tls_client(ca, tls_port, ca.issue("app"))
     big = b"x" * (3 << 20)
     jid = c.execute_command("ADDJOB", "big", big, 0)
@@ -108,6 +123,72 @@ def test_big_requests_and_long_pipelines_over_tls(server_factory, ca):
     jobs = c.execute_command("GETJOB", "COUNT", 3000, "FROM", "q")
     assert [j[1] for j in jobs] == ids
     assert [j[2][:4] for j in jobs] == [b"%04d" % n for n in range(3000)]
+
+
+class RawTlsClient:
+    """A client's TLS over memory BIOs on a plain socket: records can be forged."""
+
+    def __init__(self, ca: CA, port: int) -> None:
+        ctx = ssl.create_default_context(cafile=str(ca.cert_path))
+        ctx.load_cert_chain(*ca.issue("forger"))
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.inc, self.out, server_hostname="127.0.0.1")
+        for _ in range(20):  # a handshake is two round trips
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.out.read())
+                self.inc.write(self.sock.recv(65536))
+        self.sock.sendall(self.out.read())
+
+    def request(self, data: bytes) -> bytes:
+        """Send ``data`` as TLS records, return the plaintext of the reply."""
+        self.tls.write(data)
+        self.sock.sendall(self.out.read())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                return self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                self.inc.write(self.sock.recv(65536))
+        raise TimeoutError("no reply")
+
+    def closed_by_server(self) -> bool:
+        try:
+            return self.sock.recv(65536) == b""
+        except ConnectionResetError:
+            return True
+
+
+@pytest.mark.parametrize("layer", RECORD_LAYERS)
+@pytest.mark.parametrize("forgery", ["flipped bit", "garbage", "oversized record"])
+def test_forged_records_close_the_connection_and_nothing_else(server_factory, ca, layer,
+                                                              forgery):
+    """After a good handshake, a record that does not authenticate, bytes that are not a
+    record, or a record over TLS's 16 KiB limit: the connection is closed and logged,
+    the node and its jobs are unharmed."""
+    tls_port = free_port()
+    s = start_tls_node(server_factory, ca, tls_port, layer)
+    s.client().execute_command("CONFIG", "SET", "loglevel", "verbose")
+    c = RawTlsClient(ca, tls_port)
+    jid = c.request(b"ADDJOB q before 0\r\n").strip()[1:]
+    assert jid.startswith(b"D-")
+    if forgery == "flipped bit":
+        c.tls.write(b"DEBUG FLUSHALL\r\n")
+        wire = bytearray(c.out.read())
+        wire[-1] ^= 1
+    elif forgery == "garbage":
+        wire = bytearray(b"\x17\x03\x03\x00\x20" + bytes(range(32)))
+    else:  # an application-data record header announcing 64 KiB
+        wire = bytearray(b"\x17\x03\x03\xff\xff" + b"\0" * 65535)
+    c.sock.sendall(bytes(wire))
+    assert c.closed_by_server()
+    wait_for(lambda: "TLS error on a client connection from 127.0.0.1" in s.log(),
+             what="the broken connection logged")
+    assert s.client().execute_command("SHOW", jid) is not None  # not flushed
+    assert RawTlsClient(ca, tls_port).request(b"QLEN q\r\n") == b":1\r\n"
 
 
 @pytest.mark.parametrize("mode,without_cert_ok", [("no", True), ("optional", True)])

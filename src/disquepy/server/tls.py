@@ -13,8 +13,8 @@ versions, ``tls-ciphers`` sets the TLSv1.2 cipher list.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import os
 import ssl
 
 from ..core.config import Config
@@ -123,21 +123,47 @@ def bus_contexts(cfg: Config) -> tuple[ssl.SSLContext | None, ssl.SSLContext | N
 # ---------------------------------------------------------------- client-port transport
 # how long a client has to complete its TLS handshake
 HANDSHAKE_TIMEOUT = 10.0
-_READ_SIZE = 65536  # below glibc's mmap threshold: a read is a heap allocation
+# one TLS record holds at most 16 KiB of plaintext and SSL_read returns one record's
+READ_SIZE = 16384
 
 
-class TlsServerProtocol(asyncio.Protocol):
+def _c_records():
+    """The C record layer (server/_ctls.c) where it was built and runs on the OpenSSL
+    of Python's ssl module; None otherwise, or with DISQUEPY_PURE_TLS=1 (the Python
+    path: the same results, slower)."""
+    if os.environ.get("DISQUEPY_PURE_TLS") == "1":
+        return None
+    try:
+        from . import _ctls
+    except ImportError:
+        return None
+    if _ctls.openssl_version_number() != ssl.OPENSSL_VERSION_NUMBER:
+        return None
+    return _ctls
+
+
+C_RECORDS = _c_records()
+
+
+class TlsServerProtocol:
     """TLS for one client connection, as a transport to the connection's own protocol.
 
     asyncio's and uvloop's TLS transports cost about 85 us of server CPU per small
     request and reply (bench/tls.py: ``SSLObject.read`` of 256 KiB per read, an mmap,
-    mremap and munmap each, then reads until ``SSLWantReadError``); this one drives an
-    ``SSLObject`` over memory BIOs directly (one read per record, stops when nothing is
-    pending), about 25 us. It offers the transport calls ``ClientProtocol`` uses (write,
-    close, abort, pause/resume_reading, get_write_buffer_size, get_extra_info) and
-    forwards pause/resume_writing. A failed handshake is logged (rate-limited) and the
-    connection closed; the protocol sees a connection only once it is authenticated.
+    mremap and munmap each, then reads until ``SSLWantReadError``); this one drives
+    OpenSSL over memory BIOs directly. ``ssl.SSLObject`` does the handshake, the
+    certificate checks and the close; once the connection is established, the
+    requests and replies go through the C record layer (``_ctls.Records``: one call
+    decrypts what arrived, one encrypts a reply) or, without it, through the
+    ``SSLObject``'s C object, one read per record. It offers the transport calls
+    ``ClientProtocol`` uses (write, close, abort, pause/resume_reading,
+    get_write_buffer_size, get_extra_info) and forwards pause/resume_writing. A failed
+    handshake is logged (rate-limited) and the connection closed; the protocol sees a
+    connection only once it is authenticated.
     """
+
+    __slots__ = ("ctx", "make_app", "loop", "refusals", "raw", "app", "sslobj", "tls",
+                 "records", "incoming", "outgoing", "timer", "paused", "closed")
 
     def __init__(self, ctx: ssl.SSLContext, make_app, loop, refusals) -> None:
         self.ctx = ctx
@@ -146,7 +172,9 @@ class TlsServerProtocol(asyncio.Protocol):
         self.refusals = refusals
         self.raw = None
         self.app = None
-        self.sslobj = None
+        self.sslobj = None  # the ssl.SSLObject (handshake, certificates, unwrap)
+        self.tls = None  # its C object: read, write and pending without a Python frame
+        self.records = None  # _ctls.Records once established, where there is one
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
         self.timer = None
@@ -157,16 +185,20 @@ class TlsServerProtocol(asyncio.Protocol):
     def connection_made(self, raw) -> None:
         self.raw = raw
         self.sslobj = self.ctx.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self.tls = getattr(self.sslobj, "_sslobj", self.sslobj)
         self.timer = self.loop.call_later(HANDSHAKE_TIMEOUT, self._fail,
                                           f"no TLS handshake within {HANDSHAKE_TIMEOUT:g}s")
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        if self.records is not None and not self.paused:
+            self._receive(data)
+            return
         self.incoming.write(data)
         if self.app is None:
             self._handshake()
-        else:
+        elif not self.paused:
             self._read()
 
     def eof_received(self) -> bool:
@@ -193,15 +225,18 @@ class TlsServerProtocol(asyncio.Protocol):
         if self.outgoing.pending:
             self.raw.write(self.outgoing.read())
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str, what: str = "Error accepting a TLS client connection") -> None:
         if self.closed:
             return
         peer = self.raw.get_extra_info("peername") or ("?",)
         self.refusals.log(VERBOSE, ("tls-client", peer[0], reason),
-                          "Error accepting a TLS client connection from %s: %s", peer[0],
-                          reason)
+                          "%s from %s: %s", what, peer[0], reason)
         self.closed = True
         self.raw.abort()
+
+    def _broken(self, e: Exception) -> None:
+        """A TLS error on an established connection (a bad record, a forged alert)."""
+        self._fail(describe(e), "TLS error on a client connection")
 
     def _handshake(self) -> None:
         try:
@@ -216,40 +251,71 @@ class TlsServerProtocol(asyncio.Protocol):
         self._flush()
         self.timer.cancel()
         self.timer = None
+        if C_RECORDS is not None:
+            try:
+                self.records = C_RECORDS.Records(self.tls, self.incoming, self.outgoing)
+            except (TypeError, ValueError):  # not the objects it knows: the Python path
+                self.records = None
         self.app = self.make_app()
         self.app.connection_made(self)
         if not self.closed:
             self._read()  # what came with the end of the handshake
 
+    def _receive(self, data: bytes) -> None:
+        """The C record layer: ``data`` decrypted in one call, handed to the app."""
+        records = self.records
+        try:
+            plain = records.receive(data)
+        except OSError as e:  # _ctls.Error
+            self._broken(e)
+            return
+        if plain and self.app is not None:
+            self.app.data_received(plain)
+        if records.eof:  # close_notify, after the requests that came before it
+            self.close()
+        elif not self.closed and self.outgoing.pending:
+            self.raw.write(self.outgoing.read())  # post-handshake messages, key updates
+
     def _read(self) -> None:
-        sslobj, incoming = self.sslobj, self.incoming
+        if self.records is not None:
+            if not self.paused and not self.closed:
+                self._receive(b"")
+            return
+        tls, incoming = self.tls, self.incoming
         while not self.paused and not self.closed:
             try:
-                data = sslobj.read(_READ_SIZE)
+                data = tls.read(READ_SIZE)
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:  # close_notify
                 self.close()
                 return
             except (ssl.SSLError, OSError) as e:
-                self._fail(describe(e))
+                self._broken(e)
                 return
             if not data:  # close_notify: CPython's SSLObject.read returns b"" for it
                 self.close()  # (answered, so a client waiting for ours closes at once)
                 return
             if self.app is not None:
                 self.app.data_received(data)
-            if not incoming.pending and not sslobj.pending():
+            if not incoming.pending and not tls.pending():
                 break
-        if not self.closed:
-            self._flush()  # post-handshake messages, key updates
+        if not self.closed and self.outgoing.pending:
+            self.raw.write(self.outgoing.read())  # post-handshake messages, key updates
 
     # -- the transport the app sees ----------------------------------------
     def write(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or not data:
             return
-        self.sslobj.write(data)
-        self._flush()
+        try:
+            if self.records is not None:
+                self.raw.write(self.records.send(data))
+                return
+            self.tls.write(data)
+        except (ssl.SSLError, OSError) as e:  # after a close_notify, a fatal alert
+            self._broken(e)
+            return
+        self.raw.write(self.outgoing.read())
 
     def writelines(self, chunks) -> None:
         self.write(b"".join(chunks))
