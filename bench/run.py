@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """disquepy against real C Disque 1.0-rc1 (and Redis where it helps), in one run.
 
-Sections (``--only a,b``; default: all but spark, about 14 minutes):
+Sections (``--only a,b``; default: all but spark, about 15 minutes):
 
   single   one node of each; per workload, our rate, C Disque's and the ratio, measured
            in alternating rounds (ours, C, [Redis,] ours, C, ...): ADDJOB with 50
@@ -21,6 +21,9 @@ Sections (``--only a,b``; default: all but spark, about 14 minutes):
   groups   bench/groups.py: consumer groups against jobs on a 3-node cluster (QADD vs
            ADDJOB REPLICATE 3, 10 groups' deliveries vs GETJOB+ACKJOB, QNOTIFY woken
            from another node, memory per event held by 10 groups vs per job).
+  tls      bench/tls.py: ADDJOB over TLS against plain TCP on one node (mutual TLS),
+           from a Python client on 1 and 50 connections and from redis-benchmark on 50
+           in steady state.
   spark    bench/spark.py: the Spark connector against the plain client (needs Java).
 
 Where C Disque is not found (see servers.find_disque_c), its columns say so.
@@ -63,8 +66,8 @@ from servers import (
     stop_on_sigterm,
 )
 
-SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "spark")
-DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups")
+SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls", "spark")
+DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls")
 
 
 @dataclass
@@ -398,7 +401,7 @@ def section_script(rep: Report, a, name: str) -> None:
         rep.out(line)
         m = re.search(r"\b(PASS|FAIL)\b", line)
         if m and not line.lstrip().startswith("|"):
-            what = re.sub(r"\s*\b(PASS|FAIL)\b\s*", " ", line).strip()
+            what = re.sub(r"\s*\b(PASS|FAIL)\b:?\s*", " ", line).strip()
             rep.target(f"{name}: {what}", m.group(1) == "PASS", "")
     if rc not in (0, 1):  # 1: a target failed (listed above)
         rep.target(f"{name} benchmark ran", False, f"exit {rc}")
@@ -467,6 +470,7 @@ def main(argv=None) -> int:
                 "client": lambda r, a: section_script(r, a, "client"),
                 "web": lambda r, a: section_script(r, a, "web"),
                 "groups": lambda r, a: section_script(r, a, "groups"),
+                "tls": lambda r, a: section_script(r, a, "tls"),
                 "spark": lambda r, a: section_script(r, a, "spark")}
     rc = 0
     try:
