@@ -136,3 +136,23 @@ def test_only_the_objects_it_knows(contexts):
         _ctls.Records(p.server._sslobj, p.so, p.si)
     with pytest.raises(ValueError, match="not initialised"):
         _ctls.Records.__new__(_ctls.Records).receive(b"x")
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.binary(max_size=64), garbage=st.binary(min_size=1, max_size=20000),
+       header=st.sampled_from([b"", b"\x17\x03\x03", b"\x15\x03\x03", b"\x16\x03\x03",
+                               b"\x17\x03\x03\x40\x01", b"\x17\x03\x03\x00\x00"]))
+def test_bytes_from_the_network_give_plaintext_or_an_error_never_more(contexts, prefix,
+                                                                      header, garbage):
+    """Whatever follows a handshake: the requests sent before it come out, then either
+    nothing yet (an incomplete record), or _ctls.Error; and after an error, no data."""
+    p = Pair(contexts)
+    good = p.client_sends(b"PING\r\n" + prefix)
+    out = p.records.receive(good)
+    assert out == b"PING\r\n" + prefix
+    try:
+        extra = p.records.receive(header + garbage)
+    except _ctls.Error as e:
+        assert str(e) and str(e) == str(e).upper()  # OpenSSL's reason, like ssl's
+        return
+    assert extra == b""  # forged records never authenticate: at most, not complete yet
