@@ -137,12 +137,17 @@ class Event:
 
 class Cursor:
     """Where a group's scan of a queue stands on this node: every event before
-    ``pos`` is done, leased, gone, or listed in ``redo`` once its lease ran out."""
+    ``pos`` is done, leased, gone, or listed in ``redo`` once its lease ran out; every
+    event before ``mine_pos`` (>= pos) is that or decided by another node, so a node that
+    creates none of a long queue's events does not rescan them on every QGET. Which
+    node decides changes only with who is reachable (an event's holders grow at the
+    end, after this node), and then both go back to the start (``reach``)."""
 
-    __slots__ = ("pos", "redo", "reach")
+    __slots__ = ("pos", "mine_pos", "redo", "reach")
 
     def __init__(self, pos: int) -> None:
         self.pos = pos
+        self.mine_pos = pos
         self.redo: deque[bytes] = deque()
         self.reach: object = None  # membership.reach_ids when the scan was last valid
 
@@ -388,6 +393,8 @@ class Groups:
         for cur in q.cursors.values():
             i = cur.pos - base
             cur.pos = base + newpos[min(max(i, 0), len(order))]
+            i = cur.mine_pos - base
+            cur.mine_pos = base + newpos[min(max(i, 0), len(order))]
         q.order = keep
 
     def set_claim(self, e: Event, group: bytes, claim: int, now: int) -> None:
@@ -591,10 +598,12 @@ class Groups:
         elif cur.reach is not reach:
             # who is alive changed: events may have become ours to lease; rescan
             cur.reach = reach
-            cur.pos = q.base
+            cur.pos = cur.mine_pos = q.base
             cur.redo.clear()
         if cur.pos < q.base:
             cur.pos = q.base
+        if cur.mine_pos < cur.pos:
+            cur.mine_pos = cur.pos
         return cur
 
     def _find(self, q: EQueue, group: bytes, now: int, only_mine: bool) -> Event | None:
@@ -614,9 +623,10 @@ class Groups:
                 return e
             k += 1  # another node redoes it (or should: a repair may be due); kept in view
         order, base = q.order, q.base
-        i = cur.pos
+        # a scan for this node's own events starts past those another node decides
+        i = cur.mine_pos if only_mine else cur.pos
         end = base + len(order)
-        advance = True
+        advance = i == cur.pos
         budget = SCAN_BUDGET
         while i < end and budget:
             budget -= 1
@@ -627,11 +637,15 @@ class Groups:
                     if not only_mine or self.mine(e):
                         if advance:
                             cur.pos = i  # passed once leased (a look leases nothing)
+                        if only_mine:
+                            cur.mine_pos = i
                         return e
                     advance = False  # another node leases it: keep it in view
             i += 1
             if advance:
                 cur.pos = i
+            if only_mine:
+                cur.mine_pos = i
         return None
 
     def available(self, q: EQueue, group: bytes, now: int) -> bool:
