@@ -328,3 +328,26 @@ def test_posts_after_the_node_restarts(server_factory, web_factory):
         assert http.post("/jobs", json={"payload": 3, "queue": "rs"},
                          headers={"Idempotency-Key": "k1"}).json()["job_id"] == again
     assert first != second != again
+
+
+def test_consumer_groups_over_http(http, dq):
+    ids = [dq.qadd("signups", f"user {i}", expire=600) for i in range(4)]
+    mail = dq.qget("signups", "mail", lease=60)
+    assert dq.qack("signups", "mail", mail.id)
+    assert dq.qget("signups", "mail", lease=60) is not None  # one in progress
+    assert dq.qget("signups", "stats", lease=0) is not None  # EX 0: done at once
+
+    def fetch():
+        return {(g["queue"], g["group"]): g for g in http.get("/groups").json()}
+
+    wait_for(lambda: len(fetch()) == 2, what="both groups listed (snapshot cache)")
+    g = fetch()
+    m, s = g[("signups", "mail")], g[("signups", "stats")]
+    assert (m["total"], m["done"], m["pending"], m["inprogress"], m["lag"]) == (4, 1, 1, 1, 2)
+    assert m["oldest_pending_age"] is not None and 0 <= m["oldest_pending_age"] < 60
+    assert (s["total"], s["done"], s["pending"], s["lag"]) == (4, 1, 0, 3)
+    assert s["oldest_pending_age"] is None and m["dead"] == s["dead"] == 0
+    assert m["nodes"] == 1
+    over = http.get("/api/overview").json()["groups"]
+    assert {(x["queue"], x["group"]) for x in over} == set(g)
+    assert not any(i in str(over) for i in ids)  # counts, not events

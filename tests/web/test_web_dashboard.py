@@ -198,3 +198,31 @@ def test_pages_with_100k_queued_jobs_render_under_a_second(browser, web, dq, rec
         assert best < 1.0, (fragment, best)
     assert "100,000" in browser.find_element(By.CSS_SELECTOR,
                                              '#queues-table tr[data-queue="big"]').text
+
+
+def test_overview_shows_consumer_groups(browser, web, http, dq, tmp_path):
+    open_view(browser, web, "overview")
+    wait(browser).until(lambda d: "cluster ok" in d.find_element(By.ID, "cluster-pill").text)
+    assert not browser.find_element(By.ID, "groups-card").is_displayed()  # none yet
+    for i in range(10):
+        dq.qadd("signups", f"user {i}", expire=600)
+    for _ in range(3):  # mail: 3 done, 2 in progress, 5 waiting
+        assert dq.qack("signups", "mail", dq.qget("signups", "mail", lease=60).id)
+    dq.qget("signups", "mail", lease=60)
+    dq.qget("signups", "mail", lease=60)
+    for _ in range(10):  # audit: all done
+        assert dq.qget("signups", "audit", lease=0) is not None
+    row = wait(browser, 20).until(EC.visibility_of_element_located(
+        (By.CSS_SELECTOR, '#groups-table tr[data-group="mail"]')))
+    cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:2] == ["signups", "mail"]
+    assert cells[2].endswith("3 / 10") and cells[3:5] == ["5", "2"]
+    assert cells[5].endswith("s") and cells[6] == "0"  # oldest in progress: seconds
+    audit = browser.find_element(By.CSS_SELECTOR, '#groups-table tr[data-group="audit"]')
+    assert "10 / 10" in audit.text
+    widths = browser.execute_script(
+        "return [...document.querySelectorAll('#groups-table tr[data-group=\"mail\"] .bar span')]"
+        ".map(s => s.style.width)")
+    assert widths == ["30%", "20%", "50%"]  # done, in progress, waiting
+    browser.find_element(By.ID, "groups-card").screenshot(str(tmp_path / "groups.png"))
+    no_console_errors(browser)

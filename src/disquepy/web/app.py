@@ -339,6 +339,13 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
             return _error(404, f"no queue named {name!r} on any node")
         return q
 
+    @app.get("/groups", tags=["groups"])
+    def groups() -> list[dict]:
+        """Consumer groups (QADD/QGET) by event queue and group: events by state, lag
+        (waiting to be delivered), pending (leased, not acknowledged), the oldest pending
+        event's age in seconds, dead letters and the consumers waiting in QNOTIFY."""
+        return view.groups()
+
     def _pause(name: str, flag: str) -> dict:
         states = {}
         for prio, dq in levels(name):

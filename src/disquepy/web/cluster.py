@@ -22,6 +22,11 @@ from ..client._common import parse_info, parse_kv, parse_qstatus, parse_show
 from ..client.jobstatus import dead_letters_of, node_addresses, node_queues
 from ..client.priority import PRIORITIES, queue_for, split
 
+# QSTATUS' fields for a group: its events by state, then lag (available + redo) and
+# pending (leased, not acknowledged)
+GROUP_STATES = ("total", "available", "inprogress", "redo", "done", "dead")
+GROUP_COUNTS = (*GROUP_STATES, "lag", "pending")
+
 
 @dataclass
 class Snapshot:
@@ -228,6 +233,29 @@ class ClusterView:
     def queue(self, name: str) -> dict | None:
         return next((q for q in self.queues() if q["name"] == name), None)
 
+    def groups(self) -> list[dict]:
+        """Consumer groups by event queue and group. Each node's QSTATUS counts the events
+        it holds a copy of (all of them up to 3 nodes: an event has 3 copies), so the
+        event counts are those of the node holding the most, a lower bound on a bigger
+        cluster; consumers waiting are summed over the nodes."""
+        snap, _ = self.snapshot()
+        out: dict[tuple[str, str], dict] = {}
+        for (_addr, q), per_group in snap.groups.items():
+            for g, st in per_group.items():
+                e = out.get((q, g))
+                if e is None:
+                    e = out[(q, g)] = {"queue": q, "group": g, "nodes": 0, "consumers": 0,
+                                       "oldest_pending_age": None,
+                                       **dict.fromkeys(GROUP_COUNTS, 0)}
+                e["nodes"] += 1
+                e["consumers"] += st.get("consumers", 0)
+                if st.get("total", 0) >= e["total"]:  # the fullest view of the queue
+                    e.update((k, st.get(k, 0)) for k in GROUP_COUNTS)
+                if st.get("pending") and "oldest-pending-ms" in st:
+                    age = st["oldest-pending-ms"] / 1000
+                    e["oldest_pending_age"] = max(e["oldest_pending_age"] or 0.0, age)
+        return [out[k] for k in sorted(out)]
+
     def overview(self) -> dict:
         nodes = self.nodes()
         queues = self.queues()
@@ -239,6 +267,7 @@ class ClusterView:
             "at": snap.at,
             "nodes": nodes,
             "queues": queues,
+            "groups": self.groups(),
             "totals": {
                 "nodes": len(nodes), "nodes_up": len(up),
                 "queued": sum(q["depth"] for q in queues),

@@ -37,7 +37,7 @@ from prometheus_client.core import (
 
 from ..client.jobstatus import dead_letters_of
 from ..client.priority import split
-from .cluster import ClusterView
+from .cluster import GROUP_STATES, ClusterView
 
 NODE_GAUGES = [  # (metric, INFO field, help)
     ("memory_used_bytes", "used_memory", "Memory the node accounts for its jobs and queues"),
@@ -154,7 +154,7 @@ class ClusterCollector:
         for (addr, q), per_group in sorted(snap.groups.items()):
             for g, st in sorted(per_group.items()):
                 lab = [addr, q, g]
-                for state in ("total", "available", "inprogress", "redo", "done", "dead"):
+                for state in GROUP_STATES:
                     if state in st:
                         events.add_metric(lab + [state], st[state])
                 if "lag" in st:

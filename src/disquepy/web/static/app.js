@@ -102,6 +102,7 @@ function renderOverview(o) {
   if (t.in_per_sec != null || t.out_per_sec != null) chart.push(o.at, [t.in_per_sec, t.out_per_sec]);
   else chart.draw();
   renderQueues(o.queues);
+  renderGroups(o.groups || []);
   renderNodes(o.nodes);
   fillQueueSelects(o.queues);
 }
@@ -125,6 +126,22 @@ function renderQueues(queues) {
       <td>${paused ? `<span class="badge paused">paused ${esc(q.paused)}</span>` : `<span class="badge up">running</span>`}</td>
       <td class="actions"><a class="btn btn-sm" href="#jobs/${encodeURIComponent(q.name)}">Jobs</a>
         <button class="btn btn-sm" data-act="${paused ? "resume" : "pause"}">${paused ? "Resume" : "Pause"}</button></td></tr>`;
+  }).join("");
+}
+
+function renderGroups(groups) {
+  $("#groups-card").hidden = groups.length === 0;
+  const tb = $("#groups-table tbody");
+  tb.innerHTML = groups.map((g) => {
+    const all = Math.max(1, g.total);
+    const seg = (cls, n) => `<span class="${cls}" style="width:${(100 * n) / all}%"></span>`;
+    return `<tr data-queue="${esc(g.queue)}" data-group="${esc(g.group)}">
+      <td><span class="qname">${esc(g.queue)}</span></td><td><span class="gname">${esc(g.group)}</span></td>
+      <td><div class="depth"><div class="bar">${seg("g-done", g.done)}${seg("g-pending", g.pending)}${seg("g-lag", g.lag)}</div>
+        <span class="n wide">${num(g.done)} / ${num(g.total)}</span></div></td>
+      <td class="num">${num(g.lag)}</td><td class="num">${num(g.pending)}</td>
+      <td class="num">${dur(g.oldest_pending_age)}</td><td class="num">${num(g.dead)}</td>
+      <td class="num">${num(g.consumers)}</td></tr>`;
   }).join("");
 }
 
