@@ -126,3 +126,42 @@ def test_async_wait_tells_how_a_job_ended(server):
                 == "unknown"
 
     run(main())
+
+
+def test_async_status_and_cancel_match_the_blocking_client(server):
+    """status() and cancel() of AsyncDisque run the same lookups as Disque's (one plan,
+    two drivers): a live job's body, a failed job's dead letter, cancel's refusals."""
+    from disquepy.client import Disque
+    from disquepy.worker.deadletter import dead_letter_body
+
+    addr = f"127.0.0.1:{server.port}"
+
+    async def main():
+        async with AsyncDisque(addr) as c:
+            queued = await c.add_job("mail", b'{"to": "ann"}')
+            held = await c.add_job("mail", b"held")
+            failed = await c.add_job("mail", b"doomed")
+            st = await c.status(queued)
+            assert (st.status, st.queue, st.body) == ("queued", "mail", b'{"to": "ann"}')
+            await c.get_jobs("mail", count=3)  # all three delivered to "a worker"
+            await c.fail(failed, "smtp down")
+            dl = await c.add_job("mail:dead", dead_letter_body("mail", failed, b"doomed",
+                                                               "smtp down", 0, 0))
+            st = await c.status(failed)
+            assert (st.status, st.error, st.dead_letter_id) == ("failed", "smtp down", dl)
+            refused = await c.cancel(held)
+            assert not refused.cancelled and refused.status == "in_progress"
+            assert "cannot be cancelled" in refused.reason  # the node's own words
+            await c.nack(queued)  # queued again: cancellable
+            done = await c.cancel(queued)
+            assert (done.cancelled, done.status, done.queue) == (True, "cancelled", "mail")
+            assert (await c.cancel(queued)).reason == "already cancelled"
+            assert (await c.status(queued)).status == "cancelled"
+            unknown = await c.status("D-00000000-AAAAAAAAAAAAAAAAAAAAAAAA-05a1")
+            return [await c.status(j) for j in (queued, held, failed)], unknown
+
+    mine, unknown = run(main())
+    assert unknown.status == "unknown" and "no node knows it" in unknown.detail
+    with Disque(addr) as c:  # the blocking client tells the same
+        theirs = [c.status(j) for j in (mine[0].job_id, mine[1].job_id, mine[2].job_id)]
+    assert [s.to_dict() for s in theirs] == [s.to_dict() for s in mine]

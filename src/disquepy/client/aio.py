@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -26,7 +25,6 @@ from ._common import (
     TryAgainError,
     convert_error,
     fmt_addr,
-    job_node_prefix,
     jscan_args,
     parse_hello,
     parse_jobs,
@@ -35,9 +33,8 @@ from ._common import (
     parse_show,
     qscan_args,
     tls_options,
-    wait_backoff,
 )
-from .jobstatus import JobStatus, status_from
+from .jobstatus import CancelResult, JobStatus, arun, cancel_plan, status_plan, wait_plan
 from .sync import TRYAGAIN_LIMIT
 
 log = logging.getLogger("disquepy.client")
@@ -311,43 +308,22 @@ class AsyncDisque(Commands):
 
     async def wait(self, id: str, timeout: float) -> JobStatus:
         """Wait until job ``id`` ends or ``timeout`` seconds pass; what became of it, as
-        :meth:`disquepy.client.Disque.wait` (JOBSTATUS on the creating node, every node
-        while that one is unreachable or does not know the job), from the nodes'
-        JOBSTATUS answers alone (no dead-letter lookup, no body)."""
-        prefix = job_node_prefix(id)
-        deadline = time.monotonic() + timeout
+        :meth:`disquepy.client.Disque.wait` (the same lookup: JOBSTATUS on the creating
+        node, every node while that one is unreachable or does not know the job; a
+        failed job's dead letter, a live job's body)."""
         await self._ensure()
-        st = JobStatus(id, "unknown", detail="no node answered")
-        for attempt in range(1_000_000):  # bounded by the deadline long before this
-            owner = self.topology.address_of(prefix)
-            known: dict[str, dict] = {}
-            if owner is not None:
-                known = await self._jobstatus_on([owner], id)
-            if not known:  # the creating node is down or does not know it: ask all
-                others = [(n.host, n.port) for n in self.topology.nodes.values()
-                          if (n.host, n.port) != owner]
-                known = await self._jobstatus_on(others or [self._addr], id)
-            if known:
-                st, _ = status_from(id, known)
-            left = deadline - time.monotonic()
-            if st.finished or left <= 0:
-                return st
-            await asyncio.sleep(min(wait_backoff(attempt), left))
-        return st
+        return await arun(self, wait_plan(self.topology, id, timeout))
 
-    async def _jobstatus_on(self, addrs: list, id: str) -> dict[str, dict]:
-        known: dict[str, dict] = {}
-        for addr in addrs:
-            try:
-                r = await self._client_for(addr).execute_command("JOBSTATUS", id)
-            except rexc.ResponseError:  # NOJOB there
-                continue
-            except _NET_ERRORS as e:
-                log.debug("wait: %s unreachable: %s", fmt_addr(addr), e)
-                continue
-            known[fmt_addr(addr)] = {k.decode(): v for k, v in zip(r[::2], r[1::2],
-                                                                   strict=True)}
-        return known
+    async def status(self, id: str) -> JobStatus:
+        """What became of job ``id``, as :meth:`disquepy.client.Disque.status`."""
+        await self._ensure()
+        return await arun(self, status_plan(self.topology, id))
+
+    async def cancel(self, id: str) -> CancelResult:
+        """Cancel job ``id`` if it is queued, scheduled or retrying, as
+        :meth:`disquepy.client.Disque.cancel`."""
+        await self._ensure()
+        return await arun(self, cancel_plan(self.topology, id))
 
     async def wait_for_ack(self, id: str, timeout: float) -> bool:
         """``True`` once job ``id`` completed; ``False`` if it failed, was cancelled or

@@ -9,21 +9,30 @@ The nodes answer: JOBSTATUS on each (a job's state while it lives, its outcome f
 ``job-outcome-retention`` seconds after, on every node that held a copy) and CANCEL on
 the node that queues it (the server's ``commands/status.py``). A failed job's dead
 letter (the worker's ``*:dead`` queues) is looked up for its ID.
+
+Each lookup is written once, without I/O, as a *plan*: a generator that yields what it
+needs from the cluster (an :class:`Ask` for one command on one node, :data:`HELLO` for
+the cluster's nodes, a :class:`Sleep` between polls) and is sent the answer, or has the
+error thrown in. :func:`run` carries a plan out with the blocking client, :func:`arun`
+with :class:`~disquepy.client.AsyncDisque`, so both clients give the same answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Generator
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as rexc
 
-from ._common import fmt_addr, job_node_prefix, parse_show, wait_backoff
+from ._common import Topology, fmt_addr, job_node_prefix, parse_show, wait_backoff
 from .priority import split
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .aio import AsyncDisque
     from .sync import Disque
 
 STATES = ("queued", "scheduled", "in_progress", "retrying", "completed", "failed",
@@ -113,55 +122,145 @@ def _payload(body: bytes) -> Any:
         return raw.decode("utf-8", "replace")
 
 
+# ---------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One command on one node (``host:port``, no failover); the plan gets its reply,
+    or the error (a ``redis.exceptions.RedisError``) thrown in."""
+
+    addr: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+HELLO = object()  # what a plan yields for the client's HELLO (parsed: ``Hello``)
+MAX_STEPS = 1_000_000  # what a plan may ask, at most (each plan bounds itself first)
+
+T = TypeVar("T")
+Plan = Generator[Any, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    value: Any
+
+
+def _advance(plan: Plan[T], value: Any, error: BaseException | None) -> Any:
+    """The plan's next need, given the last answer (or error); ``_Done`` at its end."""
+    try:
+        return plan.send(value) if error is None else plan.throw(error)
+    except StopIteration as done:
+        return _Done(done.value)
+
+
+def run(client: Disque, plan: Plan[T]) -> T:
+    """Carry ``plan`` out with the blocking client."""
+    value: Any = None
+    error: BaseException | None = None
+    for _ in range(MAX_STEPS):
+        need = _advance(plan, value, error)
+        if isinstance(need, _Done):
+            return need.value
+        value, error = None, None
+        try:
+            if isinstance(need, Sleep):
+                time.sleep(need.seconds)
+            elif need is HELLO:
+                value = client.hello()
+            else:
+                value = client.execute_on(need.addr, *need.args)
+        except rexc.RedisError as e:
+            error = e
+    raise RuntimeError("a job status lookup did not finish")
+
+
+async def arun(client: AsyncDisque, plan: Plan[T]) -> T:
+    """Carry ``plan`` out with the asyncio client."""
+    value: Any = None
+    error: BaseException | None = None
+    for _ in range(MAX_STEPS):
+        need = _advance(plan, value, error)
+        if isinstance(need, _Done):
+            return need.value
+        value, error = None, None
+        try:
+            if isinstance(need, Sleep):
+                await asyncio.sleep(need.seconds)
+            elif need is HELLO:
+                value = await client.hello()
+            else:
+                value = await client.execute_on(need.addr, *need.args)
+        except rexc.RedisError as e:
+            error = e
+        except OSError as e:  # the node did not answer (TimeoutError is one)
+            error = rexc.ConnectionError(str(e) or type(e).__name__)
+    raise RuntimeError("a job status lookup did not finish")
+
+
 # ---------------------------------------------------------------------------- gathering
+
+
+def addresses_plan(topology: Topology) -> Plan[list[str]]:
+    """Every node the cluster knows (HELLO), as ``host:port``; the seeds if HELLO fails."""
+    try:
+        hello = yield HELLO
+    except rexc.RedisError:
+        return [fmt_addr(a) for a in topology.seeds]
+    return [n.address for n in hello.nodes if n.host]
 
 
 def node_addresses(client: Disque) -> list[str]:
     """Every node the cluster knows (HELLO), as ``host:port``; the seeds if HELLO fails."""
-    try:
-        return [n.address for n in client.hello().nodes if n.host]
-    except rexc.RedisError:
-        return [fmt_addr(a) for a in client.topology.seeds]
+    return run(client, addresses_plan(client.topology))
 
 
-def _ordered_nodes(client: Disque, job_id: str) -> list[str]:
-    nodes = node_addresses(client)
-    owner = client.topology.address_of(job_node_prefix(job_id))
+def _ordered_plan(topology: Topology, job_id: str) -> Plan[list[str]]:
+    nodes = yield from addresses_plan(topology)
+    owner = topology.address_of(job_node_prefix(job_id))
     if owner is not None and fmt_addr(owner) in nodes:
         nodes.remove(fmt_addr(owner))
         nodes.insert(0, fmt_addr(owner))
     return nodes
 
 
-def _shows(client: Disque, job_id: str) -> tuple[dict[str, dict], list[str]]:
-    """SHOW on every node: ({address: fields} of the copies, unreachable addresses)."""
-    copies: dict[str, dict] = {}
-    down: list[str] = []
-    for addr in _ordered_nodes(client, job_id):
-        try:
-            s = parse_show(client.execute_on(addr, "SHOW", job_id))
-        except rexc.RedisError:
-            down.append(addr)
-            continue
-        if s is not None:
-            copies[addr] = s
-    return copies, down
+def queues_plan(addr: str) -> Plan[list[str]]:
+    """Every queue of one node (QSCAN's cursor loop there), sorted, without repeats."""
+    out: list[str] = []
+    cursor = 0
+    for _ in range(10000):  # bounded: QSCAN returns 0 when done
+        reply = yield Ask(addr, ("QSCAN", cursor, "COUNT", 1000))
+        cursor = int(reply[0])
+        out.extend(q.decode("utf-8", "surrogateescape") for q in reply[1])
+        if cursor == 0:
+            break
+    return sorted(set(out))
 
 
-def find_dead_letter(client: Disque, job_id: str, queue: str | None = None):
+def node_queues(client: Disque, addr: str) -> list[str]:
+    """Every queue of one node (QSCAN's cursor loop there), sorted, without repeats."""
+    return run(client, queues_plan(addr))
+
+
+def dead_letter_plan(topology: Topology, job_id: str, queue: str | None = None) -> Plan[Any]:
     """The dead letter of ``job_id`` (:class:`~disquepy.worker.deadletter.DeadLetter`) on
     any node, looking in ``queue``'s dead-letter queue (every ``*:dead`` queue if
     ``None``); ``None`` if there is none."""
     from ..worker.deadletter import parse_dead_letter
 
-    for addr in node_addresses(client):
+    for addr in (yield from addresses_plan(topology)):
         try:
             if queue is not None:  # a priority worker uses the logical queue's
-                dqs = dict.fromkeys([split(queue)[0] + DEAD_SUFFIX, queue + DEAD_SUFFIX])
+                dqs = list(dict.fromkeys([split(queue)[0] + DEAD_SUFFIX, queue + DEAD_SUFFIX]))
             else:
-                dqs = [q for q in node_queues(client, addr) if q.endswith(DEAD_SUFFIX)]
+                dqs = [q for q in (yield from queues_plan(addr)) if q.endswith(DEAD_SUFFIX)]
             for dq in dqs:
-                for item in client.execute_on(addr, "QPEEK", dq, DEAD_SCAN_LIMIT) or []:
+                for item in (yield Ask(addr, ("QPEEK", dq, DEAD_SCAN_LIMIT))) or []:
                     dl = parse_dead_letter(item[1].decode("ascii", "replace"), dq, item[2])
                     if dl is not None and (dl.original_id == job_id or dl.id == job_id):
                         return dl
@@ -170,17 +269,9 @@ def find_dead_letter(client: Disque, job_id: str, queue: str | None = None):
     return None
 
 
-def node_queues(client: Disque, addr: str) -> list[str]:
-    """Every queue of one node (QSCAN's cursor loop there), sorted, without repeats."""
-    out: list[str] = []
-    cursor = 0
-    for _ in range(10000):  # bounded: QSCAN returns 0 when done
-        reply = client.execute_on(addr, "QSCAN", cursor, "COUNT", 1000)
-        cursor = int(reply[0])
-        out.extend(q.decode("utf-8", "surrogateescape") for q in reply[1])
-        if cursor == 0:
-            break
-    return sorted(set(out))
+def find_dead_letter(client: Disque, job_id: str, queue: str | None = None):
+    """The dead letter of ``job_id`` on any node (see :func:`dead_letter_plan`)."""
+    return run(client, dead_letter_plan(client.topology, job_id, queue))
 
 
 # ---------------------------------------------------------------------------- status
@@ -189,20 +280,24 @@ FINAL = ("failed", "cancelled", "completed", "expired")  # which one wins if cop
 LIVE = ("in_progress", "retrying", "queued", "scheduled")  # a copy that knows more first
 
 
-def _statuses(client: Disque, job_id: str) -> tuple[dict[str, dict], list[str]]:
+def _fields(r: list) -> dict:
+    return {k.decode(): v for k, v in zip(r[::2], r[1::2], strict=True)}
+
+
+def _statuses_plan(topology: Topology, job_id: str) -> Plan[tuple[dict[str, dict], list[str]]]:
     """JOBSTATUS on every node, the creating node first: ({address: fields} of the nodes
     that know the job, unreachable addresses)."""
     known: dict[str, dict] = {}
     down: list[str] = []
-    for addr in _ordered_nodes(client, job_id):
+    for addr in (yield from _ordered_plan(topology, job_id)):
         try:
-            r = client.execute_on(addr, "JOBSTATUS", job_id)
+            r = yield Ask(addr, ("JOBSTATUS", job_id))
         except rexc.ResponseError:  # NOJOB: this node knows nothing of it
             continue
         except rexc.RedisError:
             down.append(addr)
             continue
-        known[addr] = {k.decode(): v for k, v in zip(r[::2], r[1::2], strict=True)}
+        known[addr] = _fields(r)
     return known, down
 
 
@@ -224,7 +319,7 @@ def status_from(job_id: str, known: dict[str, dict]) -> tuple[JobStatus, str]:
     one): an outcome on any node wins (failed, cancelled, completed, expired), else the
     copy that knows most (in progress, retrying, queued, scheduled); copies that only
     hold it (``active``) mean a worker has it on a node that did not answer, or it is
-    queued there. No dead-letter lookup, no body (see :func:`job_status`). Returns the
+    queued there. No dead-letter lookup, no body (see :func:`status_plan`). Returns the
     status and the address of the node whose answer it is."""
     states = {f["state"].decode(): addr for addr, f in known.items()}
     status = next((s for s in FINAL if s in states), None) \
@@ -250,13 +345,13 @@ def status_from(job_id: str, known: dict[str, dict]) -> tuple[JobStatus, str]:
     return st, addr
 
 
-def job_status(client: Disque, job_id: str) -> JobStatus:
+def status_plan(topology: Topology, job_id: str) -> Plan[JobStatus]:
     """The status of ``job_id`` from JOBSTATUS on every node (see the server's
     ``commands/status.py`` and :func:`status_from`), with a failed job's dead letter
     and a live job's body, TTL, retry and delay."""
-    known, down = _statuses(client, job_id)
+    known, down = yield from _statuses_plan(topology, job_id)
     if not known:
-        owner = client.topology.address_of(job_node_prefix(job_id))
+        owner = topology.address_of(job_node_prefix(job_id))
         why = ("its creating node is unreachable" if owner is not None and fmt_addr(owner)
                in down else "no node knows it (never created, or its outcome's "
                "retention ended)")
@@ -264,12 +359,12 @@ def job_status(client: Disque, job_id: str) -> JobStatus:
     st, addr = status_from(job_id, known)
     status, queue = st.status, _text(known[addr].get("queue"))
     if status == "failed":
-        dl = find_dead_letter(client, job_id, queue)
+        dl = yield from dead_letter_plan(topology, job_id, queue)
         if dl is not None:
             st.dead_letter_id = dl.id
     if status in LIVE or status == "in_progress":
         try:
-            s = parse_show(client.execute_on(addr, "SHOW", job_id))
+            s = parse_show((yield Ask(addr, ("SHOW", job_id))))
         except rexc.RedisError:
             s = None
         if s is not None:
@@ -278,16 +373,16 @@ def job_status(client: Disque, job_id: str) -> JobStatus:
     return st
 
 
+def job_status(client: Disque, job_id: str) -> JobStatus:
+    return run(client, status_plan(client.topology, job_id))
+
+
 # ---------------------------------------------------------------------------- wait
 
 
-def _fields(r: list) -> dict:
-    return {k.decode(): v for k, v in zip(r[::2], r[1::2], strict=True)}
-
-
-def wait_job(client: Disque, job_id: str, timeout: float) -> JobStatus:
+def wait_plan(topology: Topology, job_id: str, timeout: float) -> Plan[JobStatus]:
     """Wait until ``job_id`` ends (completed, failed, cancelled or expired) or
-    ``timeout`` seconds pass; its :func:`job_status` then (at the timeout: its status
+    ``timeout`` seconds pass; its :func:`status_plan` then (at the timeout: its status
     then, ``queued``, ``in_progress``, ... or ``unknown``).
 
     Polls JOBSTATUS on the node that created the job (every copy records the outcome,
@@ -296,38 +391,40 @@ def wait_job(client: Disque, job_id: str, timeout: float) -> JobStatus:
     deadline = time.monotonic() + timeout
     prefix = job_node_prefix(job_id)
     for attempt in range(1_000_000):  # bounded by the deadline long before this
-        owner = client.topology.address_of(prefix)
-        ended = False
+        owner = topology.address_of(prefix)
         try:
             if owner is None:
                 raise rexc.ConnectionError("creating node unknown")
-            f = _fields(client.execute_on(fmt_addr(owner), "JOBSTATUS", job_id))
+            f = _fields((yield Ask(fmt_addr(owner), ("JOBSTATUS", job_id))))
             ended = f["state"].decode() in FINAL
-        except rexc.ResponseError:  # NOJOB: never created, or retention 0
-            ended = job_status(client, job_id).status in FINAL
-        except rexc.RedisError:  # the creating node is down: the copies may know
-            ended = job_status(client, job_id).status in FINAL
+        except rexc.RedisError:  # NOJOB (never created, retention 0) or the creating
+            known, _ = yield from _statuses_plan(topology, job_id)  # node is down:
+            ended = bool(known) and status_from(job_id, known)[0].status in FINAL  # copies
         left = deadline - time.monotonic()
         if ended or left <= 0:
             break
-        time.sleep(min(wait_backoff(attempt), left))
-    return job_status(client, job_id)
+        yield Sleep(min(wait_backoff(attempt), left))
+    return (yield from status_plan(topology, job_id))
+
+
+def wait_job(client: Disque, job_id: str, timeout: float) -> JobStatus:
+    return run(client, wait_plan(client.topology, job_id, timeout))
 
 
 # ---------------------------------------------------------------------------- cancel
 
 
-def cancel_job(client: Disque, job_id: str) -> CancelResult:
+def cancel_plan(topology: Topology, job_id: str) -> Plan[CancelResult]:
     """Cancel a queued, scheduled or retrying job with the server's CANCEL, on the node
     that queues it (it ends as ``cancelled`` on every copy). A job a worker holds, or one
     that ended, is not cancelled, and ``reason`` says why (the node's own words)."""
-    known, down = _statuses(client, job_id)
+    known, down = yield from _statuses_plan(topology, job_id)
     reason = ""
     for addr, f in known.items():
         if f["state"] == b"active":  # a copy: the job is queued or worked on elsewhere
             continue
         try:
-            client.execute_on(addr, "CANCEL", job_id)
+            yield Ask(addr, ("CANCEL", job_id))
         except rexc.ResponseError as e:
             reason = str(e)
             continue
@@ -337,7 +434,7 @@ def cancel_job(client: Disque, job_id: str) -> CancelResult:
         queue = _text(f.get("queue"))
         logical, prio = split(queue) if queue else (None, None)
         return CancelResult(job_id, True, "cancelled", "", sorted(known), down, logical, prio)
-    st = job_status(client, job_id)
+    st = yield from status_plan(topology, job_id)
     if st.status == "cancelled":  # cancelling twice is not an error
         return CancelResult(job_id, True, "cancelled", "already cancelled", st.nodes, down,
                             st.queue, st.priority)
@@ -347,3 +444,6 @@ def cancel_job(client: Disque, job_id: str) -> CancelResult:
     return CancelResult(job_id, False, st.status, reason, st.nodes, down, st.queue,
                         st.priority)
 
+
+def cancel_job(client: Disque, job_id: str) -> CancelResult:
+    return run(client, cancel_plan(client.topology, job_id))
