@@ -217,9 +217,10 @@ def test_overview_shows_consumer_groups(browser, web, http, dq, tmp_path):
     cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     assert cells[:2] == ["signups", "mail"]
     assert cells[2].endswith("3 / 10") and cells[3:5] == ["5", "2"]
-    assert cells[5].endswith("s") and cells[6] == "0"  # oldest in progress: seconds
+    assert cells[5].endswith("s") and cells[6] == "0"  # oldest not done: seconds
     audit = browser.find_element(By.CSS_SELECTOR, '#groups-table tr[data-group="audit"]')
-    assert "10 / 10" in audit.text
+    acells = [td.text for td in audit.find_elements(By.TAG_NAME, "td")]
+    assert acells[2].endswith("10 / 10") and acells[5] == "–"  # all done: none
     widths = browser.execute_script(
         "return [...document.querySelectorAll('#groups-table tr[data-group=\"mail\"] .bar span')]"
         ".map(s => s.style.width)")

@@ -342,8 +342,9 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
     @app.get("/groups", tags=["groups"])
     def groups() -> list[dict]:
         """Consumer groups (QADD/QGET) by event queue and group: events by state, lag
-        (waiting to be delivered), pending (leased, not acknowledged), the oldest pending
-        event's age in seconds, dead letters and the consumers waiting in QNOTIFY."""
+        (waiting to be delivered), pending (leased, not acknowledged), the age in seconds
+        of the oldest event the group has not done, dead letters and the consumers
+        waiting in QNOTIFY."""
         return view.groups()
 
     def _pause(name: str, flag: str) -> dict:

@@ -245,15 +245,15 @@ class ClusterView:
                 e = out.get((q, g))
                 if e is None:
                     e = out[(q, g)] = {"queue": q, "group": g, "nodes": 0, "consumers": 0,
-                                       "oldest_pending_age": None,
+                                       "oldest_not_done_age": None,
                                        **dict.fromkeys(GROUP_COUNTS, 0)}
                 e["nodes"] += 1
                 e["consumers"] += st.get("consumers", 0)
                 if st.get("total", 0) >= e["total"]:  # the fullest view of the queue
                     e.update((k, st.get(k, 0)) for k in GROUP_COUNTS)
-                if st.get("pending") and "oldest-pending-ms" in st:
-                    age = st["oldest-pending-ms"] / 1000
-                    e["oldest_pending_age"] = max(e["oldest_pending_age"] or 0.0, age)
+                if (st.get("lag") or st.get("pending")) and "oldest-pending-ms" in st:
+                    age = st["oldest-pending-ms"] / 1000  # waiting or in progress
+                    e["oldest_not_done_age"] = max(e["oldest_not_done_age"] or 0.0, age)
         return [out[k] for k in sorted(out)]
 
     def overview(self) -> dict:

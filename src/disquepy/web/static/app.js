@@ -140,7 +140,7 @@ function renderGroups(groups) {
       <td><div class="depth"><div class="bar">${seg("g-done", g.done)}${seg("g-pending", g.pending)}${seg("g-lag", g.lag)}</div>
         <span class="n wide">${num(g.done)} / ${num(g.total)}</span></div></td>
       <td class="num">${num(g.lag)}</td><td class="num">${num(g.pending)}</td>
-      <td class="num">${dur(g.oldest_pending_age)}</td><td class="num">${num(g.dead)}</td>
+      <td class="num">${dur(g.oldest_not_done_age)}</td><td class="num">${num(g.dead)}</td>
       <td class="num">${num(g.consumers)}</td></tr>`;
   }).join("");
 }
