@@ -397,9 +397,11 @@ def wait_plan(topology: Topology, job_id: str, timeout: float) -> Plan[JobStatus
                 raise rexc.ConnectionError("creating node unknown")
             f = _fields((yield Ask(fmt_addr(owner), ("JOBSTATUS", job_id))))
             ended = f["state"].decode() in FINAL
-        except rexc.RedisError:  # NOJOB (never created, retention 0) or the creating
-            known, _ = yield from _statuses_plan(topology, job_id)  # node is down:
-            ended = bool(known) and status_from(job_id, known)[0].status in FINAL  # copies
+        except rexc.RedisError:
+            # NOJOB there (never created, retention 0) or the creating node is down:
+            # the copies tell
+            known, _ = yield from _statuses_plan(topology, job_id)
+            ended = bool(known) and status_from(job_id, known)[0].status in FINAL
         left = deadline - time.monotonic()
         if ended or left <= 0:
             break
