@@ -76,6 +76,19 @@ async def _conns(ports: list[int], n: int) -> list[Conn]:
     return await asyncio.gather(*(Conn.open(ports[i % len(ports)]) for i in range(n)))
 
 
+async def _timed(links: list[Conn], runs, expected: int, what: str) -> float:
+    """Run one coroutine per connection (each returns how many it did) and close them:
+    the total per second; a shortfall is said."""
+    t = time.perf_counter()
+    done = sum(await asyncio.gather(*runs))
+    dt = time.perf_counter() - t
+    for c in links:
+        c.close()
+    if done != expected:
+        print(f"problem: {done} {what}, expected {expected}")
+    return done / dt
+
+
 async def _produce(ports: list[int], conns: int, total: int, request: bytes) -> float:
     links = await _conns(ports, conns)
     per = total // conns
@@ -87,14 +100,7 @@ async def _produce(ports: list[int], conns: int, total: int, request: bytes) -> 
             ok += not isinstance(r, hiredis.ReplyError)
         return ok
 
-    t = time.perf_counter()
-    ok = sum(await asyncio.gather(*(one(c) for c in links)))
-    dt = time.perf_counter() - t
-    for c in links:
-        c.close()
-    if ok != per * conns:
-        print(f"problem: {ok} of {per * conns} requests succeeded")
-    return ok / dt
+    return await _timed(links, [one(c) for c in links], per * conns, "requests succeeded")
 
 
 async def _consume_groups(ports: list[int], n: int) -> float:
@@ -110,14 +116,8 @@ async def _consume_groups(ports: list[int], n: int) -> float:
             await c.call(cmd("QACK", "cq", group, e[0]))
             got += 1
 
-    t = time.perf_counter()
-    got = sum(await asyncio.gather(*(one(c, f"g{i // 2}") for i, c in enumerate(links))))
-    dt = time.perf_counter() - t
-    for c in links:
-        c.close()
-    if got != n * GROUPS:
-        print(f"problem: {got} deliveries, expected {n * GROUPS}")
-    return got / dt
+    return await _timed(links, [one(c, f"g{i // 2}") for i, c in enumerate(links)],
+                        n * GROUPS, "deliveries")
 
 
 async def _consume_jobs(ports: list[int], n: int) -> float:
@@ -138,14 +138,7 @@ async def _consume_jobs(ports: list[int], n: int) -> float:
             got += 1
         return got
 
-    t = time.perf_counter()
-    got = sum(await asyncio.gather(*(one(c) for c in links)))
-    dt = time.perf_counter() - t
-    for c in links:
-        c.close()
-    if got != n:
-        print(f"problem: {got} jobs consumed, expected {n}")
-    return got / dt
+    return await _timed(links, [one(c) for c in links], n, "jobs consumed")
 
 
 async def _notify_latency(a: int, b: int, samples: int) -> list[float]:
