@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..codec import resp
 from . import errors
@@ -252,6 +252,21 @@ class GroupStats:
                 (b"consumers", self.consumers), (b"dead", self.dead),
                 (b"lag", self.available + self.redo), (b"pending", self.inprogress),
                 (b"oldest-pending-ms", max(0, now - self.oldest) if self.oldest else 0)]
+
+
+_K = TypeVar("_K")
+_SHARED_MAX = 4096  # values kept per table of shared values (it starts over when full)
+
+
+def _shared(table: dict[_K, _K], value: _K) -> _K:
+    """The one object kept in ``table`` equal to ``value`` (``value`` itself the first
+    time), so that many events share it."""
+    v = table.get(value)
+    if v is None:
+        if len(table) >= _SHARED_MAX:
+            table.clear()
+        v = table[value] = value
+    return v
 
 
 def event_reply(eid: bytes, body: bytes, deliveries: int, counters: bool) -> bytes:
@@ -572,21 +587,11 @@ class Groups:
 
     def intern(self, name: bytes) -> bytes:
         """One object per group name (events hold a claim per group)."""
-        v = self._names.get(name)
-        if v is None:
-            if len(self._names) >= 4096:
-                self._names.clear()
-            v = self._names[name] = name
-        return v
+        return _shared(self._names, name)
 
     def _nodes(self, t: tuple[str, ...]) -> tuple[str, ...]:
         """One tuple per distinct list of holders."""
-        v = self._holders.get(t)
-        if v is None:
-            if len(self._holders) >= 4096:
-                self._holders.clear()
-            v = self._holders[t] = t
-        return v
+        return _shared(self._holders, t)
 
     # ------------------------------------------------------------ availability
     def _cursor(self, q: EQueue, group: bytes) -> Cursor:
