@@ -16,7 +16,7 @@ STAMP := $(VENV)/.installed
 # mypyc, rebuilt when their sources change. Here a mypyc failure is an error
 # (DISQUEPY_REQUIRE_MYPYC); a plain `pip install` without a compiler goes on interpreted.
 EXT := $(VENV)/.ext-built
-EXT_SRC := src/disquepy/codec/_creader.c src/disquepy/server/_ctls.c src/disquepy/codec/resp.py setup.py \
+EXT_SRC := src/disquepy/codec/_creader.c src/disquepy/codec/resp.py setup.py \
 	$(wildcard src/disquepy/core/*.py src/disquepy/core/commands/*.py)
 export DISQUEPY_REQUIRE_MYPYC ?= 1
 COMPAT := .venv-compat
@@ -54,14 +54,13 @@ $(COMPAT)/.installed:
 	$(COMPAT)/bin/pip install -q 'redis==3.5.3' 'pydisque==0.1.5'
 	touch $@
 
-# a C compiler and Python's headers build the request reader (codec/_creader.c), and
-# OpenSSL's headers the TLS record layer (server/_ctls.c)
+# a C compiler and Python's headers build the request reader (codec/_creader.c)
 builddeps:
-	@command -v cc >/dev/null && [ -e /usr/include/openssl/ssl.h ] && $(PY) -c "import os, sys, sysconfig; \
+	@command -v cc >/dev/null && $(PY) -c "import os, sys, sysconfig; \
 	  sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
 	|| { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev libssl-dev >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc python3-dev >/dev/null; }
 
 deps:
 	@command -v redis-cli >/dev/null && command -v redis-server >/dev/null \
@@ -119,7 +118,7 @@ bench: $(STAMP) $(EXT) deps
 clean:
 	rm -rf $(VENV) $(COMPAT) bench/loadgen build
 	rm -f src/disquepy/codec/_creader.*.so src/disquepy/*.so src/disquepy/_mypyc_sources.txt
-	find src/disquepy/core src/disquepy/codec src/disquepy/server -name '*.so' -delete
+	find src/disquepy/core src/disquepy/codec -name '*.so' -delete
 
 # Real-process fault suite (docs/RELIABILITY.md): 3 seeded runs x 60 s of faults on a
 # 5-node cluster behind the bus proxy, jobs and 2 consumer groups; summary in

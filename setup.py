@@ -4,9 +4,6 @@ Python and behaves the same, only slower.
 
 - ``disquepy.codec._creader``, the client request reader (C). Without it the server uses
   the hiredis-backed reader, with the same results.
-- ``disquepy.server._ctls``, the TLS record layer of client connections (C, on OpenSSL:
-  needs its headers, Debian's libssl-dev). Without it TLS goes through ``ssl.SSLObject``,
-  with the same results, slower.
 - The hot path compiled with mypyc (``MYPYC_MODULES``): the same ``.py`` files, which stay
   beside their extension modules. ``DISQUEPY_INTERPRETED=1`` at run time imports the
   ``.py`` files instead (see ``disquepy/__init__.py``). mypyc needs mypy (a build
@@ -134,7 +131,7 @@ class BuildExt(build_ext):
         manifest = os.path.join(os.path.dirname(self.get_ext_fullpath("disquepy.x")), MANIFEST)
         if os.path.exists(manifest):
             os.remove(manifest)
-        mypyc = [e for e in self.extensions if e.name not in C_EXTENSIONS]
+        mypyc = [e for e in self.extensions if e.name != "disquepy.codec._creader"]
         if not mypyc:  # not compiled this time: no module of an earlier build may remain
             self.remove(self.mypyc_outputs())
             saved, self.inplace = self.inplace, 0  # and none in build/ to be installed
@@ -161,18 +158,11 @@ class BuildExt(build_ext):
                 os.remove(path)
 
 
-C_EXTENSIONS = {
-    "disquepy.codec._creader": Extension(
-        "disquepy.codec._creader", sources=["src/disquepy/codec/_creader.c"],
-        extra_compile_args=FLAGS, optional=True),
-}
-# it reads the first fields of _ssl's objects, known for these versions (see the source)
-if sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 13):
-    C_EXTENSIONS["disquepy.server._ctls"] = Extension(
-        "disquepy.server._ctls", sources=["src/disquepy/server/_ctls.c"],
-        libraries=["ssl", "crypto"], extra_compile_args=FLAGS, optional=True)
-
 setup(
-    ext_modules=[*C_EXTENSIONS.values(), *mypyc_extensions()],
+    ext_modules=[
+        Extension("disquepy.codec._creader", sources=["src/disquepy/codec/_creader.c"],
+                  extra_compile_args=FLAGS, optional=True),
+        *mypyc_extensions(),
+    ],
     cmdclass={"build_ext": BuildExt},
 )

@@ -38,25 +38,16 @@ def tls_client(ca: CA, port: int, cert: tuple[str, str] | None, **kw) -> redis.R
                        ssl_keyfile=cert and cert[1], **kw)
 
 
-# the record layer of established connections: C (server/_ctls.c, built by make) or
-# the ssl.SSLObject path kept for where it cannot be built; both must behave the same
-RECORD_LAYERS = {"c": ({}, "in C (server/_ctls.c)"),
-                 "python": ({"DISQUEPY_PURE_TLS": "1"}, "through ssl.SSLObject")}
-
-
-def start_tls_node(server_factory, ca, tls_port, layer):
-    env, said = RECORD_LAYERS[layer]
-    s = server_factory(*tls_args(ca, "node", tls_port), env=env)
+def start_tls_node(server_factory, ca, tls_port):
+    s = server_factory(*tls_args(ca, "node", tls_port))
     wait_for(lambda: f"ready to accept TLS connections on port {tls_port}" in s.log(),
              what="the TLS listener")
-    assert f"TLS records of client connections: {said}" in s.log()
     return s
 
 
-@pytest.mark.parametrize("layer", RECORD_LAYERS)
-def test_tls_and_plain_clients_side_by_side(server_factory, ca, layer):
+def test_tls_and_plain_clients_side_by_side(server_factory, ca):
     tls_port = free_port()
-    s = start_tls_node(server_factory, ca, tls_port, layer)
+    s = start_tls_node(server_factory, ca, tls_port)
     crt, key = ca.issue("app")
     stop = threading.Event()
     plain_ids: list[str] = []
@@ -105,12 +96,11 @@ def test_client_without_certificate_refused_under_tls_auth_clients_yes(server_fa
                     protocol=2).ping()
 
 
-@pytest.mark.parametrize("layer", RECORD_LAYERS)
-def test_big_requests_and_long_pipelines_over_tls(server_factory, ca, layer):
+def test_big_requests_and_long_pipelines_over_tls(server_factory, ca):
     """Records split across reads, a pipeline long enough to pause reading, a body of
     several TLS records: every reply arrives, in order."""
     tls_port = free_port()
-    start_tls_node(server_factory, ca, tls_port, layer)
+    start_tls_node(server_factory, ca, tls_port)
     c = tls_client(ca, tls_port, ca.issue("app"))
     big = b"x" * (3 << 20)
     jid = c.execute_command("ADDJOB", "big", big, 0)
@@ -163,15 +153,13 @@ class RawTlsClient:
             return True
 
 
-@pytest.mark.parametrize("layer", RECORD_LAYERS)
 @pytest.mark.parametrize("forgery", ["flipped bit", "garbage", "oversized record"])
-def test_forged_records_close_the_connection_and_nothing_else(server_factory, ca, layer,
-                                                              forgery):
+def test_forged_records_close_the_connection_and_nothing_else(server_factory, ca, forgery):
     """After a good handshake, a record that does not authenticate, bytes that are not a
     record, or a record over TLS's 16 KiB limit: the connection is closed and logged,
     the node and its jobs are unharmed."""
     tls_port = free_port()
-    s = start_tls_node(server_factory, ca, tls_port, layer)
+    s = start_tls_node(server_factory, ca, tls_port)
     s.client().execute_command("CONFIG", "SET", "loglevel", "verbose")
     c = RawTlsClient(ca, tls_port)
     jid = c.request(b"ADDJOB q before 0\r\n").strip()[1:]

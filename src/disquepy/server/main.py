@@ -335,9 +335,6 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     for port, ctx in listeners:
         log.info("The server is now ready to accept %sconnections on port %d",
                  "TLS " if ctx else "", port)
-    if cfg.tls_port:
-        log.info("TLS records of client connections: %s", "in C (server/_ctls.c)"
-                    if tls.C_RECORDS is not None else "through ssl.SSLObject")
     if cfg.unixsocket:
         log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
     driver.start_gc_policy()

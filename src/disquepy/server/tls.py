@@ -14,7 +14,6 @@ versions, ``tls-ciphers`` sets the TLSv1.2 cipher list.
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
 
 from ..core.config import Config
@@ -127,43 +126,22 @@ HANDSHAKE_TIMEOUT = 10.0
 READ_SIZE = 16384
 
 
-def _c_records():
-    """The C record layer (server/_ctls.c) where it was built and runs on the OpenSSL
-    of Python's ssl module; None otherwise, or with DISQUEPY_PURE_TLS=1 (the Python
-    path: the same results, slower)."""
-    if os.environ.get("DISQUEPY_PURE_TLS") == "1":
-        return None
-    try:
-        from . import _ctls
-    except ImportError:
-        return None
-    if _ctls.openssl_version_number() != ssl.OPENSSL_VERSION_NUMBER:
-        return None
-    return _ctls
-
-
-C_RECORDS = _c_records()
-
-
 class TlsServerProtocol:
     """TLS for one client connection, as a transport to the connection's own protocol.
 
     asyncio's and uvloop's TLS transports cost about 85 us of server CPU per small
     request and reply (bench/tls.py: ``SSLObject.read`` of 256 KiB per read, an mmap,
-    mremap and munmap each, then reads until ``SSLWantReadError``); this one drives
-    OpenSSL over memory BIOs directly. ``ssl.SSLObject`` does the handshake, the
-    certificate checks and the close; once the connection is established, the
-    requests and replies go through the C record layer (``_ctls.Records``: one call
-    decrypts what arrived, one encrypts a reply) or, without it, through the
-    ``SSLObject``'s C object, one read per record. It offers the transport calls
-    ``ClientProtocol`` uses (write, close, abort, pause/resume_reading,
-    get_write_buffer_size, get_extra_info) and forwards pause/resume_writing. A failed
-    handshake is logged (rate-limited) and the connection closed; the protocol sees a
-    connection only once it is authenticated.
+    mremap and munmap each, then reads until ``SSLWantReadError``); this one drives the
+    ``SSLObject``'s C object over memory BIOs directly: one read per record, stopping
+    when nothing is pending, each reply encrypted and handed to the socket in the same
+    call. It offers the transport calls ``ClientProtocol`` uses (write, close, abort,
+    pause/resume_reading, get_write_buffer_size, get_extra_info) and forwards
+    pause/resume_writing. A failed handshake is logged (rate-limited) and the connection
+    closed; the protocol sees a connection only once it is authenticated.
     """
 
     __slots__ = ("ctx", "make_app", "loop", "refusals", "raw", "app", "sslobj", "tls",
-                 "records", "incoming", "outgoing", "timer", "paused", "closed")
+                 "incoming", "outgoing", "timer", "paused", "closed")
 
     def __init__(self, ctx: ssl.SSLContext, make_app, loop, refusals) -> None:
         self.ctx = ctx
@@ -174,7 +152,6 @@ class TlsServerProtocol:
         self.app = None
         self.sslobj = None  # the ssl.SSLObject (handshake, certificates, unwrap)
         self.tls = None  # its C object: read, write and pending without a Python frame
-        self.records = None  # _ctls.Records once established, where there is one
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
         self.timer = None
@@ -191,9 +168,6 @@ class TlsServerProtocol:
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
-            return
-        if self.records is not None and not self.paused:
-            self._receive(data)
             return
         self.incoming.write(data)
         if self.app is None:
@@ -251,36 +225,12 @@ class TlsServerProtocol:
         self._flush()
         self.timer.cancel()
         self.timer = None
-        if C_RECORDS is not None:
-            try:
-                self.records = C_RECORDS.Records(self.tls, self.incoming, self.outgoing)
-            except (TypeError, ValueError):  # not the objects it knows: the Python path
-                self.records = None
         self.app = self.make_app()
         self.app.connection_made(self)
         if not self.closed:
             self._read()  # what came with the end of the handshake
 
-    def _receive(self, data: bytes) -> None:
-        """The C record layer: ``data`` decrypted in one call, handed to the app."""
-        records = self.records
-        try:
-            plain = records.receive(data)
-        except OSError as e:  # _ctls.Error
-            self._broken(e)
-            return
-        if plain and self.app is not None:
-            self.app.data_received(plain)
-        if records.eof:  # close_notify, after the requests that came before it
-            self.close()
-        elif not self.closed and self.outgoing.pending:
-            self.raw.write(self.outgoing.read())  # post-handshake messages, key updates
-
     def _read(self) -> None:
-        if self.records is not None:
-            if not self.paused and not self.closed:
-                self._receive(b"")
-            return
         tls, incoming = self.tls, self.incoming
         while not self.paused and not self.closed:
             try:
@@ -300,17 +250,14 @@ class TlsServerProtocol:
                 self.app.data_received(data)
             if not incoming.pending and not tls.pending():
                 break
-        if not self.closed and self.outgoing.pending:
-            self.raw.write(self.outgoing.read())  # post-handshake messages, key updates
+        if not self.closed:
+            self._flush()  # post-handshake messages, key updates
 
     # -- the transport the app sees ----------------------------------------
     def write(self, data: bytes) -> None:
         if self.closed or not data:
             return
         try:
-            if self.records is not None:
-                self.raw.write(self.records.send(data))
-                return
             self.tls.write(data)
         except (ssl.SSLError, OSError) as e:  # after a close_notify, a fatal alert
             self._broken(e)
