@@ -199,12 +199,17 @@ class Fleet:
         raise AssertionError("unreachable")
 
     def cluster(self, kind: str, n: int = 3, extra: list[str] | tuple[str, ...] = (),
-                timeout: float = 30.0) -> list[Server]:
+                timeout: float = 30.0, meet_ports: list[int] | None = None,
+                per_node: list[list[str]] | None = None) -> list[Server]:
         """n nodes joined by CLUSTER MEET; ready when HELLO on each lists n nodes, all
-        with priority 1 (reachable)."""
-        nodes = [self.start(kind, extra) for _ in range(n)]
-        for s in nodes[1:]:
-            nodes[0].call("CLUSTER", "MEET", "127.0.0.1", s.port)
+        with priority 1 (reachable). ``per_node``: arguments of each node on top of
+        ``extra``; ``meet_ports``: the port each is met at (default its port; with
+        ``tls-cluster``, its ``tls-port``)."""
+        nodes = [self.start(kind, [*extra, *(per_node[i] if per_node else [])])
+                 for i in range(n)]
+        ports = meet_ports or [s.port for s in nodes]
+        for port in ports[1:]:
+            nodes[0].call("CLUSTER", "MEET", "127.0.0.1", port)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             hellos = [s.call("HELLO") for s in nodes]

@@ -7,21 +7,21 @@ in flight per connection) over plain TCP and over TLS in alternating rounds on t
 node, TLS handshakes excluded (clients of a job queue keep their connections):
 
 - from a C client, Redis's ``redis-benchmark`` (built with TLS, as Debian's 7.x is),
-  50 connections, counted on the node over a window once all are open. This is the
+  50 connections, counted on the node over 2 s once all are open. This is the
   target row: on 2 cores the client shares the machine with the node, and a C client
   leaves the node the bound, as the ``single`` section's loadgen does.
 - from a uvloop client on 1 and 50 connections, for reference: its own TLS (asyncio's
   SSL transport) costs it about as much CPU as the node's, so these ratios are the
   pair's, not the node's.
 
-With ``--bus`` it also starts two 3-node clusters, one with ``cluster-secret`` and one
-without, and times ADDJOB REPLICATE 3 on each (the handshake is once per link, so they
-should match).
+With ``--bus`` it also starts three 3-node clusters (no secret,
+``cluster-secret``, the bus over mutual TLS) and times ADDJOB REPLICATE 3 on each (the
+secret's handshake is once per link, so the first two should match).
 
 Target (issue #18): TLS ADDJOB throughput >= 0.7x plain in the same run.
 
-    .venv/bin/python bench/tls.py                 # about 30 s
-    .venv/bin/python bench/tls.py --bus           # + the cluster-secret comparison
+    .venv/bin/python bench/tls.py                 # about 45 s
+    .venv/bin/python bench/tls.py --bus           # + the bus: secret, tls-cluster
 """
 
 from __future__ import annotations
@@ -133,8 +133,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="Python-client rounds")
     ap.add_argument("--requests", type=int, default=20000, help="per run (50 conns)")
     ap.add_argument("--c-rounds", type=int, default=5, help="C-client rounds")
-    ap.add_argument("--seconds", type=float, default=1.0, help="C-client window per round")
-    ap.add_argument("--bus", action="store_true", help="also compare cluster-secret on/off")
+    ap.add_argument("--seconds", type=float, default=2.0, help="C-client window per round")
+    ap.add_argument("--bus", action="store_true",
+                    help="also compare clusters: no secret, cluster-secret, tls-cluster")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 round of each")
     a = ap.parse_args()
     if a.quick:
@@ -180,12 +181,12 @@ def main() -> int:
                     rate, cpu = c_client(node, port, extra, a.seconds)
                     rates.append(rate)
                     cpus.append(cpu)
-            ratio = statistics.median(t / p for p, t in zip(plain_r, tls_r, strict=True))
+            rounds = [t / p for p, t in zip(plain_r, tls_r, strict=True)]
+            ratio = statistics.median(rounds)
             print(f"| 50, C client (redis-benchmark) | {statistics.median(plain_r):,.0f} | "
                   f"{statistics.median(tls_r):,.0f} | {ratio:.2f}x | "
                   f"{statistics.median(cpu_p):.1f} / {statistics.median(cpu_t):.1f} | - |")
-            print(f"rounds (TLS / plain): "
-                  f"{', '.join(f'{t / p:.2f}' for p, t in zip(plain_r, tls_r, strict=True))}")
+            print(f"rounds (TLS / plain): {', '.join(f'{r:.2f}' for r in rounds)}")
             print(f"{'PASS' if ratio >= 0.7 else 'FAIL'}: TLS/plain from a C client "
                   f"{ratio:.2f}x (target >= 0.7x)")
             ok = ok and ratio >= 0.7
@@ -196,18 +197,27 @@ def main() -> int:
             ok = False
         if a.bus:
             secret = ["--cluster-secret", "bench-secret-0123456789abcdef"]
+            tls_ports = [free_port() for _ in range(3)]
             sides = {"no secret": fleet.cluster("ours"),
-                     "cluster-secret": fleet.cluster("ours", extra=secret)}
-            print("\n| bus | ADDJOB REPLICATE 3/s, 50 conns |\n|---|---|")
-            reps: dict[str, list[float]] = {k: [] for k in sides}
+                     "cluster-secret": fleet.cluster("ours", extra=secret),
+                     "tls-cluster (mutual TLS)": fleet.cluster(
+                         "ours", extra=["--tls-cert-file", crt, "--tls-key-file", key,
+                                        "--tls-ca-cert-file", str(ca.cert_path),
+                                        "--tls-cluster", "yes"],
+                         per_node=[["--tls-port", str(p)] for p in tls_ports],
+                         meet_ports=tls_ports)}
+            print("\n| bus | ADDJOB REPLICATE 3/s, 50 conns | CPU µs/job, 3 nodes |\n|---|---|---|")
+            reps: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
             for _ in range(a.rounds):
                 for k, nodes in sides.items():
                     for s in nodes:
                         s.flush()
-                    reps[k].append(run(nodes[0].port, None, 50, a.requests // 4,
-                                       CMD_R3)["ops_per_sec"])
+                    r = run(nodes[0].port, None, 50, a.requests // 4, CMD_R3,
+                            server_cpu=lambda ns=nodes: sum(s.cpu() for s in ns))
+                    reps[k].append((r["ops_per_sec"], r["server_us"]))
             for k, v in reps.items():
-                print(f"| {k} | {statistics.median(v):,.0f} |")
+                print(f"| {k} | {statistics.median(x for x, _ in v):,.0f} | "
+                      f"{statistics.median(c for _, c in v):.0f} |")
     return 0 if ok else 1
 
 
