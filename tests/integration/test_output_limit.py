@@ -78,9 +78,12 @@ def test_config_set_output_limit_applies_at_once(server_factory):
     assert c.execute_command("CONFIG", "SET", "client-output-buffer-limit",
                              "normal 1048576 0 0") == b"OK"
     jid = c.execute_command("ADDJOB", "q", "x" * BODY, 0)
-    n, was_closed = _drain(_flood(srv.port, jid))
-    assert was_closed and n < BODY * SHOWS // 2
+    s = _flood(srv.port, jid)
+    # read only once the node has acted: a reader this fast could otherwise keep
+    # the node's output buffer under the limit, and nothing would be closed
     wait_for(lambda: "output buffer limits" in srv.log(), what="the log line")
+    n, was_closed = _drain(s)
+    assert was_closed and n < BODY * SHOWS // 2, (n, was_closed)
     assert c.execute_command("CONFIG", "SET", "client-output-buffer-limit",
                              "normal 0 0 0") == b"OK"
     n, was_closed = _drain(_flood(srv.port, jid))
