@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tlscerts import CA
 
-from disquepy.server.tls import TlsServerProtocol
+from disquepy.server.tls import TlsBatch, TlsServerProtocol
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,9 @@ class Raw:
     def resume_reading(self) -> None:
         pass
 
+    def get_write_buffer_size(self) -> int:
+        return len(self.sent)
+
 
 class Timer:
     def cancel(self) -> None:
@@ -69,6 +72,28 @@ class Loop:
 
     def call_soon(self, fn, *args):
         fn(*args)
+
+
+class LaterLoop(Loop):
+    """A loop whose call_soon callbacks wait for ``run_soon``, as between iterations."""
+
+    def __init__(self) -> None:
+        self.soon: list = []
+        self.errors: list[dict] = []
+
+    def call_soon(self, fn, *args):
+        self.soon.append((fn, args))
+
+    def run_soon(self) -> int:
+        ran = 0
+        while self.soon and ran < 100:
+            fn, args = self.soon.pop(0)
+            fn(*args)
+            ran += 1
+        return ran
+
+    def call_exception_handler(self, context: dict) -> None:
+        self.errors.append(context)
 
 
 class Refusals:
@@ -102,10 +127,13 @@ class App:
 class Pair:
     """A client SSLObject and a server TlsServerProtocol, handshake done."""
 
-    def __init__(self, contexts, reply: bytes = b"") -> None:
+    def __init__(self, contexts, reply: bytes = b"", app=None, loop=None,
+                 batch=None) -> None:
         sctx, cctx = contexts
-        self.raw, self.app, self.refusals = Raw(), App(reply), Refusals()
-        self.server = TlsServerProtocol(sctx, lambda: self.app, Loop(), self.refusals)
+        self.raw, self.app, self.refusals = Raw(), app or App(reply), Refusals()
+        loop = loop or Loop()
+        self.server = TlsServerProtocol(sctx, lambda: self.app, loop, self.refusals,
+                                        batch or TlsBatch(loop))
         self.server.connection_made(self.raw)
         self.ci, self.co = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.client = cctx.wrap_bio(self.ci, self.co)
@@ -192,3 +220,81 @@ def test_bytes_that_are_not_records_deliver_nothing(contexts, prefix, header, ga
         assert p.raw.ended == "aborted" and len(p.refusals.lines) == 1
         assert p.refusals.lines[0].startswith("TLS error on a client connection from "
                                               "127.0.0.1: ")
+
+
+# ------------------------------------------------------------------ the batch
+APPDATA_RECORD = 5 + 1 + 16  # header, inner content type, AEAD tag (TLS 1.3)
+
+
+class TwoReplies(App):
+    """Answers each chunk with two writes, or raises when told to."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def data_received(self, data: bytes) -> None:
+        if self.fail:
+            raise RuntimeError("a bug in the command path")
+        self.got += data
+        self.transport.write(b"+1\r\n")
+        self.transport.write(b"+2\r\n")
+
+
+def batched(contexts, n: int, **app):
+    loop = LaterLoop()
+    batch = TlsBatch(loop)
+    pairs = [Pair(contexts, app=TwoReplies(**app), loop=loop, batch=batch) for _ in range(n)]
+    loop.run_soon()  # anything the handshakes left
+    for p in pairs:
+        p.raw.take()
+    return loop, pairs
+
+
+def test_records_wait_for_the_batch_then_replies_go_out_as_one_record(contexts):
+    loop, pairs = batched(contexts, 3)
+    for i, p in enumerate(pairs):
+        p.server.data_received(p.client_sends(b"PING %d\r\n" % i))
+    assert all(not p.app.got and not p.raw.sent for p in pairs)  # nothing before the batch
+    assert loop.run_soon() == 1  # one run for the three connections
+    for i, p in enumerate(pairs):
+        assert bytes(p.app.got) == b"PING %d\r\n" % i
+        wire = bytes(p.raw.sent)
+        assert len(wire) == APPDATA_RECORD + len(b"+1\r\n+2\r\n")  # both writes, one record
+        assert p.client_reads() == b"+1\r\n+2\r\n"
+
+
+def test_pending_replies_count_as_output_and_go_before_a_close(contexts):
+    loop, (p,) = batched(contexts, 1)
+    p.server.write(b"-ERR Protocol error\r\n")
+    assert p.server.get_write_buffer_size() == len(b"-ERR Protocol error\r\n")
+    p.server.close()  # before the batch ran: the reply is sent, then close_notify
+    assert p.raw.ended == "closed"
+    p.ci.write(p.raw.take())
+    assert p.client.read(100) == b"-ERR Protocol error\r\n"
+    assert p.client.read(100) == b""  # close_notify
+    assert loop.run_soon() == 1 and not p.raw.sent  # the batch has nothing left for it
+
+
+def test_abort_drops_pending_replies(contexts):
+    loop, (p,) = batched(contexts, 1)
+    p.server.write(b"+OK\r\n")
+    p.server.abort()
+    loop.run_soon()
+    assert p.raw.ended == "aborted" and not p.raw.sent and p.server.get_write_buffer_size() == 0
+
+
+def test_a_protocol_that_raises_loses_only_its_connection(contexts):
+    loop, pairs = batched(contexts, 3)
+    pairs[1].app.fail = True
+    for p in pairs:
+        p.server.data_received(p.client_sends(b"PING\r\n"))
+    loop.run_soon()
+    assert [p.raw.ended for p in pairs] == [None, "aborted", None]
+    assert len(loop.errors) == 1 and isinstance(loop.errors[0]["exception"], RuntimeError)
+    for p in (pairs[0], pairs[2]):
+        assert p.client_reads() == b"+1\r\n+2\r\n"
+    # the batch goes on serving the others afterwards
+    pairs[0].server.data_received(pairs[0].client_sends(b"PING\r\n"))
+    loop.run_soon()
+    assert pairs[0].client_reads() == b"+1\r\n+2\r\n"
