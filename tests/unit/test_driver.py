@@ -30,6 +30,9 @@ class FakeTransport:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        self.aborted = True
+
 
 class HoldingAof:
     """Stands for an AofFile whose write/fsync of this iteration is still pending."""
@@ -65,6 +68,13 @@ def connect(driver):
     return p, t
 
 
+def arrive(p, data: bytes) -> None:
+    """Bytes for a connection, then the end of the iteration's reads: the client batch
+    runs what arrived (the batch's own call_soon finds nothing left later)."""
+    p.data_received(data)
+    p.driver.batch.run()
+
+
 def settle(loop) -> None:
     """Run what the driver deferred to the end of the loop iteration."""
     loop.run_until_complete(asyncio.sleep(0))
@@ -74,9 +84,9 @@ def test_outbox_replies_wait_behind_held_replies():
     loop, node, driver = make()
     a, ta = connect(driver)
     c, tc = connect(driver)
-    a.data_received(b"GETJOB FROM theirs\r\n")  # blocks
+    arrive(a, b"GETJOB FROM theirs\r\n")  # blocks
     driver.aof = HoldingAof()
-    c.data_received(b"ADDJOB theirs y 0\r\n")  # serves A through the outbox
+    arrive(c, b"ADDJOB theirs y 0\r\n")  # serves A through the outbox
     assert driver.aof.held == [(c, next(d for conn, d in driver.aof.held if conn is c))]
     settle(loop)  # the node's outputs go at the end of the loop iteration
     assert ta.written == []  # not written past replies the AOF holds
@@ -88,7 +98,7 @@ def test_outbox_replies_wait_behind_held_replies():
 def test_pipelined_replies_before_quit_are_sent():
     loop, node, driver = make()
     a, ta = connect(driver)
-    a.data_received(b"PING\r\nECHO hi\r\nQUIT\r\nPING\r\n")
+    arrive(a, b"PING\r\nECHO hi\r\nQUIT\r\nPING\r\n")
     settle(loop)  # QUIT is finished by the driver, at the end of the loop iteration
     assert b"".join(ta.written) == b"+PONG\r\n$2\r\nhi\r\n+OK\r\n"  # nothing after QUIT
     loop.close()
@@ -111,9 +121,9 @@ def test_outputs_of_a_resumed_pipeline_are_delivered():
     driver.events = FakeEvents()
     a, ta = connect(driver)
     c, tc = connect(driver)
-    a.data_received(b"GETJOB FROM q\r\nADDJOB later x 0\r\n")
+    arrive(a, b"GETJOB FROM q\r\nADDJOB later x 0\r\n")
     assert ta.written == []  # blocked, the ADDJOB waits behind it
-    c.data_received(b"ADDJOB q body 0\r\n")
+    arrive(c, b"ADDJOB q body 0\r\n")
     driver._after_soon()  # the end of the iteration (settle() would also run timers)
     assert ta.written[0].startswith(b"*1\r\n*3\r\n$1\r\nq")
     assert ta.written[-1].startswith(b"+D-")  # the resumed ADDJOB ran
@@ -125,8 +135,46 @@ def test_outputs_of_a_resumed_pipeline_are_delivered():
 def test_replies_written_at_once_without_aof():
     loop, node, driver = make()
     a, ta = connect(driver)
-    a.data_received(b"PING\r\nECHO hi\r\n")
+    arrive(a, b"PING\r\nECHO hi\r\n")
     assert ta.written == [b"+PONG\r\n$2\r\nhi\r\n"]  # one write for the batch
+    loop.close()
+
+
+def test_commands_wait_for_the_end_of_the_reads_then_run_together():
+    loop, node, driver = make()
+    conns = [connect(driver) for _ in range(3)]
+    for i, (p, _) in enumerate(conns):
+        p.data_received(b"ECHO %d\r\n" % i)
+    assert all(t.written == [] for _, t in conns)  # only stored so far
+    settle(loop)  # one call_soon for the three
+    assert [t.written for _, t in conns] == [[b"$1\r\n%d\r\n" % i] for i in range(3)]
+    loop.close()
+
+
+class Exploding(ClientProtocol):
+    __slots__ = ()
+
+    def process(self) -> None:
+        raise RuntimeError("a bug in the command path")
+
+
+def test_a_protocol_that_raises_loses_only_its_connection():
+    loop, node, driver = make()
+    errors: list = []
+    loop.set_exception_handler(lambda _, ctx: errors.append(ctx))
+    a, ta = connect(driver)
+    b = Exploding(driver)
+    tb = FakeTransport()
+    b.connection_made(tb)
+    c, tc = connect(driver)
+    for p in (a, b, c):
+        p.data_received(b"PING\r\n")
+    settle(loop)
+    assert ta.written == tc.written == [b"+PONG\r\n"]
+    assert getattr(tb, "aborted", False) and b.closing and not hasattr(ta, "aborted")
+    assert [type(e["exception"]) for e in errors] == [RuntimeError]
+    arrive(a, b"PING\r\n")  # the batch goes on
+    assert ta.written[-1] == b"+PONG\r\n"
     loop.close()
 
 

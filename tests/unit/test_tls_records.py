@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tlscerts import CA
 
-from disquepy.server.tls import TlsBatch, TlsServerProtocol
+from disquepy.server.protocol import ClientBatch
+from disquepy.server.tls import TlsServerProtocol
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,7 @@ class Pair:
         self.raw, self.app, self.refusals = Raw(), app or App(reply), Refusals()
         loop = loop or Loop()
         self.server = TlsServerProtocol(sctx, lambda: self.app, loop, self.refusals,
-                                        batch or TlsBatch(loop))
+                                        batch or ClientBatch(loop, lambda: None))
         self.server.connection_made(self.raw)
         self.ci, self.co = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.client = cctx.wrap_bio(self.ci, self.co)
@@ -243,7 +244,7 @@ class TwoReplies(App):
 
 def batched(contexts, n: int, **app):
     loop = LaterLoop()
-    batch = TlsBatch(loop)
+    batch = ClientBatch(loop, lambda: None)
     pairs = [Pair(contexts, app=TwoReplies(**app), loop=loop, batch=batch) for _ in range(n)]
     loop.run_soon()  # anything the handshakes left
     for p in pairs:

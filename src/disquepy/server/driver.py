@@ -25,6 +25,7 @@ from ..core.config import ConfigError
 from ..core.messages import BATCH
 from ..core.outputs import Shell
 from .log import VERBOSE, log, set_level
+from .protocol import ClientBatch
 
 
 class Driver(Shell):
@@ -41,6 +42,7 @@ class Driver(Shell):
         self.exit_code = 0
         self.bus = None  # server.bus.Bus, set by main once listening
         self._after_scheduled = False
+        self.batch = ClientBatch(loop, self.after_event_soon)  # the clients' iteration work
         self.aof = None  # server.aof.AofFile while appendonly is on
         self.aof_path = os.path.join(config.dir, config.appendfilename)
         self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)

@@ -297,13 +297,12 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     if cfg.tls_port:
         listeners.append((cfg.tls_port, client_tls))
     tls_refusals = logmod.RateLimited(log)
-    tls_batch = tls.TlsBatch(loop)
 
     def factory(ctx):
         if ctx is None:
             return lambda: ClientProtocol(driver)
         return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver), loop,
-                                             tls_refusals, tls_batch)
+                                             tls_refusals, driver.batch)
 
     try:
         for port, ctx in listeners:

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+from typing import TYPE_CHECKING
 
 from ..core.config import Config
 from .log import VERBOSE
+
+if TYPE_CHECKING:
+    from .protocol import ClientBatch
 
 _VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -126,66 +130,6 @@ HANDSHAKE_TIMEOUT = 10.0
 READ_SIZE = 16384
 
 
-class TlsBatch:
-    """The TLS work of one event-loop iteration, done in phases rather than connection
-    by connection.
-
-    A record that arrives is only stored (in its connection's incoming BIO); once the
-    iteration's reads are in, ``run`` (one ``call_soon``) decrypts every connection's
-    records and runs their commands, then encrypts every reply written meanwhile, then
-    hands the ciphertext to the sockets. Interleaved with the command path, OpenSSL's
-    record code ran cold each time: on 2 cores with 50 connections the phases take about
-    3 µs less node CPU per request (bench/tls.py). It is Redis's way too: replies go out
-    in beforeSleep. A reply waits for the other commands of its iteration (one
-    iteration's work at most); each client's replies keep their order."""
-
-    __slots__ = ("loop", "reads", "writes", "scheduled")
-
-    def __init__(self, loop) -> None:
-        self.loop = loop
-        self.reads: list[TlsServerProtocol] = []
-        self.writes: list[TlsServerProtocol] = []
-        self.scheduled = False
-
-    def _want(self) -> None:
-        if not self.scheduled:
-            self.scheduled = True
-            self.loop.call_soon(self.run)
-
-    def read_later(self, p: TlsServerProtocol) -> None:
-        if not p.read_queued:
-            p.read_queued = True
-            self.reads.append(p)
-            self._want()
-
-    def write_later(self, p: TlsServerProtocol) -> None:
-        if not p.write_queued:
-            p.write_queued = True
-            self.writes.append(p)
-            self._want()
-
-    def run(self) -> None:
-        try:
-            reads, self.reads = self.reads, []
-            for p in reads:
-                p.read_queued = False
-                try:
-                    p._read()
-                except Exception as e:  # a bug in the command path: this client only
-                    p._crashed(e)
-            writes, self.writes = self.writes, []
-            for p in writes:
-                p.write_queued = False
-                p._encrypt()
-            for p in writes:
-                if not p.closed:
-                    p._flush()
-        finally:
-            self.scheduled = False
-            if self.reads or self.writes:  # queued while an exception went by
-                self._want()
-
-
 class TlsServerProtocol:
     """TLS for one client connection, as a transport to the connection's own protocol.
 
@@ -193,8 +137,9 @@ class TlsServerProtocol:
     request and reply (bench/tls.py: ``SSLObject.read`` of 256 KiB per read, an mmap,
     mremap and munmap each, then reads until ``SSLWantReadError``); this one drives the
     ``SSLObject``'s C object over memory BIOs directly, one read per record, and leaves
-    decrypting and encrypting to the loop iteration's ``TlsBatch``: replies written are
-    kept as plaintext until the batch encrypts them, all of a connection's in one call.
+    decrypting and encrypting to the loop iteration's ``ClientBatch`` (server/protocol.py):
+    replies written are kept as plaintext until the batch encrypts them, all of a
+    connection's in one call.
     It offers the transport calls ``ClientProtocol`` uses (write, close, abort,
     pause/resume_reading, get_write_buffer_size, get_extra_info) and forwards
     pause/resume_writing. A failed handshake is logged (rate-limited) and the connection
@@ -206,7 +151,7 @@ class TlsServerProtocol:
                  "read_queued", "write_queued")
 
     def __init__(self, ctx: ssl.SSLContext, make_app, loop, refusals,
-                 batch: TlsBatch) -> None:
+                 batch: ClientBatch) -> None:
         self.ctx = ctx
         self.make_app = make_app
         self.loop = loop
