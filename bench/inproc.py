@@ -9,9 +9,10 @@ optimisation of the shell or the core changes.
 
 - ``reader``: one ADDJOB request fed and parsed (feed + gets until False), per reader
   class available (pure Python, hiredis-backed, C).
-- ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, with a
-  fake transport (parse, execute, reply; the core's ADDJOB included), on one connection
-  and on 50 taking turns (the job store grows over the rounds, as under load); then the
+- ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, then the
+  loop iteration's ``ClientBatch`` run, with a fake transport (parse, execute, reply;
+  the core's ADDJOB included), on one connection and on 50 whose requests arrive in the
+  same iteration (the job store grows over the rounds, as under load); then the
   consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call),
   then each of the two alone (a run of GETJOBs, then their ACKJOBs).
 - ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
@@ -112,13 +113,15 @@ def bench_protocol(n: int, rounds: int) -> None:
         for conns in (1, 50):
             _, loop, protos = node_with_clients(conns)
             drs = [p.data_received for p in protos]
+            batch = protos[0].batch.run
 
-            def run(k: int, drs=drs, cmd=cmd) -> int:
-                # connections take turns, one request each, as 50 clients' reads come in
+            def run(k: int, drs=drs, cmd=cmd, batch=batch) -> int:
+                # one request from each connection, then the iteration's batch
                 turns = max(1, k // len(drs))
                 for _ in range(turns):
                     for dr in drs:
                         dr(cmd)
+                    batch()
                 return turns * len(drs)
 
             print(f"protocol  data_received {name:8s} {conns:2d} conns "
@@ -138,7 +141,11 @@ def bench_consume(n: int, rounds: int) -> None:
 
     node, loop, (proto,) = node_with_clients(1, Capture)
     getjob = b"*4\r\n$6\r\nGETJOB\r\n$6\r\nNOHANG\r\n$4\r\nFROM\r\n$1\r\nq\r\n"
-    dr = proto.data_received
+    received, batch = proto.data_received, proto.batch.run
+
+    def dr(data: bytes) -> None:  # a request, and the loop iteration's batch
+        received(data)
+        batch()
 
     def load(k: int) -> None:
         for _ in range(k):

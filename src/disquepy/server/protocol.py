@@ -2,8 +2,8 @@
 
 Requests that arrive are buffered (``data_received``); once the loop iteration's reads
 are in, its ``ClientBatch`` runs, for each connection that got some, every complete
-command in the buffer (pipelining), in order, and sends all their replies with a single
-``transport.write``.
+command in the buffer (pipelining), in order, and then sends all their replies with a
+single ``transport.write``.
 A command whose reply comes later (a GETJOB that blocks, an ADDJOB waiting for its
 copies, a command the shell finishes) stops the loop: later commands from the same
 client wait, still buffered, until that reply is sent (``resume``), so replies never
@@ -32,25 +32,32 @@ _PAUSE_READING_AT = 1 << 20
 
 class ClientBatch:
     """The client connections' work of one event-loop iteration, done in phases rather
-    than connection by connection: uvloop hands over each ready socket's bytes, which are
-    only stored; one ``call_soon`` then decrypts the TLS connections' records, runs every
-    connection's commands, and encrypts and sends the TLS connections' replies (plain
-    connections write theirs as their commands finish). Done connection by connection,
-    the interpreter, the core and OpenSSL took turns and ran cold; in phases (bench/tls.py,
-    two nodes in alternating rounds, 50 connections of redis-benchmark) a plain ADDJOB
-    costs the node about 1.3 µs less CPU and a TLS one about 3 µs less. Redis also
-    gathers its replies for beforeSleep. A command waits for the reads of its iteration,
-    not for other clients' commands of the next; each client's replies keep their order.
+    than connection by connection. uvloop hands over each ready socket's bytes, which
+    are only stored; one ``call_soon`` then (1) decrypts the TLS connections' records,
+    (2) runs every connection's commands, (3) writes each connection's replies, all of
+    them in one write (a TLS connection's are encrypted then), (4) hands the TLS records
+    to their sockets. Replies written outside a batch (a blocked GETJOB served, the AOF
+    releasing what it held) wait for the next one, so they keep their order.
+
+    Done connection by connection, the kernel, the interpreter, the core and OpenSSL
+    took turns and each ran cold, and a client was woken for every reply. In phases
+    (two nodes in alternating rounds, 50 connections of redis-benchmark ADDJOB on these
+    2 cores; the figures in docs/PERFORMANCE.md) the node spends about 2 µs less CPU per
+    plain ADDJOB and 3 µs less per TLS one, and 16-deep pipelines run 20% faster.
+    Redis likewise gathers replies for beforeSleep. A command waits for the reads of its
+    iteration only: each batch is at most one iteration's work.
     """
 
-    __slots__ = ("loop", "after_commands", "reads", "commands", "writes", "scheduled")
+    __slots__ = ("loop", "after_commands", "reads", "commands", "sends", "flushes",
+                 "scheduled")
 
     def __init__(self, loop, after_commands) -> None:
         self.loop = loop
         self.after_commands = after_commands  # the driver's after_event_soon
         self.reads: list = []  # TlsServerProtocol: records to decrypt
         self.commands: list[ClientProtocol] = []  # requests to run
-        self.writes: list = []  # TlsServerProtocol: replies to encrypt
+        self.sends: list[ClientProtocol] = []  # replies to write
+        self.flushes: list = []  # TlsServerProtocol: records to hand to the socket
         self.scheduled = False
 
     def _want(self) -> None:
@@ -70,10 +77,16 @@ class ClientBatch:
             self.commands.append(c)
             self._want()
 
-    def write_later(self, p) -> None:
-        if not p.write_queued:
-            p.write_queued = True
-            self.writes.append(p)
+    def send_later(self, c: ClientProtocol) -> None:
+        if not c.out_queued:
+            c.out_queued = True
+            self.sends.append(c)
+            self._want()
+
+    def flush_later(self, p) -> None:
+        if not p.flush_queued:
+            p.flush_queued = True
+            self.flushes.append(p)
             self._want()
 
     def run(self) -> None:
@@ -98,23 +111,26 @@ class ClientBatch:
                     except Exception as e:
                         c.crashed(e)
                 self.after_commands()
-            if self.writes:
-                writes, self.writes = self.writes, []
-                for p in writes:
-                    p.write_queued = False
-                    p._encrypt()
-                for p in writes:
+            if self.sends:
+                sends, self.sends = self.sends, []
+                for c in sends:
+                    c.out_queued = False
+                    c.send()
+            if self.flushes:
+                flushes, self.flushes = self.flushes, []
+                for p in flushes:
+                    p.flush_queued = False
                     if not p.closed:
                         p._flush()
         finally:
             self.scheduled = False
-            if self.reads or self.commands or self.writes:  # an exception went by
+            if self.reads or self.commands or self.sends or self.flushes:  # an exception went by
                 self._want()
 
 
 class ClientProtocol(asyncio.Protocol):
     __slots__ = ("driver", "node", "batch", "transport", "reader", "client", "paused",
-                 "closing", "waiting", "soft_since", "queued")
+                 "closing", "waiting", "soft_since", "queued", "out", "out_queued")
 
     def __init__(self, driver) -> None:
         self.driver = driver
@@ -127,6 +143,8 @@ class ClientProtocol(asyncio.Protocol):
         self.waiting = False  # a command's reply is still to come: run nothing after it
         self.soft_since: float | None = None  # when pending output reached the soft limit
         self.queued = False  # in the batch's commands
+        self.out: list[bytes] = []  # replies not written yet
+        self.out_queued = False  # in the batch's sends
         cfg = driver.config
         self.reader = resp.make_reader(
             pure=driver.pure_resp,
@@ -220,9 +238,9 @@ class ClientProtocol(asyncio.Protocol):
                 return
             except ProtocolError as e:
                 err = resp.error("ERR " + str(e))
-                self.transport.write(err if first is None else
-                                     first + err if more is None else b"".join(more) + err)
-                self.close()
+                self.write(err if first is None else
+                           first + err if more is None else b"".join(more) + err)
+                self.close()  # after what it has to send
                 return
             if argv is False:
                 break
@@ -253,9 +271,7 @@ class ClientProtocol(asyncio.Protocol):
         if aof is not None and aof.holding:
             aof.hold(self, data)
         else:
-            self.transport.write(data)
-            if driver.obuf_limit is not None:
-                self.check_output_limit()
+            self.write(data)
 
     def resume(self) -> None:
         """This client's pending reply was sent: go on with its pipeline."""
@@ -268,9 +284,18 @@ class ClientProtocol(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         if not self.closing:
-            self.transport.write(data)
-            if self.driver.obuf_limit is not None:
-                self.check_output_limit()
+            self.out.append(data)
+            if not self.out_queued:
+                self.batch.send_later(self)
+
+    def send(self) -> None:
+        out = self.out
+        if not out or self.closing:
+            return
+        self.out = []
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if self.driver.obuf_limit is not None:
+            self.check_output_limit()
 
     def check_output_limit(self) -> None:
         """Close the client if its pending output breaks client-output-buffer-limit.
@@ -300,5 +325,6 @@ class ClientProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         if not self.closing:
+            self.send()
             self.closing = True
             self.transport.close()

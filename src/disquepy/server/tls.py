@@ -136,10 +136,9 @@ class TlsServerProtocol:
     asyncio's and uvloop's TLS transports cost about 85 us of server CPU per small
     request and reply (bench/tls.py: ``SSLObject.read`` of 256 KiB per read, an mmap,
     mremap and munmap each, then reads until ``SSLWantReadError``); this one drives the
-    ``SSLObject``'s C object over memory BIOs directly, one read per record, and leaves
-    decrypting and encrypting to the loop iteration's ``ClientBatch`` (server/protocol.py):
-    replies written are kept as plaintext until the batch encrypts them, all of a
-    connection's in one call.
+    ``SSLObject``'s C object over memory BIOs directly, one read per record. The loop
+    iteration's ``ClientBatch`` (server/protocol.py) decrypts what arrived, and hands
+    the records of the replies written to the socket after all the commands ran.
     It offers the transport calls ``ClientProtocol`` uses (write, close, abort,
     pause/resume_reading, get_write_buffer_size, get_extra_info) and forwards
     pause/resume_writing. A failed handshake is logged (rate-limited) and the connection
@@ -147,8 +146,8 @@ class TlsServerProtocol:
     """
 
     __slots__ = ("ctx", "make_app", "loop", "refusals", "batch", "raw", "app", "sslobj",
-                 "tls", "incoming", "outgoing", "timer", "paused", "closed", "wbuf", "wlen",
-                 "read_queued", "write_queued")
+                 "tls", "incoming", "outgoing", "timer", "paused", "closed", "read_queued",
+                 "flush_queued")
 
     def __init__(self, ctx: ssl.SSLContext, make_app, loop, refusals,
                  batch: ClientBatch) -> None:
@@ -166,10 +165,8 @@ class TlsServerProtocol:
         self.timer = None
         self.paused = False  # the app paused reading
         self.closed = False
-        self.wbuf: list[bytes] = []  # replies written, not yet encrypted
-        self.wlen = 0  # their bytes
-        self.read_queued = False  # in the batch's reads / writes
-        self.write_queued = False
+        self.read_queued = False  # in the batch's reads / flushes
+        self.flush_queued = False
 
     # -- the raw TCP side ------------------------------------------------
     def connection_made(self, raw) -> None:
@@ -273,32 +270,22 @@ class TlsServerProtocol:
         if not self.closed:
             self._flush()  # post-handshake messages, key updates
 
-    def _encrypt(self) -> None:
-        """The replies written since the last batch, as records in the outgoing BIO."""
-        if self.closed or not self.wbuf:
-            return
-        wbuf = self.wbuf
-        data = wbuf[0] if len(wbuf) == 1 else b"".join(wbuf)
-        self.wbuf = []
-        self.wlen = 0
-        try:
-            self.tls.write(data)
-        except (ssl.SSLError, OSError) as e:  # after a close_notify, a fatal alert
-            self._broken(e)
-
     # -- the transport the app sees ----------------------------------------
     def write(self, data: bytes) -> None:
         if self.closed or not data:
             return
-        self.wbuf.append(data)
-        self.wlen += len(data)
-        self.batch.write_later(self)
+        try:
+            self.tls.write(data)
+        except (ssl.SSLError, OSError) as e:  # after a close_notify, a fatal alert
+            self._broken(e)
+            return
+        self.batch.flush_later(self)
 
     def writelines(self, chunks) -> None:
         self.write(b"".join(chunks))
 
     def get_write_buffer_size(self) -> int:
-        return self.raw.get_write_buffer_size() + self.outgoing.pending + self.wlen
+        return self.raw.get_write_buffer_size() + self.outgoing.pending
 
     def set_write_buffer_limits(self, high=None, low=None) -> None:
         self.raw.set_write_buffer_limits(high, low)
@@ -322,9 +309,6 @@ class TlsServerProtocol:
     def close(self) -> None:
         if self.closed:
             return
-        self._encrypt()  # the replies written before it go first
-        if self.closed:  # that failed: aborted
-            return
         self.closed = True
         with contextlib.suppress(ssl.SSLError, OSError):
             self.sslobj.unwrap()  # close_notify; the peer's answer is not awaited
@@ -334,8 +318,6 @@ class TlsServerProtocol:
 
     def abort(self) -> None:
         self.closed = True
-        self.wbuf = []
-        self.wlen = 0
         self.raw.abort()
 
     def get_extra_info(self, name: str, default=None):
