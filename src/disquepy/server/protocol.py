@@ -41,9 +41,9 @@ class ClientBatch:
 
     Done connection by connection, the kernel, the interpreter, the core and OpenSSL
     took turns and each ran cold, and a client was woken for every reply. In phases
-    (two nodes in alternating rounds, 50 connections of redis-benchmark ADDJOB on these
-    2 cores; the figures in docs/PERFORMANCE.md) the node spends about 2 µs less CPU per
-    plain ADDJOB and 3 µs less per TLS one, and 16-deep pipelines run 20% faster.
+    (two nodes in alternating rounds, 50 connections of ADDJOB on these 2 cores; the
+    figures in docs/PERFORMANCE.md) the node spent 0.4-1.7 µs less CPU per plain ADDJOB
+    and 1.5-3 µs less per TLS one, and 16-deep pipelines ran 1.19x as fast.
     Redis likewise gathers replies for beforeSleep. A command waits for the reads of its
     iteration only: each batch is at most one iteration's work.
     """
@@ -124,8 +124,8 @@ class ClientBatch:
                         p._flush()
         finally:
             self.scheduled = False
-            if self.reads or self.commands or self.sends or self.flushes:  # an exception went by
-                self._want()
+            if self.reads or self.commands or self.sends or self.flushes:
+                self._want()  # queued by a later phase (a TLS connection resumed reading)
 
 
 class ClientProtocol(asyncio.Protocol):
