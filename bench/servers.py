@@ -81,15 +81,17 @@ def argv_for(kind: str, port: int, workdir: Path, extra: list[str]) -> list[str]
 class Server:
     """One server process, in its own process group and scratch directory."""
 
-    def __init__(self, kind: str, name: str, workdir: Path, extra: list[str]) -> None:
+    def __init__(self, kind: str, name: str, workdir: Path, extra: list[str],
+                 src: Path | None = None) -> None:
         self.kind, self.name, self.workdir = kind, name, workdir
+        self.src = src or ROOT / "src"  # ours: the package tree it runs (an A/B's other side)
         self.port = free_port()
         self.argv = argv_for(kind, self.port, workdir, extra)
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0) -> Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+        env = dict(os.environ, PYTHONPATH=str(self.src))
         with open(self.workdir / "server.log", "wb") as out:
             try:
                 self.proc = subprocess.Popen(self.argv, cwd=self.workdir, stdout=out,
@@ -184,10 +186,11 @@ class Fleet:
         if self.own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def start(self, kind: str, extra: list[str] | tuple[str, ...] = ()) -> Server:
+    def start(self, kind: str, extra: list[str] | tuple[str, ...] = (),
+              src: Path | None = None) -> Server:
         name = f"{kind}{len(self.servers)}"
         for attempt in range(3):  # a port can be taken between the check and the bind
-            s = Server(kind, name, self.scratch / f"{name}-{attempt}", list(extra))
+            s = Server(kind, name, self.scratch / f"{name}-{attempt}", list(extra), src)
             self.servers.append(s)
             try:
                 return s.start()

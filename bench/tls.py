@@ -20,8 +20,10 @@ secret's handshake is once per link, so the first two should match).
 
 Target (issue #18): TLS ADDJOB throughput >= 0.7x plain in the same run.
 
-    .venv/bin/python bench/tls.py                 # about 45 s
+    .venv/bin/python bench/tls.py                 # about 35 s
     .venv/bin/python bench/tls.py --bus           # + the bus: secret, tls-cluster
+    .venv/bin/python bench/tls.py --rounds 0 --against /tmp/old/src [--pipeline 16]
+                                  # the C-client row A/B against another tree, same turns
 """
 
 from __future__ import annotations
@@ -96,38 +98,44 @@ def redis_benchmark_tls() -> bool:
     return "--tls" in out.stdout + out.stderr
 
 
-def c_clients(node, sides: list[tuple[int, list[str]]], pairs: int, seconds: float,
+def c_clients(sides: list[tuple], pairs: int, seconds: float, pipeline: int = 1,
               settle: float = 0.15) -> list[list[tuple[float, float]]]:
-    """Per side, per pair: (ADDJOB/s, server CPU µs per ADDJOB) from redis-benchmark,
-    50 connections, one request in flight each.
+    """Per side (node, port, redis-benchmark's TLS arguments), per pair: (ADDJOB/s,
+    server CPU µs per ADDJOB) from redis-benchmark, 50 connections, ``pipeline``
+    requests in flight each.
 
     One redis-benchmark per side is started once and all its connections opened (TLS
     handshakes, about 1 ms of node CPU each, stay out of the figures); then the sides
     take turns, the others stopped (SIGSTOP): in each pair every side runs alone for
-    ``settle`` + ``seconds``, counted on the node (QLEN) over the last ``seconds``,
+    ``settle`` + ``seconds``, counted on its node (QLEN) over the last ``seconds``,
     in an order that alternates from pair to pair. Short turns taken in quick
     succession see the same machine: on a shared host the rate drifts by tens of per
     cent within a minute, which 2 s rounds started afresh did not cancel out."""
     gens = []
     res: list[list[tuple[float, float]]] = [[] for _ in sides]
     try:
-        for port, extra in sides:
+        for node, port, extra in sides:
+            opened = node.info_int("clients", "connected_clients") + 50
             gens.append(subprocess.Popen(
                 ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), *extra, "-c", "50",
-                 "-n", "1000000000", "-q", "ADDJOB", "q", "0123456789abcdef", "0"],
+                 "-P", str(pipeline), "-n", "1000000000", "-q",
+                 "ADDJOB", "q", "0123456789abcdef", "0"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             deadline = time.monotonic() + 15
-            while node.info_int("clients", "connected_clients") < 50 * len(gens) + 1:
+            while node.info_int("clients", "connected_clients") < opened:
                 if gens[-1].poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("redis-benchmark did not open its 50 connections")
                 time.sleep(0.05)
             gens[-1].send_signal(signal.SIGSTOP)
+        nodes = list({id(node): node for node, _, _ in sides}.values())
         for i in range(pairs):
-            node.flush()  # every pair on an empty queue, as the first
+            for node in nodes:
+                node.flush()  # every pair on an empty queue, as the first
             order = list(range(len(sides)))
             if i % 2:
                 order.reverse()
             for k in order:
+                node = sides[k][0]
                 gens[k].send_signal(signal.SIGCONT)
                 time.sleep(settle)
                 q0, cpu0, t0 = node.call("QLEN", "q"), node.cpu(), time.perf_counter()
@@ -159,6 +167,11 @@ def main() -> int:
     ap.add_argument("--bus", action="store_true",
                     help="also compare clusters: no secret, cluster-secret, tls-cluster")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 round of each")
+    ap.add_argument("--pipeline", type=int, default=1,
+                    help="C client: requests in flight per connection (the target: 1)")
+    ap.add_argument("--against", type=Path, metavar="SRC",
+                    help="C client: also a node run from this package tree (another "
+                         "commit's src/, its compiled core built), in the same turns")
     a = ap.parse_args()
     if a.quick:
         a.rounds, a.requests, a.c_rounds, a.seconds = 1, 5000, 2, 0.3
@@ -167,15 +180,15 @@ def main() -> int:
         ca = CA(Path(tmp))
         crt, key = ca.issue("node")
         tls_port = free_port()
-        node = fleet.start("ours", ["--tls-port", str(tls_port), "--tls-cert-file", crt,
-                                    "--tls-key-file", key, "--tls-ca-cert-file",
-                                    str(ca.cert_path)])
+        tls_conf = ["--tls-cert-file", crt, "--tls-key-file", key,
+                    "--tls-ca-cert-file", str(ca.cert_path)]
+        node = fleet.start("ours", ["--tls-port", str(tls_port), *tls_conf])
         ctx = client_context(ca)
         ccrt, ckey = ca.issue("bench-c-client")
         print("| connections | plain ADDJOB/s | TLS ADDJOB/s | TLS / plain | server CPU "
               "µs/ADDJOB plain / TLS | client CPU µs/ADDJOB plain / TLS |")
         print("|---|---|---|---|---|---|")
-        for conns, total in ((1, a.requests // 4), (50, a.requests)):
+        for conns, total in ((1, a.requests // 4), (50, a.requests)) if a.rounds else ():
             plain, tls = [], []
             for _ in range(a.rounds):  # alternating, so both see the same machine noise
                 for side, port, c in ((plain, node.port, None), (tls, tls_port, ctx)):
@@ -196,19 +209,31 @@ def main() -> int:
                   f"{statistics.median(r['client_us'] for r in tls):.0f} |")
         if redis_benchmark_tls():
             tls_args = ["--tls", "--cacert", str(ca.cert_path), "--cert", ccrt, "--key", ckey]
-            plain, tls = c_clients(node, [(node.port, []), (tls_port, tls_args)],
-                                   a.c_rounds, a.seconds)
-            plain_r, cpu_p = [r for r, _ in plain], [c for _, c in plain]
-            tls_r, cpu_t = [r for r, _ in tls], [c for _, c in tls]
-            rounds = [t / p for p, t in zip(plain_r, tls_r, strict=True)]
-            ratio = statistics.median(rounds)
-            print(f"| 50, C client (redis-benchmark) | {statistics.median(plain_r):,.0f} | "
-                  f"{statistics.median(tls_r):,.0f} | {ratio:.2f}x | "
-                  f"{statistics.median(cpu_p):.1f} / {statistics.median(cpu_t):.1f} | - |")
-            print(f"pairs (TLS / plain): {', '.join(f'{r:.2f}' for r in rounds)}")
-            print(f"{'PASS' if ratio >= 0.7 else 'FAIL'}: TLS/plain from a C client "
-                  f"{ratio:.2f}x (target >= 0.7x)")
-            ok = ok and ratio >= 0.7
+            sides = [("", node, tls_port)]
+            if a.against:
+                other_tls = free_port()
+                sides.append((f", {a.against}", fleet.start(
+                    "ours", ["--tls-port", str(other_tls), *tls_conf], src=a.against),
+                    other_tls))
+            res = c_clients([t for _, n, tp in sides for t in ((n, n.port, []),
+                                                                (n, tp, tls_args))],
+                            a.c_rounds, a.seconds, a.pipeline)
+            for k, (label, _, _) in enumerate(sides):
+                plain, tls = res[2 * k], res[2 * k + 1]
+                rounds = [t[0] / p[0] for p, t in zip(plain, tls, strict=True)]
+                ratio = statistics.median(rounds)
+                print(f"| 50{f' x {a.pipeline} deep' if a.pipeline > 1 else ''}, C client "
+                      f"(redis-benchmark){label} | "
+                      f"{statistics.median(r for r, _ in plain):,.0f} | "
+                      f"{statistics.median(r for r, _ in tls):,.0f} | {ratio:.2f}x | "
+                      f"{statistics.median(c for _, c in plain):.1f} / "
+                      f"{statistics.median(c for _, c in tls):.1f} | - |")
+                print(f"pairs (TLS / plain){label}: "
+                      f"{', '.join(f'{r:.2f}' for r in rounds)}")
+                if k == 0 and a.pipeline == 1:  # the target
+                    print(f"{'PASS' if ratio >= 0.7 else 'FAIL'}: TLS/plain from a C "
+                          f"client {ratio:.2f}x (target >= 0.7x)")
+                    ok = ok and ratio >= 0.7
         else:
             print("| 50, C client | redis-benchmark without --tls here | | | | |")
             print("FAIL: TLS/plain from a C client not measured (redis-benchmark has no "
