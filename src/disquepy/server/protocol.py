@@ -89,6 +89,13 @@ class ClientBatch:
             self.flushes.append(p)
             self._want()
 
+    def _crashed(self, e: Exception, transport, protocol) -> None:
+        """What uvloop does when a protocol's data_received raises: report, abort."""
+        self.loop.call_exception_handler({
+            "message": "Fatal error: protocol.data_received() call failed.",
+            "exception": e, "transport": transport, "protocol": protocol})
+        transport.abort()
+
     def run(self) -> None:
         try:
             if self.reads:
@@ -98,7 +105,7 @@ class ClientBatch:
                     try:
                         p._read()
                     except Exception as e:  # a bug in the command path: this client only
-                        p._crashed(e)
+                        self._crashed(e, p, p.app)
             if self.commands:
                 commands, self.commands = self.commands, []
                 for c in commands:
@@ -109,7 +116,8 @@ class ClientBatch:
                         c.process()
                         c.account()
                     except Exception as e:
-                        c.crashed(e)
+                        c.closing = True
+                        self._crashed(e, c.transport, c)
                 self.after_commands()
             if self.sends:
                 sends, self.sends = self.sends, []
@@ -203,14 +211,6 @@ class ClientProtocol(asyncio.Protocol):
         client = self.client
         if held != client.qbuf:
             self.node.set_client_buffer(client, held)
-
-    def crashed(self, e: Exception) -> None:
-        """What uvloop does when a protocol's data_received raises: report, abort."""
-        self.driver.loop.call_exception_handler({
-            "message": "Fatal error: protocol.data_received() call failed.",
-            "exception": e, "transport": self.transport, "protocol": self})
-        self.closing = True
-        self.transport.abort()
 
     def pause_writing(self) -> None:  # the peer reads slower than we write
         self.transport.pause_reading()

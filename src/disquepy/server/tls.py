@@ -218,13 +218,6 @@ class TlsServerProtocol:
         self.closed = True
         self.raw.abort()
 
-    def _crashed(self, e: Exception) -> None:
-        """What uvloop does when a protocol's data_received raises: report, abort."""
-        self.loop.call_exception_handler({
-            "message": "Fatal error: protocol.data_received() call failed.",
-            "exception": e, "transport": self, "protocol": self.app})
-        self.abort()
-
     def _broken(self, e: Exception) -> None:
         """A TLS error on an established connection (a bad record, a forged alert)."""
         self._fail(describe(e), "TLS error on a client connection")
