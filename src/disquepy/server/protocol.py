@@ -41,9 +41,10 @@ class ClientBatch:
 
     Done connection by connection, the kernel, the interpreter, the core and OpenSSL
     took turns and each ran cold, and a client was woken for every reply. In phases
-    (two nodes in alternating rounds, 50 connections of ADDJOB on these 2 cores; the
-    figures in docs/PERFORMANCE.md) the node spent 0.4-1.7 µs less CPU per plain ADDJOB
-    and 1.5-3 µs less per TLS one, and 16-deep pipelines ran 1.19x as fast.
+    (``bench/tls.py --against``, docs/PERFORMANCE.md) 16-deep pipelines of 50 clients run
+    about 1.17x as fast; unpipelined, the gain is small when each client's replies come
+    in bursts, and up to 3 µs of CPU per TLS request when clients and node fall into
+    lock-step, one reply waking a client at a time.
     Redis likewise gathers replies for beforeSleep. A command waits for the reads of its
     iteration only: each batch is at most one iteration's work.
     """
