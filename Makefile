@@ -73,7 +73,7 @@ deps:
 # Spark (pyspark 4: the Spark tests, `disque analytics`) runs on a Java 17+ JVM: Debian's
 # headless JRE (17 on bookworm, 21 where 17 is gone)
 java:
-	@$(PY) src/disquepy/spark/_java.py 2>/dev/null || { \
+	@$(PY) src/disquepy/spark/java.py 2>/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && { \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless || \
@@ -93,6 +93,7 @@ cluster: $(BASE) $(EXT)
 # .py sources (DISQUEPY_INTERPRETED=1), as compiled classes cannot be monkeypatched
 test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java typecheck
 	$(BIN)/ruff check src tests bench scripts setup.py
+	$(BIN)/lint-imports
 	$(BIN)/python -c "import disquepy.core.node, disquepy, sys; \
 	  sys.exit(not disquepy.compiled_modules() and 'the core is not compiled (setup.py)')"
 	$(BIN)/python -m pytest -p no:cacheprovider tests
@@ -111,6 +112,7 @@ typecheck: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts setup.py
+	$(BIN)/lint-imports
 
 bench: $(STAMP) $(EXT) deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

@@ -192,7 +192,7 @@ def floor_source():
     (``rows`` jobs planned as the connector plans them: all, or maxJobsPerTrigger a
     batch) and read tasks (``readersPerNode`` 2 for one node), whose tasks turn a
     canned ``GETJOB ... WITHCOUNTERS`` reply of 1000 jobs into Arrow batches with the
-    connector's own ``stream_columns`` and ``_arrow_batch``: what is left is Spark."""
+    connector's own ``stream_columns`` and ``arrow_batch``: what is left is Spark."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -235,14 +235,14 @@ def floor_source():
             pass
 
         def read(self, part: Part):
-            from disquepy.spark.source import _arrow_batch, stream_columns
+            from disquepy.spark.rows import arrow_batch, stream_columns
 
             reply = [[b"bench", b"D-c386bbc4-BT3nvYWM20Rp3MT1jfVgmQve-05a1", BODY.encode(),
                       b"nacks", 0, b"additional-deliveries", 0]] * 1000
             left = part.n
             while left > 0:
                 k = min(1000, left)
-                yield _arrow_batch(self.schema, stream_columns(reply[:k], "string", "f" * 40))
+                yield arrow_batch(self.schema, stream_columns(reply[:k], "string", "f" * 40))
                 left -= k
 
     class Floor(DataSource):

@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT / "src"))
 MODULES = [
     "disquepy.client",
     "disquepy.worker",
-    "disquepy.worker.deadletter",
+    "disquepy.client.deadletter",
+    "disquepy.client.deadqueue",
 ]
 OUT = ROOT / "docs" / "API.md"
 QUALIFIED = re.compile(r"\b(?:[a-z_][a-z0-9_]*\.)+([A-Za-z_]\w*)")  # a.b.Name -> Name

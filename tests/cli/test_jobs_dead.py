@@ -10,8 +10,8 @@ from cli_support import table_rows
 from support import wait_for
 
 from disquepy.client import Disque
+from disquepy.client.deadletter import dead_letter_body
 from disquepy.worker import Worker
-from disquepy.worker.deadletter import dead_letter_body
 
 
 def body_lines(out: str, column: int = -1) -> list[str]:

@@ -132,7 +132,7 @@ def test_async_status_and_cancel_match_the_blocking_client(server):
     """status() and cancel() of AsyncDisque run the same lookups as Disque's (one plan,
     two drivers): a live job's body, a failed job's dead letter, cancel's refusals."""
     from disquepy.client import Disque
-    from disquepy.worker.deadletter import dead_letter_body
+    from disquepy.client.deadletter import dead_letter_body
 
     addr = f"127.0.0.1:{server.port}"
 

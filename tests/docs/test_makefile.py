@@ -49,8 +49,8 @@ def test_test_installs_java_and_run_does_not(tmp_path):
     """Spark needs Java 17+: `make test` checks for it and installs Debian's headless JRE
     when it is missing (the CI runs `make test`); `make run` starts a node without it."""
     test = make_plan("test", tmp_path)
-    assert "spark/_java.py" in test and "apt-get install -y -qq openjdk-17-jre-headless" in test
+    assert "spark/java.py" in test and "apt-get install -y -qq openjdk-17-jre-headless" in test
     run = make_plan("run", tmp_path)
-    assert "openjdk" not in run and "_java.py" not in run
+    assert "openjdk" not in run and "java.py" not in run
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from disquepy.codec.aof import encode_deljob, encode_loadjob, scan
+from disquepy.core.aofrecords import encode_deljob, encode_loadjob, scan
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "0123456789abcdef0123456789abcdef01234567"

@@ -10,7 +10,7 @@ import pytest
 import redis
 from support import hello_ok, raw, wait_for
 
-from disquepy.codec.aof import scan
+from disquepy.core.aofrecords import scan
 
 AOF = ["--appendonly", "yes"]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disquepy.codec import aof
+from disquepy.core import aofrecords as aof
 from disquepy.sim.clock import T0, NodeClock
 from disquepy.sim.config import SimConfig, faults_spec, parse_faults
 from disquepy.sim.disk import Disk

@@ -27,7 +27,7 @@ if not IN_CI:
 def spark(tmp_path_factory):
     """The one SparkSession of the test run, with the "disque" format registered.
     Without Java 17+ every test using it fails in CI and is skipped (saying why) outside."""
-    from disquepy.spark._java import java_problem
+    from disquepy.spark.java import java_problem
 
     problem = java_problem()
     if problem:

@@ -1,4 +1,4 @@
-"""Tests for disquepy.codec.aof: record encoding, blob validation and the strict scanner."""
+"""Tests for disquepy.core.aofrecords: record encoding, blob validation and the strict scanner."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from disquepy.codec import aof
-from disquepy.codec.aof import (
+from disquepy.core import aofrecords as aof
+from disquepy.core.aofrecords import (
     DELJOB,
     LOADJOB,
     AofFormatError,

@@ -5,7 +5,7 @@ core does with what they let through (issue #18, item 5):
   ``resp.make_reader``'s API, with and without tight limits;
 - bus frames: ``codec.bus`` then ``core.messages`` then the node's handlers, from
   garbage to valid messages with one field replaced (a job counter at 2**64-1 ...);
-- AOF records: ``codec.aof.scan`` then ``Node.aof.load``.
+- AOF records: ``core.aofrecords.scan`` then ``Node.aof.load``.
 
 The properties: no decoder raises anything but its own error; readers agree; nothing
 a peer or a file sends makes the node raise, and every job it then holds can be
@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from nodeharness import Harness
 from test_resp import READERS, _split_points, parse_chunks
 
-from disquepy.codec import aof
 from disquepy.codec.bus import BusProtocolError, FrameReader, encode_frame
 from disquepy.codec.resp import ProtocolError, QueryBufferLimitError, make_reader
+from disquepy.core import aofrecords as aof
 from disquepy.core import messages as M
 from disquepy.core.jobcodec import BUS, DISK, job_fields, parse_job
 

@@ -7,7 +7,7 @@ import pytest
 from clusterharness import Cluster
 from nodeharness import Error, Harness
 
-from disquepy.codec import aof
+from disquepy.core import aofrecords as aof
 from disquepy.core.jobcodec import COUNTER_TOP
 
 

@@ -150,7 +150,7 @@ def test_failing_job_retries_then_lands_in_dead_letters_as_failed(http, dq):
 
 
 def test_delete_dead_letter(http, dq):
-    from disquepy.worker.deadletter import dead_letter_body
+    from disquepy.client.deadletter import dead_letter_body
 
     dl = dq.add_job("q:dead", dead_letter_body("q", "D-x", b'{"a":1}', "err", 3, 0))
     assert http.delete(f"/queues/q/dead-letters/{dl}").json() == {"deleted": 1}

@@ -11,7 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-from disquepy.worker.deadletter import dead_letter_body
+from disquepy.client.deadletter import dead_letter_body
 
 
 def wait(browser, timeout: float = 15):

@@ -14,6 +14,7 @@ import pytest
 from support import wait_for
 
 from disquepy.client import Disque
+from disquepy.client.envelope import unwrap, wrap
 from disquepy.worker import (
     Backoff,
     RetryLater,
@@ -24,7 +25,6 @@ from disquepy.worker import (
     list_dead,
     requeue_dead,
 )
-from disquepy.worker.envelope import unwrap, wrap
 
 
 def start(w: Worker) -> Worker:

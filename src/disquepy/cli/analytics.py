@@ -16,7 +16,7 @@ def load_analytics():  # -> module
         importlib.import_module("pyspark")
     except ImportError:
         raise CliError("disque analytics needs PySpark: pip install 'disquepy[spark]'") from None
-    from disquepy.spark._java import java_problem
+    from disquepy.spark.java import java_problem
 
     problem = java_problem()
     if problem:  # else PySpark dies in a long traceback when it starts the JVM

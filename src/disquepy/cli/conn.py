@@ -78,7 +78,7 @@ class Target:
     @property
     def tls_options(self) -> dict:
         """redis-py's TLS keyword arguments for --tls (empty without it)."""
-        from disquepy.client._common import tls_options
+        from disquepy.client.nodes import tls_options
 
         return tls_options(self.tls, self.cacert, self.cert, self.key, True)
 

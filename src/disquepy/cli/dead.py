@@ -1,6 +1,6 @@
 """``disque dead QUEUE``: list dead letters, ``--requeue`` them.
 
-Dead letters are the worker's (:mod:`disquepy.worker.deadletter`): the dead letters of
+Dead letters are the worker's (:mod:`disquepy.client.deadletter`): the dead letters of
 ``Q`` are jobs in ``Q:dead`` whose body is JSON with the original queue, job ID, body,
 the error, counters and ``failed_at``. Listing and re-queueing use that module's
 ``list_dead`` and ``requeue_dead`` through the disquepy client.
@@ -33,7 +33,8 @@ def command(target: Target, queue: str, ids: tuple[str, ...], requeue: bool, cou
             pattern: str) -> None:
     """List the dead letters of QUEUE (jobs in QUEUE:dead on the connected node), or
     re-queue them with --requeue [ID...] (dead-letter or original job IDs)."""
-    from disquepy.worker.deadletter import dead_queue_name, list_dead, requeue_dead
+    from disquepy.client.deadletter import dead_queue_name
+    from disquepy.client.deadqueue import list_dead, requeue_dead
 
     if ids and not requeue:
         raise CliError("Job IDs are only taken with --requeue")

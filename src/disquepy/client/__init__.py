@@ -12,14 +12,10 @@ with Disque(["127.0.0.1:7711", "127.0.0.1:7712"]) as c:
 ```
 """
 
-from ._common import (
-    Affinity,
+from .aio import AsyncDisque, AsyncPipeline
+from .errors import (
     DisqueError,
-    Event,
-    Hello,
-    Job,
     LeavingError,
-    NodeInfo,
     NoJobError,
     NoNodesError,
     NoPermissionError,
@@ -28,7 +24,8 @@ from ._common import (
     ResponseError,
     TryAgainError,
 )
-from .aio import AsyncDisque, AsyncPipeline
+from .nodes import Affinity, Hello, NodeInfo
+from .replies import Event, Job
 from .sync import Disque, Pipeline
 
 __all__ = [

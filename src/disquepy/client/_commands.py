@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._common import (
-    addjob_args,
-    getjob_args,
+from .args import addjob_args, getjob_args, qget_args, result_args, seconds_arg, status_args
+from .replies import (
     parse_event,
     parse_id,
     parse_info,
@@ -21,10 +20,6 @@ from ._common import (
     parse_qstatus,
     parse_show,
     parse_str,
-    qget_args,
-    result_args,
-    seconds_arg,
-    status_args,
 )
 
 

@@ -13,28 +13,22 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from ._commands import Commands
-from ._common import (
-    FAILOVER_CODES,
+from .args import jscan_args, qscan_args
+from .errors import FAILOVER_CODES, LeavingError, NoNodesError, TryAgainError, convert_error
+from .jobstatus import CancelResult, JobStatus, arun, cancel_plan, status_plan, wait_plan
+from .nodes import (
     Address,
     Affinity,
     Hello,
-    LeavingError,
     NodeSpec,
-    NoNodesError,
     Topology,
-    TryAgainError,
-    convert_error,
     fmt_addr,
-    jscan_args,
     parse_hello,
-    parse_jobs,
     parse_node,
     parse_nodes,
-    parse_show,
-    qscan_args,
     tls_options,
 )
-from .jobstatus import CancelResult, JobStatus, arun, cancel_plan, status_plan, wait_plan
+from .replies import parse_jobs, parse_show
 from .sync import TRYAGAIN_LIMIT
 
 log = logging.getLogger("disquepy.client")

@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions as rexc
 
-from ._common import Topology, fmt_addr, job_node_prefix, parse_show, wait_backoff
+from .args import wait_backoff
+from .nodes import Topology, fmt_addr
 from .priority import split
+from .replies import job_node_prefix, parse_show
 
 if TYPE_CHECKING:  # pragma: no cover
     from .aio import AsyncDisque
@@ -113,7 +115,7 @@ class CancelResult:
 
 
 def _payload(body: bytes) -> Any:
-    from ..worker.envelope import unwrap  # the worker's envelope: show the user's body
+    from .envelope import unwrap  # the worker's envelope: show the user's body
 
     raw = unwrap(body).body
     try:
@@ -248,10 +250,10 @@ def node_queues(client: Disque, addr: str) -> list[str]:
 
 
 def dead_letter_plan(topology: Topology, job_id: str, queue: str | None = None) -> Plan[Any]:
-    """The dead letter of ``job_id`` (:class:`~disquepy.worker.deadletter.DeadLetter`) on
+    """The dead letter of ``job_id`` (:class:`~disquepy.client.deadletter.DeadLetter`) on
     any node, looking in ``queue``'s dead-letter queue (every ``*:dead`` queue if
     ``None``); ``None`` if there is none."""
-    from ..worker.deadletter import parse_dead_letter
+    from .deadletter import parse_dead_letter
 
     for addr in (yield from addresses_plan(topology)):
         try:

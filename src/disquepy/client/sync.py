@@ -14,29 +14,29 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ._commands import Commands
-from ._common import (
+from .args import jscan_args, qscan_args
+from .errors import (
     FAILOVER_CODES,
+    LeavingError,
+    NoNodesError,
+    ResponseError,
+    TryAgainError,
+    convert_error,
+)
+from .jobstatus import CancelResult, JobStatus, cancel_job, job_status, wait_job
+from .nodes import (
     Address,
     Affinity,
     Hello,
-    LeavingError,
     NodeSpec,
-    NoNodesError,
-    ResponseError,
     Topology,
-    TryAgainError,
-    convert_error,
     fmt_addr,
-    jscan_args,
     parse_hello,
-    parse_jobs,
     parse_node,
     parse_nodes,
-    parse_show,
-    qscan_args,
     tls_options,
 )
-from .jobstatus import CancelResult, JobStatus, cancel_job, job_status, wait_job
+from .replies import parse_jobs, parse_show
 
 log = logging.getLogger("disquepy.client")
 

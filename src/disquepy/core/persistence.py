@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from ..codec import aof as records
+from . import aofrecords as records
 from .job import (
     ACKED,
     ACTIVE,

@@ -24,9 +24,24 @@ from .client import BlockedGet, Client
 from .queue import PAUSED_OUT, Queue
 
 if TYPE_CHECKING:
+    from .job import Job
     from .node import Node
 
 QUEUE_OVERHEAD = 1200  # bytes counted in used memory per queue (plus its name)
+
+
+_NACKS = b"$5\r\nnacks\r\n"
+_ADELIV = b"$21\r\nadditional-deliveries\r\n"
+
+
+def job_reply(job: Job, withcounters: bool) -> bytes:
+    """One job as GETJOB / QPEEK return it: [queue, id, body(, counters)]."""
+    q, body = job.queue, job.body
+    if withcounters:
+        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n%b:%d\r\n%b:%d\r\n" % (
+            len(q), q, job.id, len(body), body, _NACKS, job.nacks, _ADELIV, job.adeliv)
+    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (
+        len(q), q, job.id, len(body), body)
 
 
 class Queues:
@@ -141,8 +156,6 @@ class Queues:
 
     def serve_ready(self, now: int) -> None:
         """Serve clients blocked on queues that received jobs, one job each, FIFO."""
-        from .commands.queues import job_reply
-
         node = self.node
         ready, self.ready = self.ready, []
         for q in ready:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..codec import aof as codec
+from ..core import aofrecords as codec
 from .log import log
 
 REWRITE_SLICE = 1000  # jobs serialized per loop iteration during a rewrite (~5 ms)

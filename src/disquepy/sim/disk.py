@@ -9,7 +9,7 @@ leaves it to the OS, modelled as a sync every 30 s.
 Crashes: a *kill* (the process dies, the OS survives) keeps every written record; a
 *power* loss keeps only the synced bytes, and may leave a torn prefix of the first
 unsynced record on disk. A restart loads what is on disk the way the server does
-(``codec.aof.scan``; a torn tail is truncated, anything else is corrupt).
+(``core.aofrecords.scan``; a torn tail is truncated, anything else is corrupt).
 
 ``nodes.conf`` is written atomically (temp file, fsync, rename) by the shell, so it
 is durable as soon as it is saved.
@@ -17,7 +17,7 @@ is durable as soon as it is saved.
 
 from __future__ import annotations
 
-from ..codec import aof
+from ..core import aofrecords as aof
 
 SYNC_PERIOD_MS = {"always": 0, "everysec": 1000, "no": 30_000}
 

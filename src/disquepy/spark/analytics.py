@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..worker.deadletter import DEFAULT_DLQ
+from ..client.deadletter import DEFAULT_DLQ
 
 log = logging.getLogger("disquepy.spark.analytics")
 

@@ -72,7 +72,7 @@ from ._nodes import (
     opt_list,
     pipeline,
 )
-from .source import _arrow_batch, _body_type
+from .rows import arrow_batch, body_type
 
 log = logging.getLogger("disquepy.spark")
 
@@ -126,7 +126,7 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.queues = opt_list(opts, "queue", "queues")
         if not self.queues:
             raise ValueError("the disque group stream source needs option queue (or queues)")
-        self.fmt = _body_type(opts)
+        self.fmt = body_type(opts)
         self.auth = auth_options(opts)
         try:
             self.lease = float(opts.get("lease", "60"))
@@ -239,7 +239,7 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                   else [e[3].decode("utf-8", "replace") for e in ev])
         cols = [[e[2].decode() for e in ev], [e[1] for e in ev], [self.group] * len(ev),
                 bodies, [e[4] for e in ev]]
-        yield _arrow_batch(self.schema, cols, GROUP_COLUMNS)
+        yield arrow_batch(self.schema, cols, GROUP_COLUMNS)
 
     def commit(self, end: dict) -> None:
         """Spark committed every batch up to ``end``: acknowledge their events."""

@@ -137,66 +137,16 @@ from ._nodes import (
     pipeline,
     send_packed,
 )
+from .rows import (
+    SNAPSHOT_COLUMNS,
+    arrow_batch,
+    body_type,
+    decode_body,
+    stream_columns,
+    to_str,
+)
 
 log = logging.getLogger("disquepy.spark")
-
-SNAPSHOT_COLUMNS = ("id", "queue", "body", "state", "ctime", "nacks",
-                    "additional_deliveries", "node")
-#: a stream has the same columns; ``state`` is "active" and ``ctime`` null (GETJOB does
-#: not carry the creation time)
-STREAM_COLUMNS = SNAPSHOT_COLUMNS
-
-
-def _body_type(opts: dict[str, str]) -> str:
-    fmt = opts.get("bodyformat", "string").lower()
-    if fmt not in ("string", "binary"):
-        raise ValueError("option bodyFormat: string or binary")
-    return fmt
-
-
-def _decode_body(body: bytes, fmt: str) -> Any:
-    return body if fmt == "binary" else body.decode("utf-8", "replace")
-
-
-def _to_str(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-
-
-def stream_columns(reply: list, fmt: str, node_id: str) -> list[list]:
-    """A ``GETJOB ... WITHCOUNTERS`` reply as columns in STREAM_COLUMNS order, a column
-    at a time (this runs for every job a stream reads)."""
-    n = len(reply)
-    names: dict = {}  # a reply holds a few queue names: decode each once
-    queues = [names.get(j[0]) or names.setdefault(j[0], _to_str(j[0])) for j in reply]
-    bodies = ([j[2] for j in reply] if fmt == "binary"
-              else [j[2].decode("utf-8", "replace") for j in reply])
-    nacks: list = []
-    adeliv: list = []
-    for j in reply:
-        if len(j) == 7 and j[3] == b"nacks" and j[5] == b"additional-deliveries":
-            nacks.append(int(j[4]))
-            adeliv.append(int(j[6]))
-        else:  # counters in another shape: by name
-            d = dict(zip(j[3::2], j[4::2], strict=False))
-            nacks.append(int(d.get(b"nacks", 0)))
-            adeliv.append(int(d.get(b"additional-deliveries", 0)))
-    return [[j[1].decode() for j in reply], queues, bodies, ["active"] * n, [None] * n,
-            nacks, adeliv, [node_id] * n]
-
-
-def _arrow_batch(schema: StructType, columns: list[list],
-                 names: tuple[str, ...] = SNAPSHOT_COLUMNS) -> Any:
-    """Columns in ``names`` order (SNAPSHOT_COLUMNS by default) -> an Arrow batch of
-    ``schema``'s columns (a user schema may pick and reorder them), typed as Spark
-    expects them."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    pa_schema = to_arrow_schema(schema, timezone="UTC")
-    by_name = dict(zip(names, columns, strict=True))
-    arrays = [pa.array(by_name[f.name], type=f.type) for f in pa_schema]
-    return pa.RecordBatch.from_arrays(arrays, schema=pa_schema)
-
 
 # ---------------------------------------------------------------------------- writing
 
@@ -497,7 +447,7 @@ class DisqueSnapshotReader(DataSourceReader):
         if not self.queues:
             raise ValueError("the disque batch source needs option queue (or queues)")
         self.states = opt_list(opts, "states")
-        self.fmt = _body_type(opts)
+        self.fmt = body_type(opts)
         copies = opts.get("copies", "all").lower()
         if copies not in ("all", "primary"):
             raise ValueError("option copies: all or primary")
@@ -536,15 +486,15 @@ class DisqueSnapshotReader(DataSourceReader):
                             continue
                         ctime = int(d.get(b"ctime", 0))
                         for col, v in zip(cols, (
-                                sid, _to_str(d[b"queue"]),
-                                _decode_body(d.get(b"body", b""), self.fmt),
-                                _to_str(d[b"state"]),
+                                sid, to_str(d[b"queue"]),
+                                decode_body(d.get(b"body", b""), self.fmt),
+                                to_str(d[b"state"]),
                                 datetime.fromtimestamp(ctime / 1e9, UTC),
                                 int(d.get(b"nacks", 0)),
                                 int(d.get(b"additional-deliveries", 0)), node.id), strict=True):
                             col.append(v)
                     if cols[0]:
-                        yield _arrow_batch(self.schema, cols)
+                        yield arrow_batch(self.schema, cols)
                     if cursor in (b"0", 0, "0"):
                         break
         finally:
@@ -651,7 +601,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.queues = opt_list(opts, "queue", "queues")
         if not self.queues:
             raise ValueError("the disque stream source needs option queue (or queues)")
-        self.fmt = _body_type(opts)
+        self.fmt = body_type(opts)
         self.auth = auth_options(opts)
         self.max_jobs = opt_int(opts, "maxjobspertrigger", None)
         self.fetch = max(1, opt_int(opts, "fetchsize", 1000))
@@ -787,7 +737,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             for reply in self._fetch(conn, partition.chunks, partition.queues):
                 if reply:
-                    yield _arrow_batch(self.schema, stream_columns(reply, self.fmt, node.id))
+                    yield arrow_batch(self.schema, stream_columns(reply, self.fmt, node.id))
             # every chunk fetched: tell the driver these tokens are safe to replay
             mark = partition.mark
             conn.execute_command("ADDJOB", mark_queue(mark), mark, 0, "REPLICATE", 1,
@@ -1002,7 +952,7 @@ class DisqueDataSource(DataSource):
     def schema(self) -> str:
         """id, queue, body, state, ctime, nacks, additional_deliveries, node; a group
         stream read (option ``group``): id, queue, group, body, deliveries."""
-        body = "binary" if _body_type(self._opts()) == "binary" else "string"
+        body = "binary" if body_type(self._opts()) == "binary" else "string"
         if "group" in self._opts():
             return f"id string, queue string, group string, body {body}, deliveries long"
         return (f"id string, queue string, body {body}, state string, ctime timestamp, "

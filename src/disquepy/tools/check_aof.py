@@ -24,7 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from disquepy.codec.aof import DELJOB, LOADJOB, OUTCOME, ScanResult, scan
+from disquepy.core.aofrecords import DELJOB, LOADJOB, OUTCOME, ScanResult, scan
 
 _HEADS = (b"*3\r\n$7\r\nLOADJOB\r\n", b"*2\r\n$6\r\nDELJOB\r\n", b"*3\r\n$7\r\nOUTCOME\r\n")
 

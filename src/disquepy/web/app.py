@@ -26,10 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import __version__
 from ..client import AsyncDisque, Disque, ResponseError
+from ..client.deadqueue import delete_dead, list_dead, requeue_dead
+from ..client.envelope import wrap
 from ..client.jobstatus import valid_id
 from ..client.priority import DEFAULT_PRIORITY, PRIORITIES, levels, queue_for
-from ..worker.deadletter import delete_dead, list_dead, requeue_dead
-from ..worker.envelope import wrap
 from .cluster import ClusterView
 from .fastpath import FastJobs, NodePipe
 from .jobs import list_jobs

@@ -18,9 +18,9 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ..client import Disque
-from ..client._common import parse_info, parse_kv, parse_qstatus, parse_show
 from ..client.jobstatus import dead_letters_of, node_addresses, node_queues
 from ..client.priority import PRIORITIES, queue_for, split
+from ..client.replies import parse_info, parse_kv, parse_qstatus, parse_show
 
 # QSTATUS' fields for a group: its events by state, then lag (available + redo) and
 # pending (leased, not acknowledged)

@@ -31,7 +31,7 @@ from typing import Any
 import hiredis
 from pydantic import ValidationError
 
-from ..client._common import addjob_args
+from ..client.args import addjob_args
 from ..codec.resp import bulk_array
 
 log = logging.getLogger("disquepy.web")

@@ -16,9 +16,9 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ..client import Disque
-from ..client._common import parse_show
 from ..client.jobstatus import dead_letters_of, node_addresses
 from ..client.priority import queue_for, split
+from ..client.replies import parse_show
 
 ROUNDS = 64  # JSCAN calls per page at most
 PREVIEW = 200  # characters of a payload shown in a listing
@@ -27,7 +27,7 @@ PREVIEW = 200  # characters of a payload shown in a listing
 def _preview(body: bytes | None) -> str:
     if body is None:
         return ""
-    from ..worker.envelope import unwrap
+    from ..client.envelope import unwrap
 
     text = unwrap(body).body.decode("utf-8", "replace")
     return text if len(text) <= PREVIEW else text[:PREVIEW] + "…"

@@ -15,9 +15,10 @@ From the shell: ``python -m disquepy.worker mymodule:handle --queues high,low -c
 with ``--group G`` the queues' events are consumed as consumer group G (GroupWorker).
 """
 
+from ..client.deadletter import DeadLetter
+from ..client.deadqueue import delete_dead, list_dead, requeue_dead
 from .backoff import Backoff
 from .core import RetryLater, Route, Worker, current_attempt, current_job
-from .deadletter import DeadLetter, delete_dead, list_dead, requeue_dead
 from .groups import GroupWorker
 from .tasks import Task, Tasks
 

@@ -21,9 +21,9 @@ import traceback
 
 from ..client import Disque
 from ..client import options as connection_options
-from ..client._common import parse_nodes
+from ..client.nodes import parse_nodes
 from ..client.priority import DEFAULT_LOW_SHARE
-from ..server.log import _RedisFormatter
+from ..logformat import RedisFormatter
 from .backoff import Backoff
 from .core import Worker
 from .tasks import Tasks
@@ -306,22 +306,10 @@ def _load_reporting(target: str):
                          f"{type(e).__name__}: {e} (traceback above)") from None
 
 
-class _LogFormatter(_RedisFormatter):
-    """The server's Redis-style line; an exception's traceback on the lines after it
-    (the server folds it into the line)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        if not record.exc_info:
-            return super().format(record)
-        head = super().format(logging.makeLogRecord(
-            dict(record.__dict__, exc_info=None, exc_text=None)))
-        return f"{head}\n{self.formatException(record.exc_info)}"
-
-
 def setup_logging(level: str) -> None:
     """Redis-style log lines on stderr (``pid:M 25 Nov 2026 09:12:01.123 * message``)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_LogFormatter())
+    handler.setFormatter(RedisFormatter(fold_tracebacks=False))
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 

@@ -17,11 +17,12 @@ from typing import Any
 from redis import exceptions as rexc
 
 from ..client import Disque, DisqueError, Job, NoJobError, NoPermissionError
-from ..client._common import NodeSpec, parse_show
+from ..client.deadletter import DEAD_TTL, DEFAULT_DLQ, dead_letter_body, dead_queue_name
+from ..client.envelope import unwrap
+from ..client.nodes import NodeSpec
 from ..client.priority import DEFAULT_LOW_SHARE, PriorityOrder, split
+from ..client.replies import parse_show
 from .backoff import Backoff
-from .deadletter import DEAD_TTL, DEFAULT_DLQ, dead_letter_body, dead_queue_name
-from .envelope import unwrap
 
 log = logging.getLogger("disquepy.worker")
 
@@ -56,7 +57,7 @@ class Route:
 
 
 def policy_route(route: Route, policy: dict) -> Route:
-    """``route`` with a job's own retry policy (see :mod:`disquepy.worker.envelope`):
+    """``route`` with a job's own retry policy (see :mod:`disquepy.client.envelope`):
     ``max_attempts`` attempts, then a dead letter; ``fixed`` or ``exponential`` back-off
     from ``base`` seconds, capped at ``cap``. A malformed policy leaves ``route`` as is."""
     try:
@@ -145,7 +146,7 @@ class Worker:
       original (a delay reaching past the TTL dead-letters the job instead).
     - Dead letters: after ``dead_letter_after`` failures (nacks + back-off attempts), or
       when a job arrives with ``dead_letter_deliveries`` additional deliveries (crashing
-      workers), it is added to ``Q:dead`` (see :mod:`disquepy.worker.deadletter`) and the
+      workers), it is added to ``Q:dead`` (see :mod:`disquepy.client.deadletter`) and the
       original ACKed.
     - Shutdown: :meth:`run` handles SIGTERM/SIGINT: stop fetching, let running handlers
       finish within ``shutdown_timeout`` seconds, NACK the jobs still running then (and

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..client import Disque
-from ..client._common import NodeSpec
+from ..client.nodes import NodeSpec
 from .backoff import Backoff
 from .core import Route, Worker
 

@@ -11,27 +11,12 @@ from ..client import BlockedGet
 from ..errors import ReplyError
 from ..job import ACKED
 from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT, Queue
-from ..queues import QUEUE_OVERHEAD
+from ..queues import QUEUE_OVERHEAD, job_reply
 from .args import parse_int, parse_scan, parse_timeout
 
 if TYPE_CHECKING:
     from ..client import Client
-    from ..job import Job
     from ..node import Node
-
-_NACKS = b"$5\r\nnacks\r\n"
-_ADELIV = b"$21\r\nadditional-deliveries\r\n"
-
-
-def job_reply(job: Job, withcounters: bool) -> bytes:
-    """One job as GETJOB / QPEEK return it: [queue, id, body(, counters)]."""
-    q, body = job.queue, job.body
-    if withcounters:
-        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n%b:%d\r\n%b:%d\r\n" % (
-            len(q), q, job.id, len(body), body, _NACKS, job.nacks, _ADELIV, job.adeliv)
-    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (
-        len(q), q, job.id, len(body), body)
-
 
 def getjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [TOKEN t] FROM q1 ... qN

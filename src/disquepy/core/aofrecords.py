@@ -61,9 +61,9 @@ from zlib import crc32
 
 import msgpack
 
-from ..core.ids import is_valid_job_id
-from ..core.jobcodec import DISK, NDISK, BadJob, JobFields, parse_job
-from ..core.outcomes import MAX_DETAIL_LIMIT, STATE_NAMES, Outcome
+from .ids import is_valid_job_id
+from .jobcodec import DISK, NDISK, BadJob, JobFields, parse_job
+from .outcomes import MAX_DETAIL_LIMIT, STATE_NAMES, Outcome
 
 __all__ = [
     "DELJOB",

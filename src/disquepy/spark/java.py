@@ -51,7 +51,7 @@ def java_problem() -> str | None:
     return None
 
 
-if __name__ == "__main__":  # `python -m disquepy.spark._java`: exit 1 when Java is missing
+if __name__ == "__main__":  # `python -m disquepy.spark.java`: exit 1 when Java is missing
     import sys
 
     problem = java_problem()
