@@ -121,6 +121,9 @@ def run(spark: Any, nodes: str, queue: str = "emails", rows: int = 1_000_000,
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: see the module docstring."""
+    from disquepy.extras import require
+
+    require("spark", "examples/spark_fanout.py")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="127.0.0.1:7711", help="seed nodes host:port,...")
     ap.add_argument("--queue", default="emails")

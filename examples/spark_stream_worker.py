@@ -54,6 +54,9 @@ def start(spark: Any, nodes: str, queue: str, out: str, checkpoint: str, *,
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: see the module docstring."""
+    from disquepy.extras import require
+
+    require("spark", "examples/spark_stream_worker.py")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="127.0.0.1:7711")
     ap.add_argument("--queue", default="emails")

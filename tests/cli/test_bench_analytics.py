@@ -55,7 +55,8 @@ def test_analytics_without_pyspark_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark -> ImportError
     res = CliRunner().invoke(cli, ["analytics", str(tmp_path)])
     assert res.exit_code == 1
-    assert "needs PySpark" in res.output
+    assert "disque analytics needs the spark extra" in res.output
+    assert "pip install -e '.[spark]'" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
 
 

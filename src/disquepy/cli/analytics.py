@@ -6,16 +6,16 @@ import importlib
 
 import click
 
+from ..extras import missing
 from .conn import CliError, Target
 
 
 def load_analytics():  # -> module
     """Import ``disquepy.spark.analytics``, or raise CliError saying what is missing
     (PySpark, or the Java 17+ it runs on)."""
-    try:
-        importlib.import_module("pyspark")
-    except ImportError:
-        raise CliError("disque analytics needs PySpark: pip install 'disquepy[spark]'") from None
+    problem = missing("spark", "disque analytics")
+    if problem:
+        raise CliError(problem)
     from disquepy.spark.java import java_problem
 
     problem = java_problem()

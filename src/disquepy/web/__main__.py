@@ -10,9 +10,11 @@ import os
 import sys
 
 from ..client import options as connection_options
+from ..extras import require
 
 
 def main(argv: list[str] | None = None) -> int:
+    require("web", "disque-web")
     p = argparse.ArgumentParser(prog="disque-web",
                                 description="HTTP API, dashboard and metrics for disquepy.")
     p.add_argument("-n", "--nodes", default=os.environ.get("DISQUE_NODES", "127.0.0.1:7711"),
