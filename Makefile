@@ -64,11 +64,12 @@ builddeps:
 
 deps:
 	@command -v redis-cli >/dev/null && command -v redis-server >/dev/null \
-	  && command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  && command -v chromium >/dev/null && command -v chromedriver >/dev/null \
+	  && command -v openssl >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools \
-	    chromium chromium-driver >/dev/null; }
+	    chromium chromium-driver openssl >/dev/null; }
 
 # Spark (pyspark 4: the Spark tests, `disque analytics`) runs on a Java 17+ JVM: Debian's
 # headless JRE (17 on bookworm, 21 where 17 is gone)
@@ -85,7 +86,8 @@ java:
 run: $(BASE) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 1 --port $(PORT) --dir var/run --web $(WEB_PORT)
 
-# three nodes on 7711-7713 (bus on 17711-17713), joined; Ctrl-C stops all three
+# three nodes on 7711-7713 (bus on 17711-17713), joined; a node that exits (killed to
+# watch a failover) is started again 10 s later and rejoins; Ctrl-C stops all three
 cluster: $(BASE) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
 

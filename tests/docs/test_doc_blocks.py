@@ -1,6 +1,8 @@
-"""Every README snippet runs as pasted.
+"""Every snippet of the README and docs/ runs as pasted.
 
-The fenced ```sh and ```python blocks of README.md are extracted and run, and so are
+The fenced ```sh, ```python and ```conf blocks of README.md and docs/*.md are extracted
+and run (docs/API.md, generated from docstrings, is not: its python blocks are API
+examples), and so are
 the terminal transcripts (plain ``` blocks that start with a ``$ `` or a
 ``127.0.0.1:7711> `` prompt: every command runs, and what the block shows after the
 commands must be exactly what they print, job IDs aside), in order, each against
@@ -9,20 +11,28 @@ on 7711 (what `make run` gives), or with a `cluster` marker three joined nodes o
 7711-7713 (what `make cluster` gives). If one of those ports (or its bus port) is
 busy here, for instance a developer's own `make run`, the snippet's text is rewritten
 to free ports before it runs (every 7711-7713 and 17711-17713 in it): so runnable
-snippets must name their ports (`disque -p 7711`, `redis-cli -p 7711`). In a
+snippets must name their ports (`disque -p 7711`, `redis-cli -p 7711`, a worker's
+`--nodes 127.0.0.1:7711`; a worker or client that would fall back on its default
+finds $DISQUE_NODES set to the test's own node all the same). In a
 transcript, ``$ redis-cli -p 7711`` or ``$ disque -p 7711`` alone opens a prompt: the
 ``host:port>`` lines after it are typed there (a prompt line with none open opens
 redis-cli on its port), so they can carry no ``#`` comment; a job ID a transcript
 shows stands, in the commands after it, for the one the node printed there.
 
+A ```conf block is a node's configuration: a node started with it (on a free port,
+in an empty directory) must come up and answer. A plain ``` block is not run, so one
+that starts with a command or a directive must say ```sh or ```conf.
+
 An HTML comment on the line before a block steers it (keep this list short):
 
-- ``<!-- readme-test: skip: REASON -->``: not run; the reason must name the test
+- ``<!-- doc-test: skip: REASON -->``: not run; the reason must name the test
   file(s) that cover what the block shows (``tests/...py``), and they must exist;
-- ``<!-- readme-test: cluster -->``: run against three joined nodes;
-- ``<!-- readme-test: config file -->``: the node is started with a copy of the
+- ``<!-- doc-test: cluster -->``: run against three joined nodes;
+- ``<!-- doc-test: config file -->``: the node is started with a copy of the
   repository's disque.conf (for blocks that need one, such as CONFIG REWRITE);
-- ``<!-- readme-test: interrupt after N s: COMMAND -->``: the block's lines that start
+- ``<!-- doc-test: own nodes -->``: the block starts its own nodes (no node is started
+  for it; its ports are rewritten all the same);
+- ``<!-- doc-test: interrupt after N s: COMMAND -->``: the block's lines that start
   with COMMAND (a long-running one, such as a worker the reader stops with Ctrl-C)
   get SIGINT after N seconds, as the reader would do.
 
@@ -44,47 +54,19 @@ import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from docblocks import DOCS, JOB_ID, PROMPT, README, Block, doc_blocks, rewrite_ports
 from support import ROOT, Server, join_cluster, port_is_free
 
-README = ROOT / "README.md"
-RUNNABLE = ("sh", "python")
-MARK = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
 INTERRUPT = re.compile(r"interrupt after (\d+) s: (.+)")
-PORT = re.compile(r"(?<!\d)(1?771[1-3])(?!\d)")
 TOOL = re.compile(r"(?<![\w.-])(disque|redis-cli)(?![\w.-])")
-EXPECT = {"sh": re.compile(r"#\s*(\(integer\) -?\d+|\(nil\))"),
-          "python": re.compile(r"^\s*print\(.*#\s*(True|False|None)\b")}
-MARKS = ("cluster", "config file")
-PROMPT = re.compile(r"^[\w.]+:(\d+)> (.*)$")
+# tools whose node comes from --nodes (default: $DISQUE_NODES, then 127.0.0.1:7711)
+NODES_TOOL = re.compile(r"(?<![\w.-])(disque-worker|disque-web|python -m disquepy\.(worker|web))"
+                        r"(?![\w.-])")
+MARKS = ("cluster", "config file", "own nodes")
 SESSION = re.compile(r"(redis-cli|disque)(?: -p \d+)?")
-JOB_ID = re.compile(r"D-[0-9a-f]{8}-[A-Za-z0-9+/]{24}-[0-9a-f]{4}")
-
-
-@dataclass
-class Block:
-    lineno: int
-    lang: str
-    code: str
-    mark: str = ""
-
-    @property
-    def id(self) -> str:
-        return f"README.md:{self.lineno}-{self.lang}"
-
-    def expected(self) -> list[str]:
-        """The replies its comments show, in order."""
-        return [m.group(1) for line in self.code.splitlines()
-                if (m := EXPECT[self.lang].search(line))]
-
-    def commands(self) -> list[str]:
-        """Its shell command lines (sh: every line; transcript: the ``$`` lines)."""
-        if self.lang == "transcript":
-            return [ln[2:] for ln in self.code.splitlines() if ln.startswith("$ ")]
-        return self.code.splitlines() if self.lang == "sh" else []
 
 
 def run_group(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
@@ -144,37 +126,7 @@ def run_transcript(block_id: str, code: str, **run) -> None:
             ids.update(zip(JOB_ID.findall(want), JOB_ID.findall(got), strict=True))
 
 
-def readme_blocks() -> list[Block]:
-    blocks: list[Block] = []
-    lines = README.read_text().splitlines()
-    i = 0
-    while i < len(lines):
-        m = re.match(r"^```(\w*)\s*$", lines[i])
-        if not m:
-            i += 1
-            continue
-        start, lang = i, m.group(1)
-        i += 1
-        body = []
-        while i < len(lines) and not lines[i].startswith("```"):
-            body.append(lines[i])
-            i += 1
-        i += 1
-        prev = next((ln.strip() for ln in reversed(lines[:start]) if ln.strip()), "")
-        mark = MARK.match(prev)
-        first = next((ln for ln in body if ln.strip()), "")
-        if not lang and (first.startswith("$ ") or PROMPT.match(first)):
-            lang = "transcript"
-        if lang in (*RUNNABLE, "transcript"):
-            blocks.append(Block(start + 1, lang, "\n".join(body) + "\n",
-                                mark.group(1) if mark else ""))
-        else:
-            assert not mark, f"README.md:{start + 1}: a readme-test marker on a ``` block " \
-                             f"that is not {RUNNABLE}"
-    return blocks
-
-
-BLOCKS = readme_blocks()
+BLOCKS = [b for doc in DOCS for b in doc_blocks(doc)]
 
 
 def port_base() -> int:
@@ -185,19 +137,12 @@ def port_base() -> int:
     raise RuntimeError("no three free consecutive ports")
 
 
-def rewrite_ports(code: str, base: int) -> str:
-    def sub(m: re.Match) -> str:
-        p = int(m.group(1))
-        return str(base + p - 7711 if p < 10000 else base + 10000 + p - 17711)
-    return code if base == 7711 else PORT.sub(sub, code)
-
-
-def test_readme_has_runnable_blocks_and_few_exceptions():
-    assert len(BLOCKS) >= 6
-    skipped = [b for b in BLOCKS if b.mark.startswith("skip")]
-    # make run, make cluster, the disque-web curl calls, the Spark API and examples: each
-    # names the test that runs it (a "web" marker starting disque-web would run the curls)
-    assert len(skipped) <= 5, [b.id for b in skipped]
+def test_docs_have_runnable_blocks_and_few_exceptions():
+    assert len([b for b in BLOCKS if b.path == README]) >= 6
+    skipped = [b for b in BLOCKS if b.mark.startswith("skip") and b.path == README]
+    # make run, make cluster, the Disqueue flow and a failover against their scripts, the
+    # Spark API and examples: each names the test that runs it
+    assert len(skipped) <= 6, [b.id for b in skipped]
     for b in BLOCKS:
         assert not b.mark or b.mark in MARKS or b.mark.startswith("skip: ") \
             or INTERRUPT.fullmatch(b.mark), f"{b.id}: unknown marker {b.mark!r}"
@@ -212,6 +157,11 @@ def test_readme_has_runnable_blocks_and_few_exceptions():
                 for m in TOOL.finditer(command):
                     args = re.split(r"[|;)&]", command[m.end():])[0].split()
                     assert "-p" in args, f"{b.id}: `{line.strip()}` names no port"
+            # a worker's or disque-web's node: its --nodes may be on a continued line
+            for m in NODES_TOOL.finditer(b.code):
+                rest = re.split(r"(?<!\\)\n", b.code[m.end():])[0]
+                assert "--nodes" in rest or "-n " in rest, \
+                    f"{b.id}: `{m.group(0)}` names no --nodes"
 
 
 @pytest.fixture
@@ -236,11 +186,20 @@ def nodes(tmp_path):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("block", [b for b in BLOCKS if not b.mark.startswith("skip")],
                          ids=lambda b: b.id)
-def test_readme_block_runs_as_pasted(block: Block, nodes, tmp_path):
+def test_doc_block_runs_as_pasted(block: Block, nodes, tmp_path):
     base = port_base()
+    if block.lang == "conf":
+        node = Server(tmp_path / "node", port=base, conf=rewrite_ports(block.code, base))
+        node.start()  # it came up with the configuration and answers
+        try:
+            assert node.proc.poll() is None
+        finally:
+            node.kill()
+        return
     cluster = block.mark == "cluster"
     conf = (ROOT / "disque.conf").read_text() if block.mark == "config file" else None
-    nodes(3 if cluster else 1, base, join=cluster, conf=conf)
+    if block.mark != "own nodes":
+        nodes(3 if cluster else 1, base, join=cluster, conf=conf)
     code = rewrite_ports(block.code, base)
     m = INTERRUPT.fullmatch(block.mark)
     if m:  # a long-running command: stopped with SIGINT after N s, as the reader does
@@ -256,7 +215,7 @@ def test_readme_block_runs_as_pasted(block: Block, nodes, tmp_path):
     work.mkdir()
     (work / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
     env = dict(os.environ, PATH=f"{Path(sys.prefix) / 'bin'}:{os.environ.get('PATH', '')}",
-               PYTHONPATH=str(ROOT / "src"))
+               PYTHONPATH=str(ROOT / "src"), DISQUE_NODES=f"127.0.0.1:{base}")
     if block.lang == "transcript":
         run_transcript(block.id, code, cwd=work, env=env)
         return

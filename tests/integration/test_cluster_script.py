@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from docblocks import README, marked_block, rewrite_ports
 from support import ROOT, Server, end_process, port_is_free, raw, wait_for
 
 
@@ -69,3 +70,37 @@ def test_cluster_script_refuses_a_busy_port_and_leaves_its_holder_alone(tmp_path
         assert port_is_free(base) and port_is_free(base + 2)
     finally:
         holder.kill()
+
+
+@pytest.mark.timeout(150)
+def test_a_crashed_node_leaves_the_others_running_and_rejoins(tmp_path):
+    """The README's failover block, run as pasted against `make cluster`'s script: a node
+    killed -9, jobs still added (REPLICATE 2) and served by the two left, the node
+    started again by the script 10 s later and back in the cluster."""
+    block = marked_block(README, "against `make cluster`'s script")
+    base = free_run(3)
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as f:
+        p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "cluster.py"), "--port",
+                              str(base), "--dir", str(tmp_path / "nodes")],
+                             stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        wait_for(lambda: b"cluster of 3 nodes up" in out.read_bytes(), timeout=40,
+                 what="the cluster to be up")
+        run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c",
+                              rewrite_ports(block.code, base)],
+                             capture_output=True, text=True, timeout=90, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr
+        lines = run.stdout.split()
+        job_id = lines[0]
+        assert job_id.startswith("D-"), run.stdout
+        assert lines[1:4] == ["q", job_id, "still-served"], run.stdout  # GETJOB's reply
+        assert "cluster_reachable_nodes:2" in run.stdout
+        text = out.read_text()
+        assert f"node {base + 1} exited (killed by signal 9" in text
+        assert f"node {base + 1} restarted" in text
+        assert p.poll() is None  # the script and the other nodes went on
+        for port in (base, base + 2):
+            assert raw(port, b"PING\r\n", until=b"\r\n") == b"+PONG\r\n"
+    finally:
+        end_process(p, timeout=15)
