@@ -10,7 +10,9 @@ committed it, so a crash at any point loses nothing: restart with the same
 ``--checkpoint`` and the batch in flight is replayed with the same jobs (and the file
 sink, which keeps its own log of committed batches, writes it once). ``--once``
 processes what is queued now and exits (``availableNow``); without it the worker
-polls every ``--every`` seconds until interrupted.
+polls every ``--every`` seconds until interrupted. Every ``--progress`` seconds it
+prints the micro-batches committed since the last line (jobs in them, the total, the
+rate).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +55,24 @@ def start(spark: Any, nodes: str, queue: str, out: str, checkpoint: str, *,
     return w.start()
 
 
+def follow(q: Any, every: float, out: Any = print) -> None:
+    """Wait for the query to end, printing every ``every`` seconds the micro-batches it
+    finished since the last line (from Spark's own progress reports)."""
+    seen, total, started = -1, 0, time.monotonic()
+    while True:
+        ended = q.awaitTermination(every)
+        new = [p for p in q.recentProgress if p["batchId"] > seen]
+        if new:
+            seen = new[-1]["batchId"]
+            jobs = sum(int(p["numInputRows"]) for p in new)
+            total += jobs
+            took = time.monotonic() - started
+            out(f"{took:7.1f} s  batch {seen:>4}: {jobs:>9,} jobs  ({total:,} in all, "
+                f"{total / took:,.0f} jobs/s)")
+        if ended:
+            return
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: see the module docstring."""
     from disquepy.extras import require
@@ -65,13 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--once", action="store_true", help="process what is queued, then exit")
     ap.add_argument("--every", default="2 seconds", help="trigger interval when not --once")
     ap.add_argument("--max-jobs-per-trigger", type=int, default=None)
+    ap.add_argument("--progress", type=float, default=2.0,
+                    help="seconds between progress lines")
     a = ap.parse_args(argv)
     spark = spark_session("disque-stream-worker")
     try:
         q = start(spark, a.nodes, a.queue, a.out, a.checkpoint, once=a.once, every=a.every,
                   max_jobs=a.max_jobs_per_trigger)
         try:
-            q.awaitTermination()
+            follow(q, a.progress)
         except KeyboardInterrupt:
             q.stop()
         n = spark.read.parquet(a.out).count() if os.path.exists(a.out) else 0

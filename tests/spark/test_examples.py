@@ -35,8 +35,13 @@ def test_fanout_then_stream_worker_processes_every_job_once(spark, cluster3, tmp
     assert "jobs queued" in capsys.readouterr().out  # progress lines
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     q = worker.start(spark, cluster3.nodes, "emails", out, ck, once=True, max_jobs=750)
-    q.awaitTermination(150)
+    lines: list[str] = []
+    worker.follow(q, 0.5, lines.append)  # returns once the query ends
     assert not q.isActive and q.exception() is None
+    # progress lines: the batches' jobs add up to every job, the last line says all
+    batches = [int(ln.split("batch")[1].split(":")[1].split("jobs")[0].replace(",", ""))
+               for ln in lines]
+    assert sum(batches) == 1500 and "(1,500 in all" in lines[-1], lines
     rows = spark.read.parquet(out)
     assert rows.count() == 1500
     assert rows.select("job_id").distinct().count() == 1500
