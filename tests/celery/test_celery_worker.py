@@ -111,7 +111,7 @@ def test_countdown_is_a_disque_delay_and_the_task_id_finds_the_job(app, celery_e
     st = dq.status(ids[0])
     assert st.status == "scheduled" and st.delay >= 7, st  # held by Disque, not the worker
     assert st.queue == "celery"
-    out = subprocess.run([sys.executable, "-m", "celery", "-A", "celeryapp", "disque",
+    out = subprocess.run([sys.executable, "-m", "celery", "-A", "celeryapp", "disquepy",
                           "find", r.id], cwd=APP_DIR, env=celery_env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -55,7 +55,7 @@ RUNNABLE = ("sh", "python")
 MARK = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
 INTERRUPT = re.compile(r"interrupt after (\d+) s: (.+)")
 PORT = re.compile(r"(?<!\d)(1?771[1-3])(?!\d)")
-TOOL = re.compile(r"(?<![\w.-])(disque|redis-cli)(?![\w.-])")
+TOOL = re.compile(r"(?<![\w.-])(disque|redis-cli)(?![\w.:-])")  # not disque:// URLs
 EXPECT = {"sh": re.compile(r"#\s*(\(integer\) -?\d+|\(nil\))"),
           "python": re.compile(r"^\s*print\(.*#\s*(True|False|None)\b")}
 MARKS = ("cluster", "config file")

@@ -1,9 +1,9 @@
-"""``celery disque``: the Celery command line's plugin for disquepy.
+"""``celery disquepy``: the Celery command line's plugin for disquepy.
 
-Installed as the ``celery.commands`` entry point ``disque``: the ``celery`` program
+Installed as the ``celery.commands`` entry point ``disquepy``: the ``celery`` program
 loads it at start-up, which imports :mod:`disquepy.kombu` and so registers the
 ``disque://`` scheme before ``celery -A app worker`` (or ``inspect``, ``purge``...)
-connects. ``celery -A app disque find TASK_ID`` finds the job carrying a Celery task
+connects. ``celery -A app disquepy find TASK_ID`` finds the job carrying a Celery task
 (its ID is in the job's headers) on every node and prints its status.
 """
 
@@ -44,12 +44,12 @@ def find_task_jobs(client, task_id: str) -> list[str]:
     return found
 
 
-@click.group("disque", help="disquepy: Celery tasks as Disque jobs.")
-def disque() -> None:
+@click.group("disquepy", help="disquepy: Celery tasks as Disque jobs.")
+def disquepy() -> None:
     pass
 
 
-@disque.command("find")
+@disquepy.command("find")
 @click.argument("task_id")
 @click.pass_context
 def find(ctx: click.Context, task_id: str) -> None:
