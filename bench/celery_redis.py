@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from servers import Fleet, HarnessError, log  # noqa: E402  (bench/servers.py)
+from web import proc_cpu  # noqa: E402  (a process and its children: the worker's pool)
 
 import disquepy.kombu  # noqa: E402, F401  (registers disque:// for the producer)
 
@@ -58,23 +59,6 @@ def noop(sent):
         _f = open(os.path.join(OUT, "lat-%d" % os.getpid()), "a", buffering=1)
     _f.write("%.6f\\n" % (time.time() - sent))
 '''
-
-
-def pgroup_cpu(pgid: int) -> float:
-    """User + system CPU seconds of every live process of process group ``pgid``."""
-    total = 0.0
-    tck = os.sysconf("SC_CLK_TCK")
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            total += (int(fields[11]) + int(fields[12])) / tck
-    return total
 
 
 def done_lines(out: Path) -> dict[str, list[float]]:
@@ -128,14 +112,14 @@ def one_side(broker_url: str, server, workdir: Path, n: int, k: int) -> dict:
         app.send_task("benchapp.noop", args=(time.time(),))
         wait_count(out, 1, 60)
         base = count(out)
-        cpu_w0, cpu_s0, cpu_p0 = pgroup_cpu(w.pid), server.cpu(), time.process_time()
+        cpu_w0, cpu_s0, cpu_p0 = proc_cpu(w.pid), server.cpu(), time.process_time()
         t0 = time.monotonic()
         for _ in range(n):
             app.send_task("benchapp.noop", args=(time.time(),))
         sent = time.monotonic()
         cpu_p1 = time.process_time()
         t1 = wait_count(out, base + n, 600)
-        cpu_w1, cpu_s1 = pgroup_cpu(w.pid), server.cpu()
+        cpu_w1, cpu_s1 = proc_cpu(w.pid), server.cpu()
         per_k = 1000.0 / n
         burst = {"rate": n / (t1 - t0), "send_rate": n / (sent - t0),
                  "cpu_worker_ms": (cpu_w1 - cpu_w0) * 1000 * per_k,

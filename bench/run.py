@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """disquepy against real C Disque 1.0-rc1 (and Redis where it helps), in one run.
 
-Sections (``--only a,b``; default: all but spark, about 15 minutes):
+Sections (``--only a,b``; default: all but spark, about 19 minutes):
 
   single   one node of each; per workload, our rate, C Disque's and the ratio, measured
            in alternating rounds (ours, C, [Redis,] ours, C, ...): ADDJOB with 50
