@@ -9,7 +9,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # BASE: what a node and disque-web need (`make run`, `make cluster`: the package and its
 # web extra); STAMP: everything the tests, lint and benchmarks need on top (the dev and
-# spark extras, ~750 MB with pyspark)
+# spark extras, ~750 MB with pyspark; the celery extra and kombu's integration tests, from
+# its sdist: tests/celery/kombu_suite.py)
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 # the compiled parts (see setup.py): the C request reader and the hot path compiled by
@@ -37,7 +38,8 @@ $(BASE): pyproject.toml setup.py | $(BIN)/python
 	touch $(BASE) $(EXT)
 
 $(STAMP): pyproject.toml setup.py | $(BIN)/python
-	$(BIN)/pip install -q -e '.[web,dev,spark]'
+	$(BIN)/pip install -q -e '.[web,dev,spark,celery]'
+	$(BIN)/python tests/celery/kombu_suite.py
 	touch $(BASE) $(STAMP) $(EXT)
 
 # (mypy, for mypyc, comes with the isolated build's requirements: `make run` stays light)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """disquepy against real C Disque 1.0-rc1 (and Redis where it helps), in one run.
 
-Sections (``--only a,b``; default: all but spark, about 15 minutes):
+Sections (``--only a,b``; default: all but spark, about 19 minutes):
 
   single   one node of each; per workload, our rate, C Disque's and the ratio, measured
            in alternating rounds (ours, C, [Redis,] ours, C, ...): ADDJOB with 50
@@ -24,6 +24,9 @@ Sections (``--only a,b``; default: all but spark, about 15 minutes):
   tls      bench/tls.py: ADDJOB over TLS against plain TCP on one node (mutual TLS),
            from a Python client on 1 and 50 connections and from redis-benchmark on 50
            in steady state.
+  celery   bench/celery_redis.py: the same Celery app (no-op task, 2 prefork worker
+           processes, acks_late) on disquepy's kombu transport and on kombu's Redis
+           transport, alternating rounds: tasks/s end to end, latency, CPU by process.
   spark    bench/spark.py: the Spark connector against the plain client (needs Java).
 
 Where C Disque is not found (see servers.find_disque_c), its columns say so.
@@ -66,8 +69,10 @@ from servers import (
     stop_on_sigterm,
 )
 
-SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls", "spark")
-DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls")
+SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls", "celery",
+            "spark")
+DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls",
+                    "celery")
 
 
 @dataclass
@@ -471,6 +476,7 @@ def main(argv=None) -> int:
                 "web": lambda r, a: section_script(r, a, "web"),
                 "groups": lambda r, a: section_script(r, a, "groups"),
                 "tls": lambda r, a: section_script(r, a, "tls"),
+                "celery": lambda r, a: section_script(r, a, "celery_redis"),
                 "spark": lambda r, a: section_script(r, a, "spark")}
     rc = 0
     try:

@@ -38,10 +38,10 @@ def test_run_starts_a_node_and_the_web_process(tmp_path):
 @pytest.mark.parametrize("target", ["test", "lint", "bench"])
 def test_test_installs_the_dev_and_spark_extras(tmp_path, target):
     installs = plan(target, tmp_path)
-    assert any("-e '.[web,dev,spark]'" in line for line in installs), installs
+    assert any("-e '.[web,dev,spark,celery]'" in line for line in installs), installs
     # one install of the package (each builds the compiled core: ~2 min), not the light
     # one and then the full one
-    assert sum(line.endswith("-e '.[web]'") or "-e '.[web,dev,spark]'" in line
+    assert sum(line.endswith("-e '.[web]'") or "-e '.[web,dev,spark,celery]'" in line
                for line in installs) == 1, installs
 
 

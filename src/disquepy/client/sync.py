@@ -385,6 +385,31 @@ class Disque(Commands):
             p.reset()
         return [convert_error(r) if isinstance(r, rexc.ResponseError) else r for r in replies]
 
+    def borrow_connection(self) -> Any:
+        """A connection to the current node, taken out of its pool, for a caller that
+        sends a command and reads the reply itself, later: an event loop that waits on a
+        blocking GETJOB's socket (the kombu transport). Give it back with
+        :meth:`return_connection`."""
+        return self._prepare().connection_pool.get_connection()
+
+    def return_connection(self, conn: Any, failed: bool = False) -> None:
+        """Give back a connection from :meth:`borrow_connection`. ``failed=True``: it
+        broke (the node is marked failed and the client moves to another node, as after
+        a failed command). A connection with a command still in flight must be
+        disconnected first (its reply would be read by the next borrower)."""
+        addr = (conn.host, conn.port)
+        r = self._clients.get(addr)
+        if failed:
+            conn.disconnect()
+        if r is not None:
+            r.connection_pool.release(conn)
+        else:
+            conn.disconnect()
+        if failed:
+            with self._lock:
+                if self._addr == addr and self._r is not None:
+                    self._failover(self._r, leaving=False, sticky=False)
+
     def pipeline(self) -> Pipeline:
         """A pipeline: queue commands, ``execute()`` sends them in one round trip and
         returns the replies in order (errors as exception instances)."""
