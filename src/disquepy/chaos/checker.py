@@ -29,11 +29,18 @@ client asked for (NACK, or a consumer that dropped the job) apart from the other
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.ids import id_is_at_most_once
 
 # how an ADDJOB ended
 ADD_OK, ADD_ERROR, ADD_UNKNOWN = "ok", "error", "unknown"
+
+# What each node holds after the drain: node index -> {jid: (state, queue, retry)}.
+JobsHeld = dict[int, dict[bytes, tuple[str, bytes, int]]]
+# A few fields showing one violation; which ones depends on its kind (bodies, IDs,
+# node indexes, lists of those): no one static type, hence Any.
+Example = tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -52,11 +59,13 @@ class AddRecord:
 class History:
     """Everything the clients saw. Bodies are unique per run."""
 
-    adds: dict = field(default_factory=dict)  # body -> AddRecord
-    deliveries: dict = field(default_factory=dict)  # body -> [(jid, node)]
-    requested: dict = field(default_factory=dict)  # body -> redeliveries asked (nack/drop)
-    acked: set = field(default_factory=set)  # jids whose ACKJOB/FASTACK got a reply
-    ack_maybe: set = field(default_factory=set)  # jids of an ack sent without a reply
+    adds: dict[bytes, AddRecord] = field(default_factory=dict)  # body -> AddRecord
+    # body -> [(jid, node)]
+    deliveries: dict[bytes, list[tuple[bytes, int]]] = field(default_factory=dict)
+    # body -> redeliveries asked (nack/drop)
+    requested: dict[bytes, int] = field(default_factory=dict)
+    acked: set[bytes] = field(default_factory=set)  # jids whose ACKJOB/FASTACK got a reply
+    ack_maybe: set[bytes] = field(default_factory=set)  # jids of an ack sent without a reply
     ack_errors: int = 0
     getjob_calls: int = 0
 
@@ -75,10 +84,10 @@ class History:
         self.acked.add(jid)
 
     # ------------------------------------------------------------- queries
-    def alo_with_id(self) -> list:
+    def alo_with_id(self) -> list[AddRecord]:
         return [r for r in self.adds.values() if r.outcome == ADD_OK and r.retry > 0]
 
-    def open_alo(self) -> list:
+    def open_alo(self) -> list[AddRecord]:
         """At-least-once jobs with an ID, not acknowledged (as far as we know)."""
         return [r for r in self.alo_with_id()
                 if r.jid not in self.acked and r.jid not in self.ack_maybe]
@@ -88,11 +97,11 @@ class History:
 class Report:
     """The verdict: counts, examples, and whether any guarantee was broken."""
 
-    counts: dict
-    examples: dict  # kind -> a few bodies / ids
+    counts: dict[str, int | float]  # counts, and the duplicate rates
+    examples: dict[str, list[Example]]  # kind -> a few bodies / ids
 
     @property
-    def violations(self) -> dict:
+    def violations(self) -> dict[str, int | float]:
         return {k: self.counts[k] for k in VIOLATIONS if self.counts.get(k)}
 
     @property
@@ -111,14 +120,14 @@ VIOLATIONS = ("lost", "unexpected", "at_most_once", "unacked", "not_collected", 
 EXAMPLES = 5
 
 
-def check(history: History, final_jobs: dict | None = None) -> Report:
+def check(history: History, final_jobs: JobsHeld | None = None) -> Report:
     """Compare the history with ``final_jobs`` (node index -> {jid: (state, ...)},
     what each node holds after the drain; None skips those checks)."""
     adds = history.adds
     deliveries = history.deliveries
-    ex: dict = {k: [] for k in VIOLATIONS}
+    ex: dict[str, list[Example]] = {k: [] for k in VIOLATIONS}
 
-    def note(kind, what):
+    def note(kind: str, what: Example) -> None:
         if len(ex[kind]) < EXAMPLES:
             ex[kind].append(what)
 
@@ -141,12 +150,12 @@ def check(history: History, final_jobs: dict | None = None) -> Report:
     for body, ds in deliveries.items():
         delivered_jobs += 1
         deliveries_total += len(ds)
-        r = adds.get(body)
-        if r is None or (r.jid is not None and any(jid != r.jid for jid, _ in ds)):
+        rec = adds.get(body)
+        if rec is None or (rec.jid is not None and any(jid != rec.jid for jid, _ in ds)):
             unexpected += 1
             note("unexpected", (body, [jid for jid, _ in ds]))
             continue
-        if r.retry == 0:
+        if rec.retry == 0:
             amo_delivered += 1
             if len(ds) > 1:
                 at_most_once += 1
@@ -158,7 +167,7 @@ def check(history: History, final_jobs: dict | None = None) -> Report:
     not_collected = leftover = not_collected_amo = 0
     held = 0
     if final_jobs is not None:
-        where: dict = {}
+        where: dict[bytes, list[tuple[int, str]]] = {}
         for i, jobs in final_jobs.items():
             for jid, info in jobs.items():
                 state = info[0]

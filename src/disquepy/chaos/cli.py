@@ -18,9 +18,10 @@ import argparse
 import json
 import logging
 import sys
+from typing import Any
 
 from .nemesis import KINDS, parse_kinds
-from .run import ChaosConfig, run
+from .run import ChaosConfig, ChaosResult, run
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -97,9 +98,10 @@ def main(argv: list | None = None) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-def totals(results: list) -> dict:
-    """Sums over runs (rates recomputed)."""
-    out: dict = {"runs": len(results), "failed": sum(1 for r in results if not r.ok),
+def totals(results: list[ChaosResult]) -> dict[str, Any]:
+    """Sums over runs (rates recomputed): a JSON object (counts, rates, and the faults'
+    and groups' sums as objects, hence Any)."""
+    out: dict[str, Any] = {"runs": len(results), "failed": sum(1 for r in results if not r.ok),
                  "fault_seconds": sum(r.config.duration for r in results)}
     for key in ("adds_sent", "jobs_added", "retry0_added", "jobs_delivered", "alo_delivered",
                 "deliveries", "acked", "duplicates", "duplicates_unrequested", "lost",
@@ -109,12 +111,12 @@ def totals(results: list) -> dict:
     out["duplicate_rate"] = round(out["duplicates"] / alo, 5) if alo else 0.0
     out["duplicate_rate_unrequested"] = (
         round(out["duplicates_unrequested"] / alo, 5) if alo else 0.0)
-    faults: dict = {}
+    faults: dict[str, int] = {}
     for r in results:
         for k, v in r.faults.items():
             faults[k] = faults.get(k, 0) + v
     out["faults"] = faults
-    groups: dict = {}
+    groups: dict[str, int] = {}
     for r in results:
         for k, v in r.group_counts.items():
             if k != "groups":
@@ -124,7 +126,7 @@ def totals(results: list) -> dict:
     return out
 
 
-def summary_text(results: list) -> str:
+def summary_text(results: list[ChaosResult]) -> str:
     t = totals(results)
     f = " ".join(f"{k}={v}" for k, v in t["faults"].items() if v)
     return "\n".join([
@@ -139,7 +141,7 @@ def summary_text(results: list) -> str:
     ] + ([_groups_total(t["groups"])] if "groups" in t else []))
 
 
-def _groups_total(g: dict) -> str:
+def _groups_total(g: dict[str, int]) -> str:
     return (f"  groups: {g['events_added']} events with an ID, {g['deliveries']} deliveries, "
             f"lost {g['lost']} (excused {g['lost_excused']}), group missed "
             f"{g['group_missed']}, unexpected {g['unexpected']}, double leases healthy "

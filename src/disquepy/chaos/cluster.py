@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .proxy import alias
 from .resp import ConnLost, Pool, ReplyError
@@ -77,7 +78,7 @@ class NodeProc:
         self.port = port
         self.workdir = workdir
         self.node_timeout = node_timeout
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.incarnation = 0
         self.expected_exit = False  # set before a kill we do ourselves
         self.paused = False
@@ -149,6 +150,7 @@ class NodeProc:
             self.paused = False
 
     def _signal(self, sig: int) -> None:
+        assert self.proc is not None  # only a started node is signalled
         with contextlib.suppress(ProcessLookupError):
             self.proc.send_signal(sig)
 
@@ -222,9 +224,11 @@ class Cluster:
             if r != b"OK":
                 raise RuntimeError(f"CLUSTER MEET {alias(j)} {self.ports[j]}: {r!r}")
 
-    async def hello(self, i: int) -> list | None:
+    async def hello(self, i: int) -> list[Any] | None:
+        """HELLO's reply: [version, own ID, [id, host, port, priority] per node]."""
         try:
-            return await self.admin.call(self.ports[i], "HELLO", timeout=2.0)
+            reply: list[Any] = await self.admin.call(self.ports[i], "HELLO", timeout=2.0)
+            return reply
         except (ConnLost, ReplyError):
             return None
 
@@ -245,7 +249,7 @@ class Cluster:
             await asyncio.sleep(0.2)
         return False
 
-    async def addresses(self) -> dict:
+    async def addresses(self) -> dict[int, list[str]]:
         """node index -> the addresses its HELLO lists (itself first)."""
         out = {}
         for i in range(self.n):

@@ -44,9 +44,9 @@ import logging
 import random
 from dataclasses import dataclass, field
 
-from .checker import ADD_ERROR, ADD_OK, ADD_UNKNOWN
+from .checker import ADD_ERROR, ADD_OK, ADD_UNKNOWN, Example
 from .resp import ConnLost, Pool, ReplyError
-from .workload import Workload, recorded_add
+from .workload import Clients, recorded_add
 
 log = logging.getLogger("disquepy.chaos.groups")
 
@@ -99,8 +99,8 @@ class Lease:
 
 @dataclass(slots=True)
 class GroupHistory:
-    adds: dict = field(default_factory=dict)  # contents -> EventAdd
-    leases: list = field(default_factory=list)
+    adds: dict[bytes, EventAdd] = field(default_factory=dict)  # contents -> EventAdd
+    leases: list[Lease] = field(default_factory=list)
     qget_calls: int = 0
     acks_one: int = 0
     acks_zero: int = 0
@@ -110,24 +110,23 @@ class GroupHistory:
         self.adds[contents] = rec
         return rec
 
-    def coverage(self, groups: list) -> tuple[int, int]:
+    def coverage(self, groups: list[bytes]) -> tuple[int, int]:
         """(group-event pairs delivered, pairs wanted) over the events with an ID."""
         want = {r.eid for r in self.adds.values() if r.outcome == ADD_OK}
         got = {(ls.group, ls.eid) for ls in self.leases if ls.eid in want}
         return len(got), len(want) * len(groups)
 
 
-class GroupWorkload(Workload):
+class GroupWorkload(Clients[GroupHistory]):
     """The group clients of one run, recording into ``history`` (stop and error
     counting as the job workload's)."""
 
     def __init__(self, seed: int, ports: list[int], groups: int, producers: int = 2,
                  consumers_per_group: int = 2, think_s: float = 0.03) -> None:
-        super().__init__(seed, ports, producers, 0, think_s)
+        super().__init__(seed, ports, GroupHistory(), producers, think_s)
         self.groups = group_names(groups)
-        self.history = GroupHistory()  # type: ignore[assignment]
         self.per_group = consumers_per_group
-        self.queues: tuple = GQUEUES
+        self.queues: tuple[bytes, ...] = GQUEUES
 
     def start(self) -> None:
         for k in range(self.n_producers):
@@ -236,11 +235,11 @@ class GroupWorkload(Workload):
 
 @dataclass(slots=True)
 class GroupReport:
-    counts: dict
-    examples: dict
+    counts: dict[str, int]
+    examples: dict[str, list[Example]]
 
     @property
-    def violations(self) -> dict:
+    def violations(self) -> dict[str, int]:
         return {k: self.counts[k] for k in GROUP_VIOLATIONS if self.counts.get(k)}
 
     @property
@@ -248,21 +247,21 @@ class GroupReport:
         return not self.violations
 
 
-def check_groups(h: GroupHistory, groups: list, repl: int, kills: list,
-                 healthy_from: float) -> GroupReport:
+def check_groups(h: GroupHistory, groups: list[bytes], repl: int,
+                 kills: list[tuple[float, int]], healthy_from: float) -> GroupReport:
     """The verdict on ``h``: ``kills`` is [(time, node)] of every kill -9, ``repl`` the
     replication level R, ``healthy_from`` the time from which the network stayed
     healthy (leases both granted after it must never overlap)."""
-    ex: dict = {k: [] for k in (*GROUP_VIOLATIONS, "double_leases_faults")}
+    ex: dict[str, list[Example]] = {k: [] for k in (*GROUP_VIOLATIONS, "double_leases_faults")}
 
-    def note(kind: str, what) -> None:
+    def note(kind: str, what: Example) -> None:
         if len(ex[kind]) < EXAMPLES:
             ex[kind].append(what)
 
     def excused(rec: EventAdd) -> bool:
         return len({node for t, node in kills if t >= rec.t_sent}) >= repl
 
-    by_eid: dict = {}  # eid -> {group: [leases]}
+    by_eid: dict[bytes, dict[bytes, list[Lease]]] = {}  # eid -> {group: [leases]}
     unexpected = 0
     for ls in h.leases:
         rec = h.adds.get(ls.contents)
@@ -274,7 +273,8 @@ def check_groups(h: GroupHistory, groups: list, repl: int, kills: list,
     lost = lost_excused = missed = missed_excused = 0
     ok_events = [r for r in h.adds.values() if r.outcome == ADD_OK]
     for rec in ok_events:
-        per_group = by_eid.get(rec.eid, {})
+        # an event with an ID has an eid (recorded_add's reply, sabotage's QADD)
+        per_group = by_eid.get(rec.eid, {}) if rec.eid is not None else {}
         absent = [g for g in groups if g not in per_group]
         if not absent:
             continue

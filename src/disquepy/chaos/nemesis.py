@@ -32,6 +32,10 @@ import heapq
 import logging
 import random
 from dataclasses import dataclass
+from typing import Any
+
+from .cluster import Cluster
+from .proxy import BusProxy, Pair
 
 log = logging.getLogger("disquepy.chaos.nemesis")
 
@@ -40,9 +44,9 @@ MEAN_GAP_S = {"kill": 6.0, "pause": 12.0, "partition": 7.0, "delay": 9.0, "loss"
               "cut": 8.0}
 
 
-def parse_kinds(spec: str) -> tuple:
+def parse_kinds(spec: str) -> tuple[str, ...]:
     """``all``, ``none`` or a comma list of :data:`KINDS`."""
-    out: list = []
+    out: list[str] = []
     for w in spec.replace(" ", "").split(","):
         if w in ("", "none"):
             continue
@@ -61,13 +65,17 @@ class Fault:
     at: float  # seconds from the start of the fault phase
     kind: str
     end: float  # when it is undone (== at for instant faults)
-    params: tuple
+    # what and how (see _draw): node indexes, a partition's shape and pairs, a delay,
+    # a loss rate, as the kind has them: no one static type, hence Any
+    params: tuple[Any, ...]
 
     def describe(self) -> str:
         return f"{self.at:6.2f}s {self.kind} {self.params} until {self.end:.2f}s"
 
 
-def _partition_pairs(rng: random.Random, n: int) -> tuple:
+def _partition_pairs(
+    rng: random.Random, n: int
+) -> tuple[str, tuple[int, ...], tuple[int, ...], int | None, frozenset[Pair]]:
     """(shape, blocked ordered pairs)."""
     order = list(range(n))
     rng.shuffle(order)
@@ -86,7 +94,8 @@ def _partition_pairs(rng: random.Random, n: int) -> tuple:
     return shape, tuple(sorted(a)), tuple(sorted(b)), bridge, frozenset(pairs)
 
 
-def schedule(seed: int, n: int, duration: float, kinds: tuple, max_down: int) -> list:
+def schedule(seed: int, n: int, duration: float, kinds: tuple[str, ...],
+             max_down: int) -> list[Fault]:
     """The faults of a run, in time order."""
     rng = random.Random(f"{seed}:nemesis")
     faults: list[Fault] = []
@@ -127,12 +136,12 @@ def _draw(rng: random.Random, kind: str, t: float, n: int, duration: float) -> F
     raise ValueError(kind)
 
 
-def _limit_down(faults: list, n: int, max_down: int, duration: float) -> list:
+def _limit_down(faults: list[Fault], n: int, max_down: int, duration: float) -> list[Fault]:
     """Keep at most ``max_down`` nodes killed or paused at once: a kill or pause that
     hits a node already out goes to another node; with none free it waits until one
     is back (dropped if that is past the fault phase)."""
     out = []
-    out_until: dict = {}  # node -> end of its kill / pause
+    out_until: dict[int, float] = {}  # node -> end of its kill / pause
     heap = [(f.at, k, f) for k, f in enumerate(faults)]
     heapq.heapify(heap)
     seq = len(faults)
@@ -159,14 +168,14 @@ def _limit_down(faults: list, n: int, max_down: int, duration: float) -> list:
 class Nemesis:
     """Plays a schedule against a Cluster and its BusProxy; ``stop`` undoes it all."""
 
-    def __init__(self, cluster, proxy, faults: list) -> None:
+    def __init__(self, cluster: Cluster, proxy: BusProxy, faults: list[Fault]) -> None:
         self.cluster = cluster
         self.proxy = proxy
         self.faults = faults
         self.counts = {k: 0 for k in KINDS}
         self.partitions = {"halves": 0, "isolate": 0, "bridge": 0}
-        self.restart_errors: list = []
-        self.kills: list = []  # (loop time, node index) of every kill -9
+        self.restart_errors: list[str] = []
+        self.kills: list[tuple[float, int]] = []  # (loop time, node index) of every kill -9
 
     async def run(self, t0: float) -> None:
         """Inject the schedule, ``t0`` being the loop time of offset 0. Cancel to stop."""

@@ -23,10 +23,15 @@ import asyncio
 import logging
 import random
 from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import cast
 
-from ..codec.bus import BusProtocolError, FrameReader, encode_frame
+from ..codec.bus import BusMessage, BusProtocolError, FrameReader, encode_frame
 
 log = logging.getLogger("disquepy.chaos.proxy")
+
+Pair = tuple[int, int]  # (src, dst) node indexes, a direction of traffic
 
 MAX_PENDING = 20_000  # frames held for one connection (delay, connect in progress)
 
@@ -44,7 +49,7 @@ class ProxyStats:
         self.forwarded = self.dropped_partition = self.dropped_loss = 0
         self.delayed = self.cut = self.refused = self.connections = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
@@ -54,7 +59,7 @@ class _Up(asyncio.Protocol):
     def __init__(self, pipe: _Pipe) -> None:
         self.pipe = pipe
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.pipe.close()
 
     def data_received(self, data: bytes) -> None:
@@ -68,21 +73,21 @@ class _Pipe(asyncio.Protocol):
         self.proxy = proxy
         self.dst = dst
         self.src: int | None = None
-        self.down = None  # transport from the sending node
-        self.up = None  # transport to dst's bus
+        self.down: asyncio.Transport | None = None  # transport from the sending node
+        self.up: asyncio.Transport | None = None  # transport to dst's bus
         self.connecting = False
         self.reader = FrameReader()
-        self.pending: deque = deque()  # (due loop time, frame bytes)
-        self.timer = None
+        self.pending: deque[tuple[float, bytes]] = deque()  # (due loop time, frame bytes)
+        self.timer: asyncio.TimerHandle | None = None
         self.closed = False
 
     # -------------------------------------------------------------- downstream
-    def connection_made(self, transport) -> None:
-        self.down = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.down = cast(asyncio.Transport, transport)  # a stream server's: a Transport
         self.proxy.pipes.add(self)
         self.proxy.stats.connections += 1
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.close()
 
     def data_received(self, data: bytes) -> None:
@@ -132,6 +137,7 @@ class _Pipe(asyncio.Protocol):
     async def _connect(self) -> None:
         proxy = self.proxy
         loop = asyncio.get_running_loop()
+        assert self.src is not None  # _queue runs once the first frame named the sender
         try:
             up, _ = await asyncio.wait_for(
                 loop.create_connection(
@@ -186,18 +192,18 @@ class BusProxy:
         self.bus_ports = [p + offset for p in ports]
         self.port_index = {p: i for i, p in enumerate(ports)}
         self.rng = rng  # per-frame loss draws (timing-dependent: not part of the replay)
-        self.blocked: set = set()  # (src, dst) pairs that drop every frame
-        self.reset_pairs: set = set()  # blocked pairs whose connections are also refused
+        self.blocked: set[Pair] = set()  # (src, dst) pairs that drop every frame
+        self.reset_pairs: set[Pair] = set()  # blocked pairs whose connections are also refused
         self.loss: float = 0.0
-        self.delays: dict = {}  # (src, dst) -> seconds
+        self.delays: dict[Pair, float] = {}  # (src, dst) -> seconds
         self.pipes: set[_Pipe] = set()
-        self.servers: list = []
+        self.servers: list[asyncio.Server] = []
         self.stats = ProxyStats()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         for i, bp in enumerate(self.bus_ports):
-            srv = await loop.create_server(lambda i=i: _Pipe(self, i), alias(i), bp)
+            srv = await loop.create_server(partial(_Pipe, self, i), alias(i), bp)
             self.servers.append(srv)
 
     def close(self) -> None:
@@ -207,7 +213,7 @@ class BusProxy:
             p.close()
 
     # ------------------------------------------------------------------ rules
-    def route(self, pipe: _Pipe, msg) -> bool:
+    def route(self, pipe: _Pipe, msg: BusMessage) -> bool:
         """Whether to forward this frame (False: drop it, maybe closing the pipe)."""
         key = (pipe.src, pipe.dst)
         if key in self.blocked:
@@ -224,7 +230,7 @@ class BusProxy:
     def delay_of(self, src: int, dst: int) -> float:
         return self.delays.get((src, dst), 0.0)
 
-    def partition(self, pairs: set, reset: bool) -> None:
+    def partition(self, pairs: set[Pair], reset: bool) -> None:
         """Drop every frame between these ordered pairs; ``reset`` also cuts their
         connections now and refuses new ones until the heal."""
         self.blocked = set(pairs)
@@ -236,7 +242,7 @@ class BusProxy:
         self.blocked = set()
         self.reset_pairs = set()
 
-    def cut(self, which=None) -> int:
+    def cut(self, which: Callable[[_Pipe], bool] | None = None) -> int:
         """Abort the connections ``which(pipe)`` selects (all by default)."""
         n = 0
         for p in list(self.pipes):

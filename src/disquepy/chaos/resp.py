@@ -7,8 +7,16 @@ blur the history; this one fails loudly instead and leaves the decision to the c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from typing import Any
 
 import hiredis
+
+# A reply as hiredis parses it: bytes, int, None, a list of those, or a hiredis
+# ReplyError, depending on the command: no one static type, hence Any.
+Reply = Any
+# A command argument as ``encode`` takes it.
+Arg = bytes | str | int
 
 
 class ReplyError(Exception):
@@ -19,7 +27,7 @@ class ConnLost(Exception):
     """No reply: the connection failed, was refused, or the reply timed out."""
 
 
-def encode(args) -> bytes:
+def encode(args: Sequence[Arg]) -> bytes:
     out = [b"*%d\r\n" % len(args)]
     for a in args:
         if isinstance(a, int):
@@ -50,21 +58,23 @@ class Conn:
         except (TimeoutError, OSError) as e:
             raise ConnLost(f"connect to {self.port}: {e!r}") from None
 
-    async def call(self, *args, timeout: float = 5.0):
+    async def call(self, command: str, *args: Arg, timeout: float = 5.0) -> Reply:
         """Send one command, return its reply; error replies raise ReplyError."""
         if self.writer is None:
             await self.open()
+        assert self.writer is not None  # open() set it or raised
         try:
-            self.writer.write(encode(args))
+            self.writer.write(encode((command, *args)))
             reply = await asyncio.wait_for(self._read(), timeout)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, EOFError) as e:
             self.close()
-            raise ConnLost(f"{args[0]} on {self.port}: {e!r}") from None
+            raise ConnLost(f"{command} on {self.port}: {e!r}") from None
         if isinstance(reply, hiredis.ReplyError):
             raise ReplyError(str(reply))
         return reply
 
-    async def _read(self):
+    async def _read(self) -> Reply:
+        assert self.reader is not None  # only called by call(), once open
         while True:
             reply = self.parser.gets()
             if reply is not False:
@@ -90,12 +100,12 @@ class Pool:
         self.host = host
         self.conns: dict[int, Conn] = {}
 
-    async def call(self, port: int, *args, timeout: float = 5.0):
+    async def call(self, port: int, command: str, *args: Arg, timeout: float = 5.0) -> Reply:
         conn = self.conns.get(port)
         if conn is None:
             conn = self.conns[port] = Conn(self.host, port)
         try:
-            return await conn.call(*args, timeout=timeout)
+            return await conn.call(command, *args, timeout=timeout)
         except ConnLost:
             self.conns.pop(port, None)
             raise

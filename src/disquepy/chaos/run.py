@@ -24,8 +24,9 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
-from .checker import ADD_OK, check
+from .checker import ADD_OK, Example, JobsHeld, Report, check
 from .cluster import Cluster
 from .groups import SABOTAGE_QUEUE, GroupWorkload, check_groups
 from .nemesis import KINDS, Nemesis, schedule
@@ -46,7 +47,7 @@ class ChaosConfig:
     seed: int = 1
     nodes: int = 5
     duration: float = 25.0  # seconds of faults
-    faults: tuple = KINDS
+    faults: tuple[str, ...] = KINDS
     node_timeout: int = 1500  # cluster-node-timeout, ms
     producers: int = 3
     consumers: int = 4
@@ -76,20 +77,33 @@ class ChaosConfig:
         return self.timeout or self.duration + 240.0
 
 
+class Evidence(TypedDict):
+    """SHOW, on every node, of a job a violation is about."""
+
+    kind: str  # the violation
+    job: bytes
+    # node index -> the job's fields by name (values as SHOW has them: Any), None if
+    # the node does not know it, or the error the call got
+    show: dict[int, dict[str, Any] | str | None]
+
+
 @dataclass(slots=True)
 class ChaosResult:
     config: ChaosConfig
-    counts: dict = field(default_factory=dict)
-    faults: dict = field(default_factory=dict)
-    proxy: dict = field(default_factory=dict)
-    client_errors: dict = field(default_factory=dict)
-    violations: dict = field(default_factory=dict)
-    examples: dict = field(default_factory=dict)
-    problems: list = field(default_factory=list)  # node crashes, no convergence, timeouts
-    phases: dict = field(default_factory=dict)  # phase -> seconds
-    evidence: list = field(default_factory=list)  # SHOW of a few jobs in violations
-    group_counts: dict = field(default_factory=dict)  # the groups checker's (--groups)
-    group_examples: dict = field(default_factory=dict)
+    counts: dict[str, int | float] = field(default_factory=dict)  # the checker's
+    faults: dict[str, int] = field(default_factory=dict)
+    proxy: dict[str, int] = field(default_factory=dict)
+    client_errors: dict[str, int] = field(default_factory=dict)
+    violations: dict[str, int | float] = field(default_factory=dict)
+    examples: dict[str, list[Example]] = field(default_factory=dict)
+    # node crashes, no convergence, timeouts
+    problems: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds
+    # SHOW of a few jobs in violations
+    evidence: list[Evidence] = field(default_factory=list)
+    # the groups checker's (--groups)
+    group_counts: dict[str, int] = field(default_factory=dict)
+    group_examples: dict[str, list[Example]] = field(default_factory=dict)
     workdir: str = ""
     wall_s: float = 0.0
 
@@ -97,7 +111,7 @@ class ChaosResult:
     def ok(self) -> bool:
         return not self.violations and not self.problems
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:  # a JSON object: values of every JSON type
         d = asdict(self)
         cfg = d.pop("config")
         cfg["faults"] = list(cfg["faults"])
@@ -153,8 +167,8 @@ class ChaosResult:
             lines.append(f"  VIOLATION {k}: {v}; e.g. {e[:3]}")
         for p in self.problems:
             lines.append(f"  PROBLEM {p}")
-        for e in self.evidence:
-            lines.append(f"  evidence {e['kind']} {e['job']!r}: {e['show']}")
+        for ev in self.evidence:
+            lines.append(f"  evidence {ev['kind']} {ev['job']!r}: {ev['show']}")
         lines.append("  phases (s): " + " ".join(f"{k}={v}" for k, v in self.phases.items()))
         if not self.ok:
             lines.append(f"  node logs: {self.workdir}")
@@ -200,6 +214,7 @@ class ChaosRun:
     async def _bounded(self) -> None:
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
+        assert me is not None  # asyncio.run runs this as a task
 
         def terminate() -> None:  # SIGTERM unwinds like Ctrl-C
             self.interrupted = True
@@ -309,10 +324,10 @@ class ChaosRun:
             r.violations.update({f"groups_{k}": v for k, v in g.violations.items()})
             r.client_errors.update({f"groups {k}": v for k, v in self.groups.errors.items()})
 
-    async def _gather_evidence(self, report) -> None:
+    async def _gather_evidence(self, report: Report) -> None:
         """SHOW, on every node, a few of the jobs a violation is about."""
         hist = self.workload.history
-        jids = []
+        jids: list[tuple[str, bytes]] = []
         for kind in ("lost", "not_collected", "leftover", "unacked", "at_most_once"):
             for ex in report.examples.get(kind, [])[:2]:
                 jid = ex[0] if kind in ("not_collected", "leftover") else None
@@ -323,7 +338,7 @@ class ChaosRun:
                 if jid:
                     jids.append((kind, jid))
         for kind, jid in jids:
-            shows = {}
+            shows: dict[int, dict[str, Any] | str | None] = {}
             for i, p in enumerate(self.cluster.ports):
                 try:
                     s = await self.cluster.admin.call(p, "SHOW", jid, timeout=3.0)
@@ -407,10 +422,10 @@ class ChaosRun:
             await asyncio.sleep(0.5)
         return False
 
-    async def _scan(self) -> dict | None:
+    async def _scan(self) -> JobsHeld | None:
         """node index -> {jid: (state, queue, retry)} of every (non-dummy) job it
         holds; None if a node does not answer."""
-        out = {}
+        out: JobsHeld = {}
         for i, p in enumerate(self.cluster.ports):
             jobs = {}
             cursor = b"0"
@@ -430,7 +445,7 @@ class ChaosRun:
             out[i] = jobs
         return out
 
-    async def _collect(self) -> dict | None:
+    async def _collect(self) -> JobsHeld | None:
         """Wait (bounded) until no node holds a job some client acked; the last scan."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + COLLECT_S

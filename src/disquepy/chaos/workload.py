@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
 from ..core.ids import id_is_at_most_once
 from .checker import ADD_ERROR, ADD_OK, ADD_UNKNOWN, History
-from .resp import ConnLost, Pool, ReplyError
+from .resp import Arg, ConnLost, Pool, Reply, ReplyError
 
 log = logging.getLogger("disquepy.chaos.workload")
 
@@ -35,47 +37,52 @@ ACK_TRIES = 4
 PLANS = (("ack", 0.78), ("fastack", 0.86), ("nack", 0.92), ("drop", 1.0))
 
 
-async def recorded_add(pool: Pool, port: int, rec, err, *cmd):
+class Recorded(Protocol):
+    """The record of one add (``checker.AddRecord``, ``groups.EventAdd``)."""
+
+    outcome: str
+    error: str
+
+
+async def recorded_add(pool: Pool, port: int, rec: Recorded, err: Callable[[str], None],
+                       command: str, *args: Arg) -> Reply:
     """Send an ADDJOB / QADD, setting ``rec``'s outcome and error; the reply, or None
     (an error, or no reply: then the add may or may not have happened)."""
     try:
-        reply = await pool.call(port, *cmd, timeout=CALL_TIMEOUT_S)
+        reply = await pool.call(port, command, *args, timeout=CALL_TIMEOUT_S)
     except ReplyError as e:
         rec.outcome, rec.error = ADD_ERROR, str(e)[:80]
-        err(f"{cmd[0]} " + str(e).split(" ", 1)[0])
+        err(f"{command} " + str(e).split(" ", 1)[0])
         return None
     except ConnLost as e:
         # refused (node down): surely not added; otherwise we cannot know
         rec.outcome, rec.error = ADD_UNKNOWN, str(e)[:80]
-        err(f"{cmd[0]} no reply")
+        err(f"{command} no reply")
         await asyncio.sleep(0.05)
         return None
     rec.outcome = ADD_OK
     return reply
 
 
-class Workload:
-    """The clients of one run, recording into ``history``."""
+H = TypeVar("H")
 
-    def __init__(self, seed: int, ports: list[int], producers: int = 3, consumers: int = 4,
-                 think_s: float = 0.02) -> None:
+
+class Clients(Generic[H]):
+    """Clients of one run, recording into ``history`` (of type H): what the job
+    workload and the groups' (``groups.GroupWorkload``) share."""
+
+    def __init__(self, seed: int, ports: list[int], history: H, producers: int,
+                 think_s: float) -> None:
         self.seed = seed
         self.ports = ports
-        self.history = History()
+        self.history = history
         self.n_producers = producers
-        self.n_consumers = consumers
         self.think_s = think_s
         self.producing = True
         self.consuming = True
         self.draining = False
         self.errors: dict[str, int] = {}
-        self.tasks: list[asyncio.Task] = []
-
-    def start(self) -> None:
-        for k in range(self.n_producers):
-            self.tasks.append(asyncio.create_task(self._producer(k)))
-        for k in range(self.n_consumers):
-            self.tasks.append(asyncio.create_task(self._consumer(k)))
+        self.tasks: list[asyncio.Task[None]] = []
 
     async def stop(self) -> None:
         self.producing = self.consuming = False
@@ -83,11 +90,27 @@ class Workload:
         for t in pending:
             t.cancel()
         for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                raise t.exception()
+            exc = None if t.cancelled() else t.exception()
+            if exc is not None:
+                raise exc
 
     def _err(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
+
+
+class Workload(Clients[History]):
+    """The job clients of one run, recording into ``history``."""
+
+    def __init__(self, seed: int, ports: list[int], producers: int = 3, consumers: int = 4,
+                 think_s: float = 0.02) -> None:
+        super().__init__(seed, ports, History(), producers, think_s)
+        self.n_consumers = consumers
+
+    def start(self) -> None:
+        for k in range(self.n_producers):
+            self.tasks.append(asyncio.create_task(self._producer(k)))
+        for k in range(self.n_consumers):
+            self.tasks.append(asyncio.create_task(self._consumer(k)))
 
     # --------------------------------------------------------------- producers
     async def _producer(self, k: int) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import difflib
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 import redis
@@ -23,8 +24,11 @@ from .syntax import error_hint, help_text, server_commands, suggest
 
 CONTEXT = {"help_option_names": ["--help"], "max_content_width": 100}
 
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
-def translate_errors(fn: Any, ctx: click.Context) -> Any:
+
+def translate_errors(fn: Callable[[], T], ctx: click.Context) -> T:
     """Run ``fn``; connection and server errors become one-line :class:`CliError`."""
     try:
         return fn()
@@ -49,7 +53,8 @@ class RawFallbackGroup(click.Group):
         """The server commands a word sent raw can be (none known: CLUSTER's)."""
         return []
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         cmd = self.get_command(ctx, args[0])
         if cmd is None:
             self.refuse_typo(ctx, args[0])
@@ -73,7 +78,7 @@ class RawFallbackGroup(click.Group):
         raise click.UsageError(f"No such command {word!r}: it is {what}. Did you mean "
                                + " or ".join(repr(n) for n in close) + "?", ctx)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:  # what the command returns (click's type)
         try:
             return translate_errors(lambda: super(RawFallbackGroup, self).invoke(ctx), ctx)
         finally:
@@ -155,7 +160,7 @@ def _accept_global_options(cmd: click.Command) -> None:
         _accept_global_options(sub)
 
 
-def _global_options(fn: Any) -> Any:
+def _global_options(fn: F) -> F:
     for decls, settings in reversed(GLOBAL_OPTIONS):
         fn = click.option(*decls, **settings)(fn)
     return fn

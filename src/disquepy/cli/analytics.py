@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 import click
 
@@ -10,7 +11,7 @@ from ..extras import missing
 from .conn import CliError, Target
 
 
-def load_analytics():  # -> module
+def load_analytics() -> ModuleType:
     """Import ``disquepy.spark.analytics``, or raise CliError saying what is missing
     (PySpark, or the Java 17+ it runs on)."""
     problem = missing("spark", "disque analytics")

@@ -66,7 +66,7 @@ class Phase:
 
 
 def _produce(c: redis.Redis, phase: Phase, queue: str, body: bytes, pipeline: int,
-             extra: list, stop: threading.Event) -> None:
+             extra: list[str | int], stop: threading.Event) -> None:
     while not stop.is_set():
         n = phase.claim(pipeline)
         if n == 0:

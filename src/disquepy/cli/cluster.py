@@ -72,7 +72,7 @@ def _connect_all(target: Target, addrs: list[tuple[str, int]]) -> list[redis.Red
 
 def _converged(clients: list[redis.Redis], addrs: list[tuple[str, int]],
                ids: list[str]) -> tuple[bool, list[list[HelloNode]]]:
-    views = []
+    views: list[list[HelloNode]] = []
     ok = True
     for c, (host, _) in zip(clients, addrs, strict=True):
         try:

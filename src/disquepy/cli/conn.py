@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import redis
@@ -12,6 +12,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .reply import ReplyParser, ServerError
+
+if TYPE_CHECKING:
+    from disquepy.client import Disque
 
 CONNECT_TIMEOUT = 5.0
 
@@ -69,14 +72,14 @@ class Target:
     cacert: str | None = None
     cert: str | None = None
     key: str | None = None
-    _clients: list[Any] = field(default_factory=list, repr=False)
+    _clients: list[redis.Redis | Disque] = field(default_factory=list, repr=False)
 
     @property
     def addr(self) -> str:
         return f"{self.host}:{self.port}"
 
     @property
-    def tls_options(self) -> dict:
+    def tls_options(self) -> dict[str, Any]:  # keyword arguments of several types
         """redis-py's TLS keyword arguments for --tls (empty without it)."""
         from disquepy.client.nodes import tls_options
 
@@ -94,7 +97,7 @@ class Target:
         self._clients.append(c)
         return c
 
-    def client(self, host: str | None = None, port: int | None = None) -> Any:
+    def client(self, host: str | None = None, port: int | None = None) -> Disque:
         """A :class:`disquepy.client.Disque` seeded with this node only; closed at exit.
 
         Its node is checked with a PING first, so an unreachable node is reported as
@@ -123,7 +126,7 @@ class RawSession:
     """
 
     def __init__(self, host: str, port: int, password: str | None = None,
-                 tls: dict | None = None, username: str | None = None) -> None:
+                 tls: dict[str, Any] | None = None, username: str | None = None) -> None:
         self.host, self.port = host, port
         tls = dict(tls or {})
         cls = redis.SSLConnection if tls.pop("ssl", False) else redis.Connection

@@ -6,6 +6,7 @@ import json
 import time
 
 import click
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -35,7 +36,7 @@ def show_body(body: bytes, limit: int = 2000) -> str:
     return s
 
 
-def age_of(show: dict, now_s: float) -> str:
+def age_of(show: dict[str, object], now_s: float) -> str:
     """A job's age from SHOW's ``ctime`` (nanoseconds since the epoch)."""
     ctime = show.get("ctime")
     if not isinstance(ctime, int):
@@ -60,8 +61,10 @@ def command(target: Target, queue: str, count: int, newest: bool, max_body: int)
     now = time.time()
     table = Table(title=Text(f"{queue} on {c.node}: {qlen} queued, showing {len(peeked)}"),
                   title_justify="left", show_lines=True)
-    for col, just in (("ID", "left"), ("Age", "right"), ("Nacks", "right"),
-                      ("Add. deliveries", "right"), ("Retry", "right"), ("Body", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("ID", "left"), ("Age", "right"), ("Nacks", "right"), ("Add. deliveries", "right"),
+        ("Retry", "right"), ("Body", "left"))
+    for col, just in columns:
         table.add_column(col, justify=just, no_wrap=(col == "ID"))
     for job in peeked:
         info = c.show(job.id) or {}  # acked or expired since the peek: no counters

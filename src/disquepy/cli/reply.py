@@ -31,11 +31,15 @@ class ReplyParser(_RESP2Parser):
     """redis-py's RESP2 parser, keeping status replies and error texts apart."""
 
     @classmethod
-    def parse_error(cls, response: str) -> ServerError:  # type: ignore[override]
+    def parse_error(cls, response: str) -> ServerError:
         return ServerError(response)
 
+    # the reply's type depends on the command (Status, bytes, int, None, ServerError or
+    # a list of those): Any; ``timeout`` is redis-py's (a number, None or its SENTINEL)
     def _read_response(self, disable_decoding: bool = False, timeout: Any = SENTINEL) -> Any:
-        line = self._buffer.readline(timeout=timeout)
+        buffer = self._buffer
+        assert buffer is not None  # set by on_connect, before any reply is read
+        line = buffer.readline(timeout=timeout)
         if not line:
             raise ConnectionError(SERVER_CLOSED_CONNECTION_ERROR)
         kind, rest = line[:1], line[1:]
@@ -47,7 +51,7 @@ class ReplyParser(_RESP2Parser):
             return int(rest)
         if kind == b"$":
             n = int(rest)
-            return None if n < 0 else self._buffer.read(n, timeout=timeout)
+            return None if n < 0 else buffer.read(n, timeout=timeout)
         if kind == b"*":
             n = int(rest)
             if n < 0:

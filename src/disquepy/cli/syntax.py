@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import difflib
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from disquepy.core.commands import Command
 
 # the server's table also guards against HTTP requests sent to its port: not commands
 NOT_COMMANDS = frozenset({"post", "host:"})
@@ -22,7 +25,7 @@ _SYNTAX_ERRORS = ("wrong number of arguments", "syntax error", "not an integer",
 
 
 @cache
-def server_commands() -> dict[str, Any]:
+def server_commands() -> dict[str, Command]:
     """The server's commands, lower-case name -> its entry in the command table."""
     from disquepy.core.commands import COMMANDS
 
@@ -71,7 +74,7 @@ def help_text(args: list[str]) -> str:
     if topic.startswith("@"):
         members = [n for n in names if group(n) == topic[1:].lower()]
         if members:
-            return "".join(describe(n) for n in members)
+            return "".join(describe(n) or "" for n in members)  # known: never None
         groups = sorted({group(n) for n in names})
         return f"No group {topic!r}: the groups are " + ", ".join(f"@{g}" for g in groups)
     text = describe(topic)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
 import click
 import redis
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.live import Live
 from rich.table import Table
 
@@ -24,7 +25,7 @@ class NodeSample:
 
     addr: str
     id: str
-    info: dict | None
+    info: dict[str, Any] | None  # INFO's fields: ints, floats, strings, as each one is
     error: str = ""
 
 
@@ -34,7 +35,8 @@ class Sample:
 
     t: float
     nodes: list[NodeSample] = field(default_factory=list)
-    qstats: dict[tuple[str, str], dict] = field(default_factory=dict)  # (queue, addr)
+    # (queue, addr) -> QSTAT's fields
+    qstats: dict[tuple[str, str], dict[str, object]] = field(default_factory=dict)
 
 
 def _scan_queues(c: redis.Redis) -> list[str]:
@@ -104,9 +106,9 @@ def take_sample(target: Target, clients: dict[str, redis.Redis],
     return s
 
 
-def _num(v: object) -> int:
+def _num(v: Any) -> int:  # any reply value: what int() refuses counts as 0
     try:
-        return int(v)  # type: ignore[arg-type]
+        return int(v)
     except (TypeError, ValueError):
         return 0
 
@@ -117,10 +119,16 @@ def _rate(cur: float, prev: float | None, dt: float) -> str:
     return f"{max(0.0, cur - prev) / dt:.1f}"
 
 
+# one queue's counters summed over the nodes, and where it is paused
+_QueueTotals = TypedDict("_QueueTotals", {
+    "len": int, "blocked": int, "import": int, "nodes": int, "in": int, "out": int,
+    "pin": int, "pout": int, "pause": set[str]})
+
+
 def queue_table(cur: Sample, prev: Sample | None, limit: int) -> Table:
     """Per queue, summed over nodes: length, in/out rates, blocked, paused, import rate."""
     dt = cur.t - prev.t if prev else 0.0
-    agg: dict[str, dict] = {}
+    agg: dict[str, _QueueTotals] = {}
     for (q, addr), st in cur.qstats.items():
         a = agg.setdefault(q, {"len": 0, "blocked": 0, "import": 0, "nodes": 0,
                                "in": 0, "out": 0, "pin": 0, "pout": 0, "pause": set()})
@@ -138,9 +146,10 @@ def queue_table(cur: Sample, prev: Sample | None, limit: int) -> Table:
         a["pin"] += _num(old.get("jobs-in"))
         a["pout"] += _num(old.get("jobs-out"))
     table = Table(title=f"Queues ({len(agg)})", title_justify="left")
-    for col, just in (("Queue", "left"), ("Length", "right"), ("In/s", "right"),
-                      ("Out/s", "right"), ("Blocked", "right"), ("Paused", "left"),
-                      ("Import/s", "right"), ("Nodes", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("Queue", "left"), ("Length", "right"), ("In/s", "right"), ("Out/s", "right"),
+        ("Blocked", "right"), ("Paused", "left"), ("Import/s", "right"), ("Nodes", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just, no_wrap=(col == "Queue"))
     rows = sorted(agg.items(), key=lambda kv: (-kv[1]["len"], kv[0]))
     for q, a in rows[:limit]:
@@ -160,9 +169,10 @@ def node_table(cur: Sample, prev: Sample | None) -> Table:
     dt = cur.t - prev.t if prev else 0.0
     before = {n.addr: n.info for n in prev.nodes} if prev else {}
     table = Table(title=f"Nodes ({len(cur.nodes)})", title_justify="left")
-    for col, just in (("Address", "left"), ("ID", "left"), ("Jobs", "right"),
-                      ("Queues", "right"), ("Clients", "right"), ("Blocked", "right"),
-                      ("Memory", "right"), ("Ops/s", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("Address", "left"), ("ID", "left"), ("Jobs", "right"), ("Queues", "right"),
+        ("Clients", "right"), ("Blocked", "right"), ("Memory", "right"), ("Ops/s", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just, no_wrap=True)
     for n in cur.nodes:
         if n.info is None:
@@ -209,9 +219,9 @@ def command(target: Target, interval: float, once: bool, iterations: int | None,
     # the seed must answer once, or there is nothing to show: a clear error instead
     target.redis(socket_timeout=5).ping()
     if once or iterations:
-        count = 1 if once else iterations
-        prev = take_sample(target, clients, known)
-        for i in range(count):  # type: ignore[arg-type]
+        count = 1 if once or not iterations else iterations
+        prev: Sample | None = take_sample(target, clients, known)
+        for i in range(count):
             time.sleep(interval)
             cur = take_sample(target, clients, known)
             if i:

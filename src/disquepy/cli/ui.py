@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from rich.console import Console
 
@@ -42,7 +43,7 @@ def human_age(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600}h"
 
 
-def text(value: bytes | str | None) -> str:
+def text(value: object) -> str:
     """A reply value as text (UTF-8, undecodable bytes replaced)."""
     if value is None:
         return ""
@@ -51,8 +52,9 @@ def text(value: bytes | str | None) -> str:
     return str(value)
 
 
-def pairs(reply: list | None) -> dict[str, object]:
-    """A flat ``[key, value, ...]`` reply (SHOW, QSTAT) as a dict with str keys."""
+def pairs(reply: list[Any] | None) -> dict[str, object]:
+    """A flat ``[key, value, ...]`` reply (SHOW, QSTAT) as a dict with str keys (values
+    of every reply type, hence Any)."""
     if not reply:
         return {}
     return {text(k): v for k, v in zip(reply[::2], reply[1::2], strict=False)}

@@ -9,11 +9,18 @@ lists, ints, bytes and strings.
 from __future__ import annotations
 
 import struct
+from typing import Any, Literal
 
 import msgpack
 
 MAX_FRAME = 1 << 30  # a YOURJOBS batch of big jobs can be large, but not unbounded
 _LEN = struct.Struct(">I")
+
+
+# A bus message: a msgpack array whose fields' types depend on the message type
+# (``core.messages`` checks them, and names the same type ``Message``): no one static
+# type describes them all, hence Any.
+BusMessage = list[Any]
 
 
 class BusProtocolError(Exception):
@@ -27,16 +34,16 @@ _pack = msgpack.Packer(use_bin_type=True).pack
 _pack_len = _LEN.pack
 
 
-def encode_frame(msg: list | tuple) -> bytes:
+def encode_frame(msg: BusMessage | tuple[BusMessage, ...]) -> bytes:
     """One frame for a message; for a tuple of messages (a node's output to one peer
     past one BATCH, see Node.take_messages) their frames one after the other."""
     if type(msg) is tuple:
         return b"".join(map(encode_frame, msg))
-    payload = _pack(msg)
+    payload: bytes = _pack(msg)  # msgpack is untyped (Any): a Packer returns bytes
     return _pack_len(len(payload)) + payload
 
 
-def decode_payload(payload: bytes) -> list:
+def decode_payload(payload: bytes) -> BusMessage:
     try:
         msg = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
     except Exception as e:  # msgpack raises several types for bad input
@@ -66,7 +73,7 @@ class FrameReader:
         buf = self._buf
         return 4 + _LEN.unpack_from(buf, 0)[0] if len(buf) >= 4 else 0
 
-    def gets(self):
+    def gets(self) -> BusMessage | Literal[False]:
         """The next message (a list), or False if more bytes are needed."""
         buf = self._buf
         if len(buf) < 4:

@@ -10,13 +10,16 @@ See :mod:`disquepy.spark.source` for the guarantees and the options, and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .source import DisqueDataSource, WriteReport
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["DisqueDataSource", "WriteReport", "register"]
 
 
-def register(spark: Any) -> None:
+def register(spark: SparkSession) -> None:
     """Register the ``"disque"`` format on a SparkSession."""
     spark.dataSource.register(DisqueDataSource)

@@ -7,10 +7,12 @@ Executors stay lean: plain redis-py connections (RESP2) and hand-rolled pipelini
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import redis
+from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 log = logging.getLogger("disquepy.spark")
@@ -19,6 +21,13 @@ DEFAULT_NODES = "127.0.0.1:7711"
 #: GETJOB on this queue never takes anything: the driver uses it to read back what a
 #: delivery token remembered without ever consuming a job with a token it did not create.
 PROBE_QUEUE = "__disquepy_spark_probe__"
+
+#: A stream's offset: the JSON object Spark checkpoints and hands back (``stream``,
+#: ``batch``, and the reader's plan or counts: values of several JSON types, hence Any;
+#: PySpark's own signatures say ``dict``)
+Offset = dict[str, Any]
+#: one command for :func:`pipeline`: its name and arguments
+Command = tuple[str | bytes | int, ...]
 
 
 #: every option the "disque" format knows, by use (the spelling shown in errors)
@@ -70,6 +79,14 @@ def opt_bool(opts: dict[str, str], key: str, default: bool) -> bool:
     if v in ("false", "no", "0", "off"):
         return False
     raise ValueError(f"option {key!r}: expected true or false, got {v!r}")
+
+
+@overload
+def opt_int(opts: dict[str, str], key: str, default: int) -> int: ...
+
+
+@overload
+def opt_int(opts: dict[str, str], key: str, default: None) -> int | None: ...
 
 
 def opt_int(opts: dict[str, str], key: str, default: int | None) -> int | None:
@@ -179,7 +196,7 @@ def discover(opts: dict[str, str]) -> list[NodeAddr]:
     raise ConnectionError("no Disque node reachable: " + "; ".join(errors))
 
 
-def pipeline(conn: redis.Redis, commands: list[tuple]) -> list[Any]:
+def pipeline(conn: redis.Redis, commands: Sequence[Command]) -> list[Any]:
     """Send ``commands`` in one write, read every reply; error replies are returned as
     ResponseError instances (not raised) so one bad command does not hide the others."""
     return _round_trip(conn, len(commands), lambda c: c.pack_commands(commands))
@@ -190,7 +207,8 @@ def send_packed(conn: redis.Redis, payload: bytes, n: int) -> list[Any]:
     return _round_trip(conn, n, lambda c: [payload], check_health=False)
 
 
-def _round_trip(conn: redis.Redis, n: int, pack: Any, check_health: bool = True) -> list[Any]:
+def _round_trip(conn: redis.Redis, n: int, pack: Callable[[Connection], list[bytes]],
+                check_health: bool = True) -> list[Any]:
     """One write of what ``pack(connection)`` returns, then ``n`` replies read."""
     c = conn.connection_pool.get_connection()
     try:
@@ -221,7 +239,7 @@ class AddJobPacker:
     """RESP encoding of ADDJOB commands that differ only in queue, body and key: the
     constant parts are encoded once (several times cheaper than generic packing)."""
 
-    def __init__(self, timeout_ms: int, extra: tuple, with_key: bool) -> None:
+    def __init__(self, timeout_ms: int, extra: tuple[Any, ...], with_key: bool) -> None:
         self.nargs = 4 + len(extra) + (2 if with_key else 0)
         self.head = b"*%d\r\n$6\r\nADDJOB\r\n" % self.nargs
         self.tail = _bulk(_arg(timeout_ms)) + b"".join(_bulk(_arg(x)) for x in extra)

@@ -39,9 +39,13 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..client.deadletter import DEFAULT_DLQ
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from pyspark.sql import Column, Row, SparkSession
 
 log = logging.getLogger("disquepy.spark.analytics")
 
@@ -52,7 +56,7 @@ INTERNAL_PREFIX = "__disquepy_spark_"
 BUCKETS_S = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 86400)
 
 
-def _session() -> tuple[Any, bool]:
+def _session() -> tuple[SparkSession, bool]:
     """The active SparkSession, or a small local one (then ours to stop)."""
     from pyspark.sql import SparkSession
 
@@ -97,10 +101,11 @@ def dead_letter_regex(pattern: str = DEFAULT_DLQ) -> str:
 
 
 def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: int = 2,
-                  dead_letter_queue: str = DEFAULT_DLQ, spark: Any = None,
-                  quiet: bool = False) -> dict:
+                  dead_letter_queue: str = DEFAULT_DLQ, spark: SparkSession | None = None,
+                  quiet: bool = False) -> dict[str, Any]:
     """Analyse the event log under ``path``; write Parquet, JSON and a PNG to ``out``;
-    print a summary (unless ``quiet``) and return it as a dict."""
+    print a summary (unless ``quiet``) and return it as a dict (the JSON summary:
+    counts, times, per-queue objects, hence Any)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -117,7 +122,9 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
                        & F.col("job").isNotNull() & F.col("queue").isNotNull()
                        # the Spark source's own bookkeeping queues are not the user's
                        & ~F.col("queue").startswith(INTERNAL_PREFIX)).cache()
-        n_events, lo, hi = ev.agg(F.count("*"), F.min("ts"), F.max("ts")).first()
+        totals = ev.agg(F.count("*"), F.min("ts"), F.max("ts")).first()
+        assert totals is not None  # an aggregate over the whole frame: one row
+        n_events, lo, hi = totals
         outp = Path(out)
         outp.mkdir(parents=True, exist_ok=True)
         if n_events == 0:
@@ -131,10 +138,10 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
         # every node holding a copy, an ack seen twice) collapse into min(ts).
         ts, e = F.col("ts"), F.col("event")
 
-        def first(kind: str):
+        def first(kind: str) -> Column:
             return F.min(F.when(e == kind, ts)).alias(kind)
 
-        def times(kind: str):
+        def times(kind: str) -> Column:
             return F.array_sort(F.collect_list(F.when(e == kind, ts)))
 
         jobs = (ev.groupBy("queue", "job").agg(
@@ -166,7 +173,7 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
         dlq = (jobs.where(F.col("added").isNotNull() & (origin != ""))
                .select(origin.alias("queue"), F.col("added").alias("dead_ts")).cache())
 
-        def pct(col: str):
+        def pct(col: str) -> list[Column]:
             return [F.percentile_approx(col, p, 1000).alias(f"{col}_p{int(p * 100)}")
                     for p in (0.5, 0.9, 0.99)] + [F.max(col).alias(f"{col}_max")]
 
@@ -208,10 +215,10 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
                    .join(last_depth, "queue", "left").join(dead_per_queue, "queue", "left")
                    .fillna(0, ["queued", "dead_lettered"]))
 
-        def rate(num: str, den: str):
+        def rate(num: str, den: str) -> Column:
             return F.when(F.col(den) > 0, F.col(num) / F.col(den)).otherwise(0.0)
 
-        def per_s(col: str):
+        def per_s(col: str) -> Column:
             return F.when(F.col("last_ts") > F.col("first_ts"),
                           F.col(col) * 1000.0 / (F.col("last_ts") - F.col("first_ts")))
 
@@ -230,14 +237,15 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
 
         # per queue and bucket: jobs added, delivered, acked, nacked, dead-lettered, the
         # backlog (added and not done) and the queued depth at the bucket's end
-        kinds = ["added", "delivered", "acked", "nacked", "dead_lettered", "done"]
+        kinds: list[bool | float | int | str] = [  # (the type pivot takes)
+            "added", "delivered", "acked", "nacked", "dead_lettered", "done"]
 
-        def stamps(col: str, kind: str):
+        def stamps(col: str, kind: str) -> Column:
             return F.transform(F.when(F.col(col).isNotNull(), F.array(col))
                                .otherwise(F.array().cast("array<long>")),
                                lambda t: F.struct(t.alias("ts"), F.lit(kind).alias("ev")))
 
-        def each(col: str, kind: str):
+        def each(col: str, kind: str) -> Column:
             return F.transform(col, lambda t: F.struct(t.alias("ts"), F.lit(kind).alias("ev")))
 
         thr_events = jobs.select("queue", F.explode(F.concat(
@@ -268,7 +276,7 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
         for r in dead_rows:
             dead_counts[r["queue"]] = dead_counts.get(r["queue"], 0) + 1
 
-        queues: dict[str, dict] = {}
+        queues: dict[str, dict[str, Any]] = {}  # a queue's summary row, by column
         for r in summary.orderBy("queue").collect():
             d = r.asDict()
             d["likely_dead_letters"] = dead_counts.get(d["queue"], 0)
@@ -295,14 +303,14 @@ def run_analytics(path: str, out: str, *, dead_deliveries: int = 3, dead_nacks: 
             spark.stop()
 
 
-def _ms(v: Any) -> str:
+def _ms(v: float | None) -> str:
     if v is None:
         return "-"
     v = float(v)
     return f"{v / 1000:.2f}s" if v >= 1000 else f"{v:.0f}ms"
 
 
-def format_summary(result: dict) -> str:
+def format_summary(result: dict[str, Any]) -> str:
     """The printed summary: one line per queue."""
     lines = [f"{result['events']} events from {result['files']} file(s), "
              f"throughput bucket {result.get('bucket_s', '-')} s"]
@@ -330,8 +338,8 @@ CHART_QUEUES = 6  # the busiest queues drawn (the printed table and Parquet have
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
 
 
-def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
-           dead_letter_queue: str = DEFAULT_DLQ) -> Any:
+def _chart(path: Path, queues: dict[str, dict[str, Any]], thr_rows: list[Row], bucket: int,
+           dead_letter_queue: str = DEFAULT_DLQ) -> Figure:
     """The chart ``queues.png`` (returns its matplotlib Figure): one row per queue (the
     6 busiest; dead-letter queues count in their queue's dead-letter rate) with its jobs
     in and out per second and its backlog and queued depth over time, each queue on axes
@@ -349,7 +357,8 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
     n = max(len(top), 1)
     rows_h, lat_h = 1.7 * n, max(3.2, 0.62 * 2 * n + 1.2)
     fig = Figure(figsize=(14, 1.2 + rows_h + lat_h), dpi=100, layout="constrained")
-    f_top, f_bottom = fig.subfigures(2, 1, height_ratios=[rows_h + 0.6, lat_h])
+    [f_top], [f_bottom] = fig.subfigures(2, 1, squeeze=False,
+                                         height_ratios=[rows_h + 0.6, lat_h])
     grid_axes = f_top.subplots(n, 2, sharex=True, squeeze=False)
     a_lat, a_fail = f_bottom.subplots(1, 2, width_ratios=[3, 2])
     buckets = sorted({r["bucket"] for r in thr_rows if r["queue"] in colors})
@@ -363,7 +372,8 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
     for i, q in enumerate(top):
         by_bucket = {r["bucket"]: r for r in thr_rows if r["queue"] == q}
 
-        def series(col: str, carry: bool = False, by_bucket=by_bucket) -> list:
+        def series(col: str, carry: bool = False,
+                   by_bucket: dict[int, Row] = by_bucket) -> list[int]:
             out, last = [], 0  # a bucket without events: no jobs, the same depth
             for b in grid:
                 r = by_bucket.get(b)
@@ -412,7 +422,8 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
         ax.set_xlabel("seconds since the start")
 
     # wait and processing p50 / p90 / p99: one row per queue and kind
-    labels, rows = [], []
+    labels: list[tuple[str, str]] = []
+    rows: list[list[float | None]] = []  # ms; None: no delivery (wait) or ack (processing)
     for q in top:
         for kind, key in (("wait", "wait_ms"), ("processing", "proc_ms")):
             labels.append((q, kind))
@@ -422,13 +433,14 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
     for i, alpha in enumerate(shades):
         for k, ((q, _kind), r) in enumerate(zip(labels, rows, strict=True)):
             y = k + (i - 1) * h
-            if r[i] is None:  # no delivery (wait) or no ack (processing)
+            ms = r[i]
+            if ms is None:  # no delivery (wait) or no ack (processing)
                 if i == 1:
                     a_lat.text(0.6, y, "no data", va="center", fontsize=9, color="gray")
                 continue
-            v = max(float(r[i]), 0.5)  # 0 ms on a log axis
+            v = max(float(ms), 0.5)  # 0 ms on a log axis
             a_lat.barh(y, v, height=h, alpha=alpha, color=colors[q])
-            a_lat.text(v * 1.1, y, _ms(r[i]), va="center", fontsize=8)
+            a_lat.text(v * 1.1, y, _ms(ms), va="center", fontsize=8)
     a_lat.set_yticks(range(len(labels)), [f"{q[:24]}: {kind}" for q, kind in labels],
                      fontsize=9)
     a_lat.set_ylim(max(len(labels), 1) - 0.5, -0.5)  # top to bottom, every row inside
@@ -443,16 +455,16 @@ def _chart(path: Path, queues: dict, thr_rows: list, bucket: int,
     a_lat.grid(alpha=0.3, axis="x")
 
     # failures per queue: nacks per delivery, dead letters per job added
-    k = range(len(top))
+    pos = range(len(top))
     nack = [100 * queues[q]["nack_rate"] for q in top]
     dead = [100 * queues[q]["dead_letter_rate"] for q in top]
-    a_fail.bar([x - 0.2 for x in k], nack, width=0.4, color=[colors[q] for q in top])
-    a_fail.bar([x + 0.2 for x in k], dead, width=0.4, color=[colors[q] for q in top],
+    a_fail.bar([x - 0.2 for x in pos], nack, width=0.4, color=[colors[q] for q in top])
+    a_fail.bar([x + 0.2 for x in pos], dead, width=0.4, color=[colors[q] for q in top],
                hatch="//", edgecolor="black", alpha=0.5)
-    for x, v in [*zip([x - 0.2 for x in k], nack, strict=True),
-                 *zip([x + 0.2 for x in k], dead, strict=True)]:
+    for x, v in [*zip([x - 0.2 for x in pos], nack, strict=True),
+                 *zip([x + 0.2 for x in pos], dead, strict=True)]:
         a_fail.text(x, v, f"{v:.1f}%" if v else "0", ha="center", va="bottom", fontsize=9)
-    a_fail.set_xticks(list(k), [q[:16] for q in top], fontsize=9)
+    a_fail.set_xticks(list(pos), [q[:16] for q in top], fontsize=9)
     a_fail.set_ylabel("%")
     a_fail.set_ylim(0, max([*nack, *dead, 1.0]) * 1.25)
     a_fail.set_title("Failures", fontsize=12, loc="left", fontweight="bold")

@@ -54,16 +54,22 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+if TYPE_CHECKING:
+    from pyarrow import RecordBatch  # no type hints (pyproject.toml): Any
+
 from ._nodes import (
     GROUP_STREAM_OPTIONS,
+    Command,
     NodeAddr,
+    Offset,
     auth_options,
     check_options,
     connect,
@@ -103,6 +109,13 @@ class EventsPartition(InputPartition):
     def __init__(self, events: list[Event], name: str) -> None:
         self.events = events
         self.value = name
+
+
+class _Leased(TypedDict):
+    """The events leased for one batch (DisqueGroupStreamReader._batches)."""
+
+    events: list[Event]
+    extended: float  # monotonic time the leases were taken or last extended
 
 
 class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -149,23 +162,23 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def _init_driver_state(self) -> None:
         self._lock = threading.Lock()
         # batch number -> {"events": [Event], "extended": monotonic time of the lease}
-        self._batches: dict[int, dict] = {}
+        self._batches: dict[int, _Leased] = {}
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:  # the reader's attributes
         # the reader is pickled into every read task: the leased events stay behind
         state = dict(self.__dict__)
         for k in ("_lock", "_batches", "_stop", "_heart"):
             state.pop(k, None)
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_driver_state()
 
     # -- offsets
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """A new stream: a fresh identity, batch 0, nothing leased."""
         if self.stream_id is None:
             self.stream_id = uuid.uuid4().hex
@@ -182,12 +195,12 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         log.info("disque group stream: availableNow, %d events for group %s",
                  self.available_budget, self.group)
 
-    def _check_group(self, offset: dict) -> None:
+    def _check_group(self, offset: Offset) -> None:
         if offset.get("group", self.group) != self.group:
             raise ValueError(f"this checkpoint reads as group {offset['group']!r}, not "
                              f"{self.group!r}: use a new checkpointLocation per group")
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The batch ending at ``start`` is committed: acknowledge it, then lease the
         next batch's events (none: ``start``, no batch)."""
         self._check_group(start)
@@ -210,10 +223,10 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._start_heartbeat()
         return self._offset(start, nxt, len(events))
 
-    def _offset(self, start: dict, batch: int, n: int) -> dict:
+    def _offset(self, start: Offset, batch: int, n: int) -> Offset:
         return {"stream": start["stream"], "group": self.group, "batch": batch, "events": n}
 
-    def partitions(self, start: dict, end: dict) -> list[EventsPartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[EventsPartition]:
         """The events leased for the batch ending at ``end``, TASK_EVENTS per task."""
         self._check_group(end)
         if end == start or not int(end.get("events", 0)):
@@ -230,9 +243,9 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return [EventsPartition(ev[lo:lo + TASK_EVENTS], f"{b}:{lo}")
                 for lo in range(0, len(ev), TASK_EVENTS)]
 
-    def read(self, partition: EventsPartition) -> Any:
+    def read(self, partition: InputPartition) -> Iterator[RecordBatch]:
         """Executor side: the partition's events as one Arrow batch."""
-        ev = partition.events
+        ev = cast(EventsPartition, partition).events  # one of partitions()'s
         if not ev:
             return
         bodies = ([e[3] for e in ev] if self.fmt == "binary"
@@ -241,7 +254,7 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 bodies, [e[4] for e in ev]]
         yield arrow_batch(self.schema, cols, GROUP_COLUMNS)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Spark committed every batch up to ``end``: acknowledge their events."""
         self._ack_upto(int(end["batch"]))
 
@@ -277,8 +290,8 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             best = max(best, n)
         return best
 
-    def _qget(self, queue: str) -> tuple:
-        cmd: tuple = ("QGET", queue, self.group, "EX", repr(self.lease), "WITHCOUNTERS")
+    def _qget(self, queue: str) -> Command:
+        cmd: Command = ("QGET", queue, self.group, "EX", repr(self.lease), "WITHCOUNTERS")
         if self.max_deliveries is not None:
             cmd += ("MAXDELIVERIES", self.max_deliveries)
         return cmd
@@ -304,7 +317,8 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                  (self.stream_id or "")[:8], len(out), self.group)
         return out
 
-    def _qget_on(self, node: NodeAddr, queue: str, k: int) -> list:
+    def _qget_on(self, node: NodeAddr, queue: str, k: int) -> list[list[Any]]:
+        """QGET ``k`` times on ``node``: the replies of those that leased an event."""
         try:
             c = connect(node.host, node.port, self.auth)
         except Exception as e:  # unreachable: its events are served by peers' QGETs
@@ -333,7 +347,8 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             out.setdefault(e[0], []).append(e)
         return out
 
-    def _each_node(self, what: str, events: list[Event], cmd: Any) -> int:
+    def _each_node(self, what: str, events: list[Event],
+                   cmd: Callable[[Event], Command]) -> int:
         """Run ``cmd(event)`` for every event, pipelined on the node that leased it (any
         node would do: the event's authority decides); how many answered 1."""
         ok = 0

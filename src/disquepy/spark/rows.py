@@ -29,16 +29,18 @@ def to_str(v: Any) -> str:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
 
 
-def stream_columns(reply: list, fmt: str, node_id: str) -> list[list]:
+def stream_columns(reply: list[list[Any]], fmt: str, node_id: str) -> list[list[Any]]:
     """A ``GETJOB ... WITHCOUNTERS`` reply as columns in STREAM_COLUMNS order, a column
-    at a time (this runs for every job a stream reads)."""
+    at a time (this runs for every job a stream reads). A job's fields are bytes but for
+    the counters (ints); a column holds one Spark type each (strings, bytes, ints,
+    nulls), so columns are lists of Any."""
     n = len(reply)
-    names: dict = {}  # a reply holds a few queue names: decode each once
+    names: dict[bytes, str] = {}  # a reply holds a few queue names: decode each once
     queues = [names.get(j[0]) or names.setdefault(j[0], to_str(j[0])) for j in reply]
     bodies = ([j[2] for j in reply] if fmt == "binary"
               else [j[2].decode("utf-8", "replace") for j in reply])
-    nacks: list = []
-    adeliv: list = []
+    nacks: list[int] = []
+    adeliv: list[int] = []
     for j in reply:
         if len(j) == 7 and j[3] == b"nacks" and j[5] == b"additional-deliveries":
             nacks.append(int(j[4]))
@@ -51,7 +53,7 @@ def stream_columns(reply: list, fmt: str, node_id: str) -> list[list]:
             nacks, adeliv, [node_id] * n]
 
 
-def arrow_batch(schema: StructType, columns: list[list],
+def arrow_batch(schema: StructType, columns: list[list[Any]],
                  names: tuple[str, ...] = SNAPSHOT_COLUMNS) -> Any:
     """Columns in ``names`` order (SNAPSHOT_COLUMNS by default) -> an Arrow batch of
     ``schema``'s columns (a user schema may pick and reorder them), typed as Spark

@@ -96,11 +96,13 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+import redis
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -118,6 +120,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+if TYPE_CHECKING:
+    from pyarrow import RecordBatch  # no type hints (pyproject.toml): Any
+    from pyspark import TaskContext
+
 from ._nodes import (
     PROBE_QUEUE,
     READ_OPTIONS,
@@ -125,7 +131,9 @@ from ._nodes import (
     WRITE_OPTIONS,
     AddJobPacker,
     Auth,
+    Command,
     NodeAddr,
+    Offset,
     auth_options,
     check_options,
     connect,
@@ -171,7 +179,7 @@ class _AddJobSpec:
     key_column: str | None
     idempotent: bool
     timeout_ms: int
-    extra: tuple = ()
+    extra: tuple[str | int, ...] = ()  # ADDJOB's options after the timeout
     batch_size: int = 1000
     connections: int | None = None  # None: see sync_connections
     auth: Auth | None = None
@@ -202,8 +210,8 @@ class _AddJobSpec:
             raise ValueError("the disque sink needs option queue (or queueColumn)")
         if len(queues) > 1:
             raise ValueError("the disque sink writes to one queue (or use queueColumn)")
-        body_col = opts.get("bodycolumn", "body")
-        body_col = lower.get(body_col.lower())
+        body_name = opts.get("bodycolumn", "body")
+        body_col = lower.get(body_name.lower())
         if "bodycolumn" in opts and body_col is None:
             raise ValueError(f"bodyColumn {opts['bodycolumn']!r} is not a column")
         key_col = opts.get("keycolumn")
@@ -211,7 +219,7 @@ class _AddJobSpec:
             key_col = lower.get(key_col.lower())
             if key_col is None:
                 raise ValueError(f"keyColumn {opts['keycolumn']!r} is not a column")
-        extra: list = []
+        extra: list[str | int] = []
         for opt, word in (("replicate", "REPLICATE"), ("retry", "RETRY"), ("ttl", "TTL"),
                           ("delay", "DELAY"), ("maxlen", "MAXLEN")):
             v = opt_int(opts, opt, None)
@@ -234,7 +242,7 @@ def _connections(opts: dict[str, str]) -> int | None:
     return n
 
 
-def _column_values(batch: Any, name: str) -> list:
+def _column_values(batch: RecordBatch, name: str) -> list[bytes]:
     """A column of an Arrow batch as Python values, bodies encoded to bytes."""
     import pyarrow as pa
 
@@ -252,7 +260,7 @@ def _column_values(batch: Any, name: str) -> list:
     return [b"" if v is None else str(v).encode() for v in values]
 
 
-def _add_all(conn: Any, node: NodeAddr, cmds: list[bytes], tries: int = 100) -> int:
+def _add_all(conn: redis.Redis, node: NodeAddr, cmds: list[bytes], tries: int = 100) -> int:
     """Send the RESP-encoded ADDJOBs ``cmds`` in one write; resend those answered
     -TRYAGAIN (the same key's first job is still being replicated: a retried task racing
     its predecessor) for up to ~10 s. Any other error fails the task."""
@@ -275,7 +283,7 @@ def _add_all(conn: Any, node: NodeAddr, cmds: list[bytes], tries: int = 100) -> 
 
 
 def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | None,
-                    partition: int, batches: Any) -> tuple[NodeAddr, int]:
+                    partition: int, batches: Iterable[RecordBatch]) -> tuple[NodeAddr, int]:
     """Write every row of ``batches`` (Arrow record batches) to the partition's node with
     pipelined ADDJOBs; returns (node, jobs written). Raises on any error reply, so Spark
     retries the task, on the same node, with the same keys.
@@ -291,7 +299,7 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
     packer = AddJobPacker(spec.timeout_ms, spec.extra, keyed)
     prefix = (key_prefix or "").encode()
     n_conns = spec.sync_connections(len(nodes))
-    conns: list = []
+    conns: list[redis.Redis] = []
     pool = ThreadPoolExecutor(n_conns) if n_conns > 1 else None
     written = 0
     row = 0
@@ -306,10 +314,14 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
             else:
                 bodies = [json.dumps(r, separators=(",", ":"), default=str).encode()
                           for r in batch.to_pylist()]
-            queues = (_column_values(batch, spec.queue_column) if spec.queue_column
-                      else [spec.queue.encode()] * n)
+            if spec.queue_column:
+                queues = _column_values(batch, spec.queue_column)
+            else:
+                assert spec.queue is not None  # from_options: a queue or a queue column
+                queues = [spec.queue.encode()] * n
+            keys: Sequence[bytes | None]
             if not keyed:
-                keys: list = [None] * n
+                keys = [None] * n
             elif spec.key_column:
                 keys = _column_values(batch, spec.key_column)
             else:
@@ -335,7 +347,7 @@ def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | 
     return node, written
 
 
-def _task_context() -> tuple[int, int, Any]:
+def _task_context() -> tuple[int, int, TaskContext | None]:
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -344,7 +356,8 @@ def _task_context() -> tuple[int, int, Any]:
     return tc.partitionId(), tc.attemptNumber(), tc
 
 
-def _report(kind: str, opts: dict[str, str], messages: list, extra: dict) -> int:
+def _report(kind: str, opts: dict[str, str], messages: list[WriterCommitMessage | None],
+            extra: dict[str, str | int]) -> int:
     reports = [m for m in messages if isinstance(m, WriteReport)]
     total = sum(m.written for m in reports)
     log.info("disque %s: %d jobs written by %d tasks %s", kind, total, len(reports),
@@ -369,7 +382,7 @@ class DisqueBatchWriter(DataSourceArrowWriter):
         self.nodes = discover(opts)
         self.write_id = uuid.uuid4().hex[:16]  # 64 bits: short keys, still unique
 
-    def write(self, iterator: Any) -> WriteReport:
+    def write(self, iterator: Iterator[RecordBatch]) -> WriteReport:
         """Executor side: write this partition's rows; report how many."""
         partition, attempt, _ = _task_context()
         node, written = write_partition(self.nodes, self.spec, f"{self.write_id}:{partition}:",
@@ -378,11 +391,11 @@ class DisqueBatchWriter(DataSourceArrowWriter):
                  partition, attempt, written, node.id[:8])
         return WriteReport(partition, node.id, written, attempt)
 
-    def commit(self, messages: list) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver side: log (and optionally save) the number of jobs written."""
         _report("write", self.opts, messages, {"write_id": self.write_id})
 
-    def abort(self, messages: list) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver side: a task failed; jobs already written stay (a rerun of the same
         write would use a new write id: deduplication covers task retries only)."""
         done = sum(m.written for m in messages if isinstance(m, WriteReport))
@@ -398,7 +411,7 @@ class DisqueStreamWriter(DataSourceStreamArrowWriter):
         self.nodes = discover(opts)
         self.fallback_id = uuid.uuid4().hex
 
-    def write(self, iterator: Any) -> WriteReport:
+    def write(self, iterator: Iterator[RecordBatch]) -> WriteReport:
         """Executor side: write this partition of the micro-batch."""
         partition, attempt, tc = _task_context()
         query = batch = None
@@ -413,11 +426,11 @@ class DisqueStreamWriter(DataSourceStreamArrowWriter):
                                         partition, iterator)
         return WriteReport(partition, node.id, written, attempt)
 
-    def commit(self, messages: list, batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: log the jobs written by this micro-batch."""
         _report("stream write", self.opts, messages, {"batch": batchId})
 
-    def abort(self, messages: list, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver side: the micro-batch failed; its replay reuses the same keys."""
         log.warning("disque stream write batch %d aborted", batchId)
 
@@ -459,9 +472,9 @@ class DisqueSnapshotReader(DataSourceReader):
         """One partition per node."""
         return [NodePartition(n) for n in self.nodes]
 
-    def read(self, partition: NodePartition) -> Any:
+    def read(self, partition: InputPartition) -> Iterator[RecordBatch]:
         """Scan one node with JSCAN REPLY all; yields Arrow record batches."""
-        node = partition.node
+        node = cast(NodePartition, partition).node  # one of partitions()'s
         conn = connect(node.host, node.port, self.auth)
         prefix = node.id[:8]
         seen: set[bytes] = set()
@@ -469,12 +482,13 @@ class DisqueSnapshotReader(DataSourceReader):
             for queue in self.queues:
                 cursor = b"0"
                 while True:
-                    args: list = ["JSCAN", cursor, "COUNT", 1000, "QUEUE", queue]
+                    args: list[bytes | str | int] = ["JSCAN", cursor, "COUNT", 1000,
+                                                     "QUEUE", queue]
                     for s in self.states:
                         args += ["STATE", s]
                     args += ["REPLY", "all"]
                     cursor, jobs = conn.execute_command(*args)
-                    cols: list[list] = [[] for _ in SNAPSHOT_COLUMNS]
+                    cols: list[list[Any]] = [[] for _ in SNAPSHOT_COLUMNS]
                     for entry in jobs:
                         d = dict(zip(entry[::2], entry[1::2], strict=False))
                         jid = d[b"id"]
@@ -520,7 +534,7 @@ class BatchPartition(InputPartition):
         self.value = mark
 
 
-def batch_token(offset: dict) -> str:
+def batch_token(offset: Offset) -> str:
     """The token base of the micro-batch ending at ``offset``: ``spark:<stream>:<batch>``
     (its GETJOB chunks are ``<base>:<i>``, its markers ``<base>[#<reader>]``)."""
     return f"spark:{offset['stream']}:{offset['batch']}"
@@ -545,7 +559,8 @@ def chunk_tokens(token: str, count: int, fetch: int) -> list[tuple[str, int]]:
     return out
 
 
-def node_readers(base: str, count: int, fetch: int, readers: int) -> list[tuple[str, list]]:
+def node_readers(base: str, count: int, fetch: int,
+                 readers: int) -> list[tuple[str, list[tuple[str, int]]]]:
     """How ``count`` jobs of one node in batch ``base`` are read: (marker token, chunks)
     per read task. The node's chunks (``chunk_tokens``) are dealt into at most
     ``readers`` contiguous groups, marked ``<base>#<k>``; a lone group is marked with
@@ -591,6 +606,14 @@ def share(qlens: dict[str, int], cap: int | None) -> dict[str, int]:
     return {nid: n for nid, n in out.items() if n > 0}
 
 
+class _InFlight(TypedDict):
+    """A planned batch not yet acknowledged (DisqueStreamReader._inflight)."""
+
+    off: Offset  # its end offset
+    seen: dict[str, float]  # node id -> when all its read tasks' markers were seen
+    sent: dict[str, float]  # node id -> when WORKING last went out for its jobs
+
+
 class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("disque")``: consume jobs, ack after the batch commits."""
 
@@ -615,19 +638,19 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_budget: int | None = None
         self._lock = threading.Lock()
         # (stream, batch) -> {"off": end offset, "seen": {node: t}, "sent": {node: t}}
-        self._inflight: dict[tuple[str, int], dict] = {}
+        self._inflight: dict[tuple[str, int], _InFlight] = {}
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
         self._acker: threading.Thread | None = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:  # the reader's attributes
         # the reader is pickled into every read task: driver-only state stays behind
         state = dict(self.__dict__)
         for k in ("_lock", "_inflight", "_stop", "_heart", "acked", "_acker"):
             state.pop(k, None)
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._inflight = {}
@@ -660,7 +683,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     # -- offsets
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offset:
         """A new stream: a fresh identity, batch 0, nothing planned."""
         if self.stream_id is None:
             self.stream_id = uuid.uuid4().hex
@@ -675,7 +698,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.available_budget = sum(self._qlens().values())
         log.info("disque stream: availableNow, %d jobs queued", self.available_budget)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The batch ending at ``start`` is committed: ack it, then plan the next.
 
         When a next batch follows, the ack runs on a thread while that batch is read
@@ -694,7 +717,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.available_budget -= sum(plan.values())
         return {"stream": start["stream"], "batch": int(start["batch"]) + 1, "plan": plan}
 
-    def _ack_async(self, offset: dict) -> None:
+    def _ack_async(self, offset: Offset) -> None:
         self._wait_acks()
         if not offset or not offset.get("plan"):
             return
@@ -710,7 +733,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.warning("disque stream: an ack is still running after %.0f s", timeout)
             self._acker = None
 
-    def partitions(self, start: dict, end: dict) -> list[BatchPartition]:
+    def partitions(self, start: Offset, end: Offset) -> list[BatchPartition]:
         """One partition per node with jobs planned in the batch ending at ``end``."""
         if end == start or not end.get("plan"):
             return []
@@ -730,34 +753,37 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._start_heartbeat()
         return parts
 
-    def read(self, partition: BatchPartition) -> Any:
+    def read(self, partition: InputPartition) -> Iterator[RecordBatch]:
         """Executor side: fetch this node's share under the batch's tokens."""
-        node = partition.node
+        part = cast(BatchPartition, partition)  # one of partitions()'s
+        node = part.node
         conn = connect(node.host, node.port, self.auth)
         try:
-            for reply in self._fetch(conn, partition.chunks, partition.queues):
+            for reply in self._fetch(conn, part.chunks, part.queues):
                 if reply:
                     yield arrow_batch(self.schema, stream_columns(reply, self.fmt, node.id))
             # every chunk fetched: tell the driver these tokens are safe to replay
-            mark = partition.mark
+            mark = part.mark
             conn.execute_command("ADDJOB", mark_queue(mark), mark, 0, "REPLICATE", 1,
                                  "TTL", 86400, "RETRY", 0, "IDEMPOTENT", mark + ":mark")
         finally:
             conn.close()
 
     @staticmethod
-    def _fetch(conn: Any, chunks: list[tuple[str, int]], queues: list[str],
-               window: int = 4) -> Any:
-        """GETJOB replies of every chunk, ``window`` chunks pipelined per round trip."""
+    def _fetch(conn: redis.Redis, chunks: list[tuple[str, int]], queues: list[str],
+               window: int = 4) -> Iterator[list[list[Any]] | None]:
+        """GETJOB replies of every chunk (its jobs' fields, or None: none), ``window``
+        chunks pipelined per round trip."""
         for lo in range(0, len(chunks), window):
-            cmds = [("GETJOB", "NOHANG", "COUNT", k, "WITHCOUNTERS", "TOKEN", t, "FROM", *queues)
-                    for t, k in chunks[lo:lo + window]]
+            cmds: list[Command] = [
+                ("GETJOB", "NOHANG", "COUNT", k, "WITHCOUNTERS", "TOKEN", t, "FROM", *queues)
+                for t, k in chunks[lo:lo + window]]
             for reply in pipeline(conn, cmds):
                 if isinstance(reply, Exception):
                     raise reply
                 yield reply
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offset) -> None:
         """Spark committed every batch up to ``end``: ack it (usually done already, or
         running since ``latestOffset``)."""
         self._wait_acks()
@@ -770,7 +796,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._stop.set()
 
     # -- acks and WORKING
-    def _batch_ids(self, offset: dict) -> dict[str, list[bytes]]:
+    def _batch_ids(self, offset: Offset) -> dict[str, list[bytes]]:
         """node id -> job IDs the batch's tokens delivered there (nothing consumed)."""
         out: dict[str, list[bytes]] = {}
         base = batch_token(offset)
@@ -792,7 +818,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 c.close()
         return out
 
-    def _ack_batch(self, offset: dict) -> None:
+    def _ack_batch(self, offset: Offset) -> None:
         if not offset or not offset.get("plan"):
             return
         key = (offset["stream"], int(offset["batch"]))
@@ -844,7 +870,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             c.close()
         return [(j[1], j[2].decode()) for j in jobs or ()]
 
-    def _drop_markers(self, offset: dict) -> None:
+    def _drop_markers(self, offset: Offset) -> None:
         upto = int(offset["batch"])
         for nid in offset.get("plan", {}):
             try:
@@ -862,7 +888,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                          "(%s: %s); harmless: the next commit drops them, else they expire "
                          "within a day", upto, nid[:8], type(e).__name__, e)
 
-    def _batch_ids_safe(self, offset: dict) -> dict[str, list[bytes]]:
+    def _batch_ids_safe(self, offset: Offset) -> dict[str, list[bytes]]:
         try:
             return self._batch_ids(offset)
         except Exception as e:

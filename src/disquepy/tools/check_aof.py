@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     lost = size - res.valid_end
     if res.status == "corrupt":
+        assert res.error_offset is not None  # scan() sets it with every status but "ok"
         candidates, valid = records_after(data, res.error_offset)
         print(
             f"Truncating at offset {res.valid_end} drops {lost} bytes: the bad record and "
