@@ -51,8 +51,9 @@ def commands(jobs: Iterable[Any], queue: str | None, idempotent: Sequence[Any] |
     bad = set(options) - set(OPTIONS)
     if bad:
         raise TypeError(f"add_jobs() got an unexpected option {sorted(bad)[0]!r}")
-    base = {"timeout_ms": 0, "replicate": None, "delay": None, "retry": None, "ttl": None,
-            "maxlen": None, "async_": False, "idempotent": None}
+    base: dict[str, Any] = {"timeout_ms": 0, "replicate": None, "delay": None,
+                            "retry": None, "ttl": None, "maxlen": None, "async_": False,
+                            "idempotent": None}
     base.update(options)
     out: list[list[Any]] = []
     keyed = True

@@ -5,7 +5,10 @@ share them, one event to one worker at a time.
 Each of ``concurrency`` threads loops: QNOTIFY the group on the queues (up to
 ``poll_timeout`` seconds), QGET the queue it names with a ``lease`` (``max_deliveries``:
 an event delivered that many times unacknowledged goes to the group's dead letters),
-run the handler, QACK on success. A failed handler leaves the lease to run out: the
+run the handler, QACK on success. (One event per QGET: QGET has no COUNT yet, so group
+workers do not batch as the job worker does.) Logs: start, one line per event outcome
+(``event=event id=... queue=... group=... outcome=acked``, INFO; a failure WARNING with
+its traceback) and stop. A failed handler leaves the lease to run out: the
 event comes back to the group then (use a short lease for a fast retry). A heartbeat
 thread extends (QWORKING) the lease of a handler still running at half its lease.
 """
@@ -21,7 +24,7 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ..client import Disque, DisqueError, Event, NoPermissionError
-from .core import _decode
+from .core import _decode, log_line
 
 log = logging.getLogger("disquepy.worker")
 
@@ -56,6 +59,8 @@ class GroupWorker:
         self.fatal: Exception | None = None  # a refusal no retry can fix (user, password)
 
     def start(self) -> GroupWorker:
+        log.info("group worker started: group=%s queues=%s concurrency=%d lease=%gs",
+                 self.group, ",".join(self.queues), self.concurrency, self.lease)
         for i in range(self.concurrency):
             t = threading.Thread(target=self._loop, name=f"group-worker-{i}", daemon=True)
             t.start()
@@ -78,7 +83,12 @@ class GroupWorker:
         deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self._threads)
+        clean = not any(t.is_alive() for t in self._threads)
+        log.info("group worker stopped: group=%s processed=%d failed=%d%s", self.group,
+                 self.processed, self.failed,
+                 "" if clean else " (handlers still running: their events come back when "
+                                  "their lease ends)")
+        return clean
 
     def run(self) -> bool:
         """Start and block until :meth:`request_stop` (or SIGTERM/SIGINT in the main
@@ -120,26 +130,41 @@ class GroupWorker:
                 self._handle(e)
 
     def _handle(self, e: Event) -> None:
+        t0 = time.monotonic()
         with self._lock:
-            self._running[e.id] = (e, time.monotonic() + self.lease)
+            self._running[e.id] = (e, t0 + self.lease)
         try:
             self.handler(_decode(e.body, self.body))
-        except Exception:
+        except Exception as exc:
             self.failed += 1
-            log.exception("group %s: handler failed on event %s of %s (delivery %s); it "
-                          "comes back when its lease ends", self.group, e.id, e.queue,
-                          e.deliveries)
+            self._log(e, "failed", t0, logging.WARNING, exc=exc,
+                      error=f"{exc!r}; it comes back when its lease ends")
             return
         finally:
             with self._lock:
                 self._running.pop(e.id, None)
         try:
-            if not self.client.qack(e.queue, self.group, e.id):
-                log.warning("group %s: event %s acked after its lease ran out", self.group,
-                            e.id)
+            if self.client.qack(e.queue, self.group, e.id):
+                self._log(e, "acked", t0)
+            else:
+                self._log(e, "acked-late", t0, logging.WARNING,
+                          error="acked after its lease ran out")
         except DisqueError as exc:
-            log.warning("group %s: QACK %s: %s", self.group, e.id, exc)
+            self._log(e, "ack-failed", t0, logging.WARNING, error=repr(exc))
         self.processed += 1
+
+    def _log(self, e: Event, outcome: str, t0: float, level: int = logging.INFO,
+             exc: BaseException | None = None, **fields: Any) -> None:
+        """One line per event outcome, as the job worker logs its jobs (the same fields
+        in ``record.disque``; a handler's exception is the record's exc_info)."""
+        if not log.isEnabledFor(level):
+            return
+        d: dict[str, Any] = {"event": "event", "id": e.id, "queue": e.queue,
+                             "group": self.group, "outcome": outcome,
+                             "delivery": e.deliveries,
+                             "duration_ms": round((time.monotonic() - t0) * 1000, 3)}
+        d.update(fields)
+        log.log(level, log_line(d), exc_info=exc, extra={"disque": d})
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(min(1.0, self.lease / 4)):
