@@ -543,9 +543,10 @@ class Worker:
             if jobs and served is None:
                 served = i
             got += jobs
-        # the queues after: only while the batch is short and no queue before the one
-        # served had a job (its other jobs go first, from the next batch)
-        for i in range(hint + 1, len(order) if served is None or served >= hint else 0):
+        # the queues after: only when the queue served ran out (it gave less than asked)
+        # and no queue before it had a job (that one's other jobs go first, next batch)
+        more = served is None or (served == hint and len(replies[-1]) < room - hint)
+        for i in range(hint + 1, len(order) if more else 0):
             if len(got) >= room:
                 break
             jobs = self.client.get_jobs(order[i], count=room - len(got), nohang=True,
