@@ -635,7 +635,10 @@ class Worker:
             return
         with self._stats_lock:
             done, failed = self.stats["acked"], self.stats["dead-lettered"]
-        key = (self.client.node, done, failed)
+        try:
+            key = (self.client.node, done, failed)
+        except DisqueError:  # no node now: the fetch says so
+            return
         self._named_at = now
         if key == self._named:
             return
