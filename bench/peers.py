@@ -19,7 +19,8 @@ Per round, per system (the order rotates every round), on a flushed broker:
               Dramatiq send per job: jobs/s
     process   the N jobs queued, the workers started: from the first job taken to the
               last acknowledged: jobs/s, and the workers' CPU per job (every process of
-              the workers' trees, from /proc: user + system, children included)
+              the workers' trees, from /proc: user + system, children included) and the
+              broker's (our node, or redis-server for the peers)
     end2end   the workers idle and warm, a producer enqueues N more: from its first
               enqueue to the last job acknowledged, jobs/s
     latency   the workers idle, 200 jobs one every 5 ms (further apart for a system
@@ -197,13 +198,14 @@ def run_system(s: System, n: int, timeout: float) -> dict:
     s.start_workers()
     try:
         wait_until(lambda: s.not_done() < n, timeout, f"{s.name} to take a job", s)
-        t0, c0, left0 = time.time(), s.workers_cpu(), s.not_done()
+        t0, c0, b0, left0 = time.time(), s.workers_cpu(), s.server.cpu(), s.not_done()
         t1 = wait_until(lambda: s.not_done() == 0, timeout, f"{s.name} to process {n} jobs",
                         s)
-        c1 = s.workers_cpu()
+        c1, b1 = s.workers_cpu(), s.server.cpu()
         done = left0
         out["process_rate"] = done / max(t1 - t0, 1e-9)
         out["cpu_us"] = (c1 - c0) / max(done, 1) * 1e6
+        out["broker_us"] = (b1 - b0) / max(done, 1) * 1e6
         # end to end: idle warm workers, a producer enqueues N more
         time.sleep(0.3)
         p = s.produce("bulk", n, wait=False)
@@ -287,13 +289,13 @@ def main() -> int:
     print(f"peers: {rounds} alternating rounds, N = {n} (RQ {max(200, n // 10)}), 2 worker "
           f"processes each, no-op task; load average {min(loads):.1f}-{max(loads):.1f} "
           f"on {os.cpu_count()} CPUs during the runs\n")
-    print("| system | end to end jobs/s | process jobs/s | worker CPU µs/job | latency p50 "
-          "| p99 | enqueue jobs/s (1 producer) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| system | end to end jobs/s | process jobs/s | worker CPU µs/job | broker CPU "
+          "µs/job | latency p50 | p99 | enqueue jobs/s (1 producer) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for k, m in med.items():
         print(f"| {k} | {fmt(m['e2e_rate'])} | {fmt(m['process_rate'])} | "
-              f"{fmt(m['cpu_us'])} | {fmt(m['p50_ms'], ' ms')} | {fmt(m['p99_ms'], ' ms')} | "
-              f"{fmt(m['enqueue_rate'])} |")
+              f"{fmt(m['cpu_us'])} | {fmt(m['broker_us'])} | {fmt(m['p50_ms'], ' ms')} | "
+              f"{fmt(m['p99_ms'], ' ms')} | {fmt(m['enqueue_rate'])} |")
     print()
     ok = True
 
