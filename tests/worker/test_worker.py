@@ -269,8 +269,10 @@ def test_a_busy_worker_fetches_and_acks_in_batches(dq, r):
     calls = {k: after.get(k, 0) - before.get(k, 0) for k in ("getjob", "ackjob")}
     assert got == list(range(400))  # one queue: its order
     assert all(dq.show(i) is None for i in ids)
-    # the first fetches take one job (no handler time known yet), then up to 1 + 64
-    assert calls["ackjob"] <= 30 and calls["getjob"] <= 2 * 30 + 20, calls
+    # the first fetch takes one job (no handler time known yet), then up to 1 + 64 (7
+    # batches, about 25 commands on a quiet machine); a fifth of a command per job at
+    # most even when a loaded machine's pauses shrink the prefetch (it was 2 per job)
+    assert calls["ackjob"] <= 80 and calls["getjob"] <= 160, calls
     assert w.stats["acked"] == 400 and sum(w.stats.values()) == 400
 
 
