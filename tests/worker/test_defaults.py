@@ -169,18 +169,23 @@ def test_example_handler():
     assert time.monotonic() - t0 >= 0.2
 
 
+def named_worker(r):
+    """The first connection CLIENT LIST shows with a worker's name, parsed (or None)."""
+    for line in r.execute_command("CLIENT", "LIST").decode().splitlines():
+        name = dict(f.split("=", 1) for f in line.split(" ") if "=" in f).get("name", "")
+        info = parse_name(name)
+        if info is not None:
+            return info
+    return None
+
+
 def test_worker_names_its_connection_with_its_counts(dq, r):
     """CLIENT LIST on the node shows the worker (host, pid, queues, concurrency) and its
     jobs done and failed, updated as they change."""
     import os
 
     def named():
-        for line in r.execute_command("CLIENT", "LIST").decode().splitlines():
-            name = dict(f.split("=", 1) for f in line.split(" ") if "=" in f).get("name", "")
-            info = parse_name(name)
-            if info is not None:
-                return info
-        return None
+        return named_worker(r)
 
     w = Worker(dq, ["emails", "sms"], 3, lambda p: None, poll_timeout_ms=100).start()
     info = wait_for(named, what="the worker's connection name")
@@ -190,6 +195,18 @@ def test_worker_names_its_connection_with_its_counts(dq, r):
     dq.add_jobs("sms", [b"1"] * 5)
     wait_for(lambda: (named() or info).done == 5, what="done=5 in the name")
     w.stop(5)
+
+
+def test_group_worker_names_its_connection_too(dq, r):
+    import os
+
+    for n in range(3):
+        dq.qadd("events", json.dumps(n), 60)
+    w = GroupWorker(dq, ["events"], "g", 2, lambda p: None, poll_timeout=0.2).start()
+    info = wait_for(lambda: (i := named_worker(r)) is not None and i.done == 3 and i,
+                    what="the group worker's name with done=3")
+    assert (info.pid, info.queues, info.concurrency) == (os.getpid(), ("events",), 2)
+    assert w.stop(5)
 
 
 @pytest.mark.timeout(60)

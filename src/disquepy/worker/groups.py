@@ -16,6 +16,8 @@ thread extends (QWORKING) the lease of a handler still running at half its lease
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +26,8 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ..client import Disque, DisqueError, Event, NoPermissionError
-from .core import _decode, log_line
+from ..client.workerinfo import WorkerInfo
+from .core import NAME_EVERY, _decode, log_line
 
 log = logging.getLogger("disquepy.worker")
 
@@ -57,6 +60,9 @@ class GroupWorker:
         self.processed = 0
         self.failed = 0
         self.fatal: Exception | None = None  # a refusal no retry can fix (user, password)
+        self._started = int(time.time())
+        self._named: tuple[int, int] | None = None
+        self._named_at = 0.0
 
     def start(self) -> GroupWorker:
         log.info("group worker started: group=%s queues=%s concurrency=%d lease=%gs",
@@ -108,10 +114,30 @@ class GroupWorker:
             for s, h in old.items():
                 signal.signal(s, h)
 
+    def _notify(self) -> str | None:
+        """QNOTIFY; with a ``CLIENT SETNAME`` in the same write when the counts changed
+        (at most once a second): the connection says who this worker is, in the job
+        worker's format (:mod:`disquepy.client.workerinfo`)."""
+        now = time.monotonic()
+        key = (self.processed, self.failed)
+        if now - self._named_at < NAME_EVERY or key == self._named:
+            return self.client.qnotify(self.group, self.poll_timeout, *self.queues)
+        self._named_at, self._named = now, key
+        info = WorkerInfo(socket.gethostname(), os.getpid(), tuple(self.queues),
+                          self.concurrency, key[0], key[1], self._started)
+        p = self.client.pipeline()
+        p.execute_command("CLIENT", "SETNAME", info.name())
+        p.qnotify(self.group, self.poll_timeout, *self.queues)
+        named, q = p.execute()
+        for r in (named, q):
+            if isinstance(r, Exception):
+                raise r
+        return q
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                q = self.client.qnotify(self.group, self.poll_timeout, *self.queues)
+                q = self._notify()
                 if q is None:
                     continue
                 e = self.client.qget(q, self.group, lease=self.lease, with_counters=True,
