@@ -21,6 +21,7 @@ EXT_SRC := src/disquepy/codec/_creader.c src/disquepy/codec/resp.py setup.py \
 	$(wildcard src/disquepy/core/*.py src/disquepy/core/commands/*.py)
 export DISQUEPY_REQUIRE_MYPYC ?= 1
 COMPAT := .venv-compat
+PEERS := .venv-peers
 PORT ?= 7711
 WEB_PORT ?= 8000
 
@@ -54,6 +55,15 @@ $(EXT): $(EXT_SRC) | $(BIN)/python
 $(COMPAT)/.installed:
 	$(PY) -m venv $(COMPAT)
 	$(COMPAT)/bin/pip install -q 'redis==3.5.3' 'pydisque==0.1.5'
+	touch $@
+
+# Celery, RQ and Dramatiq for bench/peers.py (make bench's peers section): the systems the
+# worker is compared with, in a virtualenv of their own; they are not dependencies of
+# disquepy, and their pins must not move the project's (redis-py, kombu...)
+$(PEERS)/.installed:
+	$(PY) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q 'celery[redis]>=5.5,<6' 'rq>=2,<3' 'dramatiq[redis]>=1.17,<3' \
+	  hiredis
 	touch $@
 
 # a C compiler and Python's headers build the request reader (codec/_creader.c)
@@ -123,11 +133,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/lint-imports
 
-bench: $(STAMP) $(EXT) deps
+bench: $(STAMP) $(EXT) deps $(PEERS)/.installed
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(COMPAT) bench/loadgen build
+	rm -rf $(VENV) $(COMPAT) $(PEERS) bench/loadgen build
 	rm -f src/disquepy/codec/_creader.*.so src/disquepy/*.so src/disquepy/_mypyc_sources.txt
 	find src/disquepy/core src/disquepy/codec -name '*.so' -delete
 

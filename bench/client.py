@@ -19,6 +19,14 @@ end) and measures, in the same run:
              from the moment the queue is un-paused to the last job gone; runs
              alternate raw/worker, each side's rate is its jobs over its summed time
 
+    stages   the batched hot path, stage by stage, client CPU per job (this thread's
+             CPU time; in process, one connection): encoding an ADDJOB
+             (client/batch.py), add_jobs (1000 a call) against add_job per job and a
+             redis-py pipeline of 1000 ADDJOBs, and the worker's fetch/ack round
+             (GETJOB NOHANG COUNT 64 with the last batch's ACKJOB in one write) through
+             the client's pipeline against a redis-py pipeline; then the worker process
+             itself: its CPU per job in the pool run above
+
 Targets: client overhead <= 15% for addjob and getjob; pool >= 0.7x raw.
 
     .venv/bin/python bench/client.py               # about 40 s
@@ -31,6 +39,7 @@ import argparse
 import multiprocessing as mp
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -40,11 +49,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 import redis  # noqa: E402
-from servers import Fleet, Server  # noqa: E402  (bench/servers.py)
+from servers import Fleet, Server, tree_cpu  # noqa: E402  (bench/servers.py)
 
 from disquepy.client import Disque  # noqa: E402
 
 BODY = b"0123456789abcdef"
+CPU_PER_JOB: dict[str, list[float]] = {"raw": [], "worker": []}  # us, from run_pool
 
 
 def flush(r: redis.Redis) -> None:
@@ -154,6 +164,68 @@ def layer_cost(n: int = 100000) -> dict:
     return out
 
 
+def stages(node: Server, n: int) -> list[tuple[str, float, float]]:
+    """(stage, client CPU us per job, jobs/s) of the batched hot path (see the doc)."""
+    from disquepy.client.batch import encode_many
+
+    raw = node.client()
+    c = Disque([f"127.0.0.1:{node.port}"])
+    c.ping()
+    out = []
+
+    def timed(name: str, fn, jobs: int) -> None:
+        flush(raw)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        out.append((name, (time.thread_time() - c0) / jobs * 1e6,
+                    jobs / (time.perf_counter() - t0)))
+
+    cmds = [["ADDJOB", "sq", BODY, 0]] * 1000
+    t0 = time.thread_time()
+    for _ in range(n // 1000):
+        encode_many(cmds)
+    out.append(("encode ADDJOB (client/batch.py)", (time.thread_time() - t0) / n * 1e6, 0.0))
+    timed("add_jobs, 1000 a call", lambda: [c.add_jobs("sq", [BODY] * 1000)
+                                             for _ in range(n // 1000)], n)
+
+    def rp_addjobs() -> None:
+        for _ in range(n // 1000):
+            p = raw.pipeline(transaction=False)
+            for _ in range(1000):
+                p.execute_command("ADDJOB", "sq", BODY, 0)
+            p.execute()
+
+    timed("redis-py pipeline, 1000 ADDJOBs", rp_addjobs, n)
+    timed("add_job, one a call", lambda: [c.add_job("sq", BODY) for _ in range(n // 10)],
+          n // 10)
+
+    def fetch_ack(pipe) -> None:
+        ids: list = []
+        while True:
+            p = pipe()
+            if ids:
+                p.execute_command("ACKJOB", *ids)
+            p.execute_command("GETJOB", "NOHANG", "COUNT", 64, "WITHCOUNTERS", "FROM", "gq")
+            jobs = p.execute()[-1]
+            if not jobs:
+                return
+            ids = [j[1] for j in jobs]
+
+    for name, pipe in (("fetch/ack round, client pipeline", c.pipeline),
+                       ("fetch/ack round, redis-py pipeline",
+                        lambda: raw.pipeline(transaction=False))):
+        flush(raw)
+        preload(raw, "gq", n)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        fetch_ack(pipe)
+        out.append((name, (time.thread_time() - c0) / n * 1e6,
+                    n / (time.perf_counter() - t0)))
+    flush(raw)
+    c.close()
+    raw.close()
+    return out
+
+
 def _raw_consumer(port: int, q: str, ready, go) -> None:
     r = redis.Redis(port=port, protocol=2, socket_timeout=30)
     r.ping()
@@ -214,11 +286,14 @@ def run_pool(node: Server, jobs: int, kind: str, procs: int = 2) -> float:
     deadline = time.monotonic() + 30
     while _blocked(raw) < procs and time.monotonic() < deadline:
         time.sleep(0.01)
+    pids = [p.pid for p in ps] if kind == "raw" else [pool.pid]
+    c0 = sum(tree_cpu(p) for p in pids)
     t0 = time.perf_counter()
     raw.execute_command("PAUSE", q, "none")
     while _registered(raw) > 0:
         time.sleep(0.005)
     rate = jobs / (time.perf_counter() - t0)
+    CPU_PER_JOB[kind].append((sum(tree_cpu(p) for p in pids) - c0) / jobs * 1e6)
     if kind == "raw":
         for p in ps:
             p.join(30)
@@ -255,6 +330,7 @@ def main() -> int:
             for kind in (("raw", "worker") if i % 2 == 0 else ("worker", "raw")):
                 secs[kind] += pool_jobs / run_pool(node, pool_jobs, kind)
         pool = {k: pairs * pool_jobs / v for k, v in secs.items()}
+        staged = stages(node, 10000 if a.quick else 50000)
     ok = True
     print(f"client overhead vs raw redis-py (1 connection each, {ops} calls x {rounds} rounds "
           "per side, interleaved in blocks of 100):")
@@ -275,6 +351,15 @@ def main() -> int:
           "alternating; jobs / summed time):")
     print(f"  raw GETJOB+ACKJOB {pool['raw']:9.0f} jobs/s  worker {pool['worker']:9.0f} "
           f"jobs/s  ratio {ratio:.2f}x  {'PASS' if passed else 'FAIL'} (>= 0.7x)")
+    cpu = {k: statistics.median(v) for k, v in CPU_PER_JOB.items()}
+    print(f"  CPU per job of the consumer processes: raw {cpu['raw']:.1f} us, worker "
+          f"{cpu['worker']:.1f} us")
+    print("\nthe hot path by stage (client CPU per job, one thread, one connection):\n")
+    print("| stage | CPU us/job | jobs/s |")
+    print("|---|---:|---:|")
+    for name, us, rate in staged:
+        print(f"| {name} | {us:.2f} | {f'{rate:,.0f}' if rate else '—'} |")
+    print(f"| worker process, no-op handler (pool run) | {cpu['worker']:.2f} | — |")
     return 0 if ok else 1
 
 

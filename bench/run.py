@@ -16,6 +16,8 @@ Sections (``--only a,b``; default: all but spark, about 19 minutes):
   aof      ADDJOB with 50 conns under appendonly no / everysec / always, ours and C;
            then the PING latency seen during a BGREWRITEAOF of 200k jobs.
   client   bench/client.py: the client library and the worker against raw redis-py.
+  peers    bench/peers.py: the worker and producer against Celery, RQ and Dramatiq on
+           Debian's redis-server (end to end, process rate, CPU per task, latency).
   web      bench/web.py: POST /jobs against the client's add_job, and the dashboard with
            100k queued jobs drawn in a headless Chromium.
   groups   bench/groups.py: consumer groups against jobs on a 3-node cluster (QADD vs
@@ -69,10 +71,10 @@ from servers import (
     stop_on_sigterm,
 )
 
-SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls", "celery",
-            "spark")
-DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "web", "groups", "tls",
-                    "celery")
+SECTIONS = ("single", "memory", "cluster", "aof", "client", "peers", "web", "groups", "tls",
+            "celery", "spark")
+DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "peers", "web", "groups",
+                    "tls", "celery")
 
 
 @dataclass
@@ -473,6 +475,7 @@ def main(argv=None) -> int:
     sections = {"single": section_single, "memory": section_memory,
                 "cluster": section_cluster, "aof": section_aof,
                 "client": lambda r, a: section_script(r, a, "client"),
+                "peers": lambda r, a: section_script(r, a, "peers"),
                 "web": lambda r, a: section_script(r, a, "web"),
                 "groups": lambda r, a: section_script(r, a, "groups"),
                 "tls": lambda r, a: section_script(r, a, "tls"),

@@ -222,6 +222,24 @@ class Fleet:
         raise HarnessError(f"{kind} cluster did not converge in {timeout:.0f} s")
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and every live descendant (user + system, and the
+    children each has waited for: RQ's per-job forks)."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+            for t in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in
+                         Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def stop_on_sigterm() -> None:
     """SIGTERM raises KeyboardInterrupt, so every ``Fleet`` stops its servers."""
     def handler(signum, frame):

@@ -40,3 +40,13 @@ def fail_odd(payload: dict) -> None:
     """Fail for an odd ``payload["n"]``, succeed for an even one."""
     if payload["n"] % 2:
         raise RuntimeError(f"odd {payload['n']}")
+
+
+def stall_once(payload: dict) -> None:
+    """Nothing, except for a payload with ``"stall": true``: the first time (no marker
+    ``stalled`` in ``payload["dir"]`` yet) wait ``payload["sleep"]`` seconds."""
+    if payload.get("stall"):
+        marker = Path(payload["dir"]) / "stalled"
+        if not marker.exists():
+            marker.write_text("1")
+            time.sleep(payload["sleep"])

@@ -63,8 +63,11 @@ def run_worker(*args: str, entry: bool = False, timeout: float = 30) -> subproce
     (["handlers:slow", "-q", "q", "--processes", "7711"],
      ["--processes 7711 is more than", "per CPU", "--concurrency"]),
     (["handlers:app", "-q", "nosuch"], ["no task for queue 'nosuch'", "its queues: tq"]),
-    (["handlers:app", "--backoff", "fixed:1"], ["--backoff applies to a handler function",
-                                                "@app.task"]),
+    (["handlers:app", "--body", "bytes"], ["--body applies to a handler function",
+                                           "@app.task"]),
+    (["handlers:slow", "-q", "q", "--max-retries", "2", "--dead-letter-after", "3"],
+     ["--dead-letter-after: not allowed with argument --max-retries"]),
+    (["handlers:slow", "-q", "q", "--prefetch", "-1"], ["--prefetch", ">= 0"]),
     (["handlers:HERE_NOT", "-q", "q"], ["no attribute 'HERE_NOT'"]),
     (["os:sep", "-q", "q"], ["neither a function nor a Tasks app"]),
 ])

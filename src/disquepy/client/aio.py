@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aredis
@@ -12,9 +12,18 @@ import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from . import addjobs
 from ._commands import Commands
 from .args import jscan_args, qscan_args
-from .errors import FAILOVER_CODES, LeavingError, NoNodesError, TryAgainError, convert_error
+from .batch import async_round_trip, encode_many
+from .errors import (
+    FAILOVER_CODES,
+    LeavingError,
+    NoNodesError,
+    ResponseError,
+    TryAgainError,
+    convert_error,
+)
 from .jobstatus import CancelResult, JobStatus, arun, cancel_plan, status_plan, wait_plan
 from .nodes import (
     Address,
@@ -29,7 +38,7 @@ from .nodes import (
     tls_options,
 )
 from .replies import parse_jobs, parse_show
-from .sync import TRYAGAIN_LIMIT
+from .sync import TRYAGAIN_LIMIT, add_jobs_form
 
 log = logging.getLogger("disquepy.client")
 
@@ -336,6 +345,59 @@ class AsyncDisque(Commands):
         """A pipeline: queue commands, ``await execute()`` sends them in one round trip."""
         return AsyncPipeline(self)
 
+    async def add_jobs(self, jobs: Iterable[Any],
+                       bodies: Iterable[bytes | str] | None = None, *,
+                       idempotent: Sequence[str | bytes | None] | None = None,
+                       **options: Any) -> list[str | ResponseError]:
+        """Many ADDJOBs in one round trip (per 1000 jobs), as
+        :meth:`disquepy.client.Disque.add_jobs`: ``await c.add_jobs("q", bodies)`` or
+        ``await c.add_jobs([(queue, body[, options]), ...])``; one result per job, its
+        ID or the error the node answered for it (an instance, not raised)."""
+        queue, items = add_jobs_form(jobs, bodies)
+        cmds, sticky = addjobs.commands(items, queue, idempotent, options)
+        plan = addjobs.plan(cmds, sticky)
+        value: Any = None
+        while True:
+            try:
+                step = plan.send(value)
+            except StopIteration as done:
+                return done.value
+            if isinstance(step, addjobs.Sleep):
+                await asyncio.sleep(step.seconds)
+                value = None
+            else:
+                value = await self._execute_batch([(c, None) for c in step.commands],
+                                                  sticky=step.sticky)
+
+    async def _execute_batch(self, queued: list[tuple[list, Any]],
+                             sticky: bool = False) -> list:
+        """:meth:`disquepy.client.Disque._execute_batch`, awaited."""
+        payload = encode_many([args for args, _ in queued])
+        limit = 2 * len(self.topology.candidates(False)) + 2
+        for tries in range(limit + 1):
+            r = await self._prepare()
+            try:
+                replies = await async_round_trip(r.connection_pool, payload, len(queued))
+            except _NET_ERRORS as e:
+                if tries >= limit:
+                    raise NoNodesError(f"pipeline failed on every node: {e}") from e
+                log.warning("disque node %s failed (%s); failing over",
+                            fmt_addr(self._addr) if self._addr else "?", e)
+                await self._failover(r, leaving=False, sticky=sticky and tries == 0)
+                continue
+            out = []
+            leaving = False
+            for (_, parser), rep in zip(queued, replies, strict=True):
+                if isinstance(rep, Exception):
+                    leaving = leaving or isinstance(rep, LeavingError)
+                elif parser is not None:
+                    rep = parser(rep)
+                out.append(rep)
+            if leaving:
+                await self._failover(r, leaving=True, sticky=False)
+            return out
+        raise NoNodesError("pipeline failed")  # pragma: no cover
+
 
 class AsyncPipeline(Commands):
     """Commands queued on an :class:`AsyncDisque`, sent by ``await execute()``; replies in
@@ -370,34 +432,4 @@ class AsyncPipeline(Commands):
         queued, self._queued = self._queued, []
         if not queued:
             return []
-        c = self._client
-        limit = 2 * len(c.topology.candidates(False)) + 2
-        for tries in range(limit + 1):
-            r = await c._prepare()
-            p = r.pipeline(transaction=False)
-            for args, _ in queued:
-                p.execute_command(*args)
-            try:
-                replies = await p.execute(raise_on_error=False)
-            except _NET_ERRORS as e:
-                if tries >= limit:
-                    raise NoNodesError(f"pipeline failed on every node: {e}") from e
-                await c._failover(r, leaving=False, sticky=False)
-                continue
-            finally:
-                await p.reset()
-            out = []
-            leaving = False
-            for (_, parser), rep in zip(queued, replies, strict=True):
-                if isinstance(rep, rexc.ResponseError):
-                    rep = convert_error(rep)
-                    leaving = leaving or isinstance(rep, LeavingError)
-                elif isinstance(rep, Exception):
-                    pass
-                elif parser is not None:
-                    rep = parser(rep)
-                out.append(rep)
-            if leaving:
-                await c._failover(r, leaving=True, sticky=False)
-            return out
-        raise NoNodesError("pipeline failed")  # pragma: no cover
+        return await self._client._execute_batch(queued)

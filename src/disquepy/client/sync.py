@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -13,8 +13,10 @@ import redis.exceptions as rexc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from . import addjobs
 from ._commands import Commands
 from .args import jscan_args, qscan_args
+from .batch import encode_many, round_trip
 from .errors import (
     FAILOVER_CODES,
     LeavingError,
@@ -415,6 +417,70 @@ class Disque(Commands):
         returns the replies in order (errors as exception instances)."""
         return Pipeline(self)
 
+    def add_jobs(self, jobs: Iterable[Any], bodies: Iterable[bytes | str] | None = None, *,
+                 idempotent: Sequence[str | bytes | None] | None = None,
+                 **options: Any) -> list[str | ResponseError]:
+        """Many ADDJOBs in one round trip (per 1000 jobs): ``add_jobs("q", bodies)`` adds
+        each body to queue ``q``; ``add_jobs([("q1", b1), ("q2", b2, {"delay": 5})])``
+        adds jobs to their own queues with their own options. ``options`` are
+        :meth:`add_job`'s keywords (``timeout_ms``, ``replicate``, ``delay``, ``retry``,
+        ``ttl``, ``maxlen``, ``async_``) for every job; ``idempotent`` gives one key per
+        job (``None`` for a job without), or put ``"idempotent"`` in a job's options.
+
+        Returns one result per job, in order: its ID, or the error the node answered
+        for it (a :class:`ResponseError` instance, e.g. ``PausedError``, not raised).
+        After a connection error the batch is sent again, on another node (first on the
+        same node when every job has a key, so none is added twice; without keys a job
+        may then be added twice, as with :meth:`add_job`). Raises
+        :class:`NoNodesError` when no node takes the batch.
+        """
+        queue, items = add_jobs_form(jobs, bodies)
+        cmds, sticky = addjobs.commands(items, queue, idempotent, options)
+        plan = addjobs.plan(cmds, sticky)
+        value: Any = None
+        while True:
+            try:
+                step = plan.send(value)
+            except StopIteration as done:
+                return done.value
+            if isinstance(step, addjobs.Sleep):
+                time.sleep(step.seconds)
+                value = None
+            else:
+                value = self._execute_batch([(c, None) for c in step.commands],
+                                            sticky=step.sticky)
+
+    def _execute_batch(self, queued: list[tuple[list, Any]], sticky: bool = False) -> list:
+        """Send ``(args, parser)`` commands in one write, their parsed replies in order
+        (errors as instances). On a connection error the client fails over (``sticky``:
+        to the same node first) and the whole batch is sent again; a ``-LEAVING`` reply
+        moves the client after the batch (its replies stand)."""
+        payload = encode_many([args for args, _ in queued])
+        limit = 2 * len(self.topology.candidates(False)) + 2
+        for tries in range(limit + 1):
+            r = self._prepare()
+            try:
+                replies = round_trip(r.connection_pool, payload, len(queued))
+            except _NET_ERRORS as e:
+                if tries >= limit:
+                    raise NoNodesError(f"pipeline failed on every node: {e}") from e
+                log.warning("disque node %s failed (%s); failing over",
+                            fmt_addr(self._addr) if self._addr else "?", e)
+                self._failover(r, leaving=False, sticky=sticky and tries == 0)
+                continue
+            out = []
+            leaving = False
+            for (_, parser), rep in zip(queued, replies, strict=True):
+                if isinstance(rep, Exception):
+                    leaving = leaving or isinstance(rep, LeavingError)
+                elif parser is not None:
+                    rep = parser(rep)
+                out.append(rep)
+            if leaving:  # next commands go elsewhere; this batch's replies stand
+                self._failover(r, leaving=True, sticky=False)
+            return out
+        raise NoNodesError("pipeline failed")  # pragma: no cover
+
 
 class Pipeline(Commands):
     """Commands queued on a :class:`Disque` and sent together by :meth:`execute`.
@@ -454,37 +520,18 @@ class Pipeline(Commands):
         queued, self._queued = self._queued, []
         if not queued:
             return []
-        c = self._client
-        limit = 2 * len(c.topology.candidates(False)) + 2
-        for tries in range(limit + 1):
-            r = c._prepare()
-            p = r.pipeline(transaction=False)
-            for args, _ in queued:
-                p.execute_command(*args)
-            try:
-                replies = p.execute(raise_on_error=False)
-            except _NET_ERRORS as e:
-                if tries >= limit:
-                    raise NoNodesError(f"pipeline failed on every node: {e}") from e
-                c._failover(r, leaving=False, sticky=False)
-                continue
-            finally:
-                p.reset()
-            out = []
-            leaving = False
-            for (_, parser), rep in zip(queued, replies, strict=True):
-                if isinstance(rep, rexc.ResponseError):
-                    rep = convert_error(rep)
-                    leaving = leaving or isinstance(rep, LeavingError)
-                elif isinstance(rep, Exception):
-                    pass
-                elif parser is not None:
-                    rep = parser(rep)
-                out.append(rep)
-            if leaving:  # next commands go elsewhere; this batch's replies stand
-                c._failover(r, leaving=True, sticky=False)
-            return out
-        raise NoNodesError("pipeline failed")  # pragma: no cover
+        return self._client._execute_batch(queued)
+
+
+def add_jobs_form(jobs: Any, bodies: Any) -> tuple[str | None, Iterable[Any]]:
+    """``add_jobs``'s two forms: ``(queue, bodies)`` or ``(jobs)``."""
+    if isinstance(jobs, str):
+        if bodies is None:
+            raise TypeError("add_jobs(queue, bodies): the bodies are missing")
+        return jobs, bodies
+    if bodies is not None:
+        raise TypeError("add_jobs(queue, bodies) takes the queue name (str) first")
+    return None, jobs
 
 
 __all__ = ["Disque", "Pipeline", "ResponseError"]

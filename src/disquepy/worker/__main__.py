@@ -21,19 +21,21 @@ import traceback
 
 from ..client import Disque
 from ..client import options as connection_options
+from ..client.envelope import DEFAULT_POLICY
 from ..client.nodes import parse_nodes
 from ..client.priority import DEFAULT_LOW_SHARE
 from ..logformat import RedisFormatter
 from .backoff import Backoff
-from .core import Worker
+from .core import DEFAULT_PREFETCH, Worker
 from .tasks import Tasks
 
 PROG = "disque-worker"
 MODULE_PROG = "python -m disquepy.worker"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # options that shape how a handler function's jobs are handled; a Tasks app sets them
-# per task (@app.task(...)), so they are refused with one
-HANDLER_ONLY = ("body", "backoff", "dead_letter_after", "dead_letter_deliveries")
+# per task (@app.task(...)), so they are refused with one (the retry options are a Tasks
+# app's defaults for the tasks that set none)
+HANDLER_ONLY = ("body",)
 PROCESSES_PER_CPU = 4
 
 
@@ -91,6 +93,11 @@ def _backoff(text: str) -> Backoff:
             f"with ;jitter=FRACTION, e.g. fixed:5 or exponential:1:2:600") from None
 
 
+def _default_backoff() -> str:
+    b = Backoff.from_policy(DEFAULT_POLICY)
+    return f"{b.kind}:{b.base:g}:{b.factor:g}:{b.max:g}"
+
+
 def _nodes(text: str) -> str:
     try:
         parse_nodes([n for n in text.split(",") if n.strip()])
@@ -123,15 +130,26 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="how the handler gets the job body: decoded JSON (a body that is "
                         "not JSON arrives as bytes), bytes, or text")
     p.add_argument("--backoff", type=_backoff, default=None, metavar="SPEC",
-                   help="re-add failed jobs with a growing delay instead of NACKing them: "
-                        "fixed:SECONDS or exponential[:BASE[:FACTOR[:MAX]]] "
-                        "(default: none, a failed job is NACKed)")
-    p.add_argument("--dead-letter-after", type=_whole(1), default=None, metavar="N",
-                   help="move a job to QUEUE:dead after N failures "
-                        "(default: none, never)")
+                   help="delay before a failed job's next attempt (NACK ... DELAY): "
+                        "fixed:SECONDS or exponential[:BASE[:FACTOR[:MAX]]] (default: "
+                        f"{_default_backoff()}, 1, 2, 4 s...; a job's own retry policy "
+                        "comes first)")
+    retries = p.add_mutually_exclusive_group()
+    retries.add_argument("--max-retries", type=_whole(0), default=None, metavar="N",
+                         help="retries of a failed job before it goes to QUEUE:dead "
+                              f"(default: {DEFAULT_POLICY.max_retries}, i.e. "
+                              f"{DEFAULT_POLICY.max_attempts} attempts)")
+    retries.add_argument("--dead-letter-after", type=_whole(1), default=None, metavar="N",
+                         help="attempts of a job before it goes to QUEUE:dead, the same as "
+                              f"--max-retries N-1 (default: {DEFAULT_POLICY.max_attempts})")
     p.add_argument("--dead-letter-deliveries", type=_whole(1), default=None, metavar="N",
                    help="move a job to QUEUE:dead once delivered N extra times, e.g. by "
-                        "crashing workers (default: none, never)")
+                        "crashing workers (default: none, such deliveries count as "
+                        "attempts)")
+    p.add_argument("--prefetch", type=_whole(0), default=DEFAULT_PREFETCH, metavar="N",
+                   help="jobs fetched ahead of the free handler threads, at most (fewer "
+                        "for slow handlers: about 20 ms of work; 0: one job per free "
+                        "thread)")
     p.add_argument("--shutdown-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, how long running jobs may finish before they "
                         "are NACKed")
@@ -142,11 +160,14 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--affinity", action="store_true",
                    help="move to the node producing most of the jobs received")
     p.add_argument("--fastack", action="store_true", help="FASTACK instead of ACKJOB")
-    p.add_argument("--priorities", action="store_true",
-                   help="the queues are logical queues with high/medium/low levels "
-                        "(q:high, q, q:low), fetched high first")
+    pri = p.add_mutually_exclusive_group()
+    pri.add_argument("--priorities", dest="priorities", action="store_true", default=True,
+                     help="the queues are logical queues with high/medium/low levels "
+                          "(q:high, q, q:low), served high first: the default")
+    pri.add_argument("--no-priorities", dest="priorities", action="store_false",
+                     help="serve exactly the queues named, in the order given")
     p.add_argument("--low-share", type=float, default=DEFAULT_LOW_SHARE,
-                   help="with --priorities, the share of fetches that take low first "
+                   help="with priorities, the share of fetches that take low first "
                         "(guards low jobs against starvation; 0: strict)")
     p.add_argument("--metrics-port", type=_whole(1), default=None, metavar="PORT",
                    help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics "
@@ -238,7 +259,10 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     queues = [q.strip() for q in a.queues.split(",") if q.strip()]
     common = dict(shutdown_timeout=a.shutdown_timeout, poll_timeout_ms=a.poll_timeout_ms,
                   heartbeat=not a.no_heartbeat, ack="fastack" if a.fastack else "ack",
-                  priorities=a.priorities, low_share=a.low_share)
+                  priorities=a.priorities, low_share=a.low_share, prefetch=a.prefetch,
+                  backoff=a.backoff, dead_letter_after=a.dead_letter_after,
+                  max_retries=a.max_retries,
+                  dead_letter_deliveries=a.dead_letter_deliveries)
     if isinstance(obj, Tasks):
         given = [f"--{o.replace('_', '-')}" for o in HANDLER_ONLY
                  if getattr(a, o) != p.get_default(o)]
@@ -283,9 +307,7 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     elif isinstance(obj, Tasks):
         w = obj.worker(a.concurrency, queues or None, client, **common)
     else:
-        w = Worker(client, queues, a.concurrency, obj, body=a.body, backoff=a.backoff,
-                   dead_letter_after=a.dead_letter_after,
-                   dead_letter_deliveries=a.dead_letter_deliveries, **common)
+        w = Worker(client, queues, a.concurrency, obj, body=a.body, **common)
     clean = w.run()
     client.close()
     if w.fatal is not None:

@@ -1,10 +1,15 @@
-"""Back-off policies: how long a failed job waits (DELAY, whole seconds) before its next try."""
+"""Back-off policies: how long a failed job waits (DELAY, whole seconds) before its next try.
+
+The default is :data:`disquepy.client.envelope.DEFAULT_POLICY`'s (exponential from 1 s,
+doubling, at most 3600 s): :meth:`Backoff.from_policy` turns a retry policy into one."""
 
 from __future__ import annotations
 
 import math
 import random
 from dataclasses import dataclass
+
+from ..client.envelope import RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +21,8 @@ class Backoff:
     at ``max``. ``jitter`` spreads each delay uniformly by ±``jitter`` of itself (0.1:
     ±10 %) so failed jobs retried together do not come back together; with the default
     factor 2 and jitter up to 1/3 delays never shrink from one attempt to the next (below
-    the cap).
+    the cap). The delay is then rounded to the nearest whole second (``NACK ... DELAY``
+    takes seconds), at least 1: jitter never turns a 1 s base into 2 s.
     """
 
     kind: str = "exponential"
@@ -43,6 +49,13 @@ class Backoff:
                     jitter: float = 0.1) -> Backoff:
         """``base``, ``base*factor``, ``base*factor**2``... up to ``max`` seconds."""
         return cls("exponential", base, factor, max, jitter)
+
+    @classmethod
+    def from_policy(cls, policy: RetryPolicy) -> Backoff:
+        """The back-off of a retry policy (the envelope's; factor 2, default jitter)."""
+        if policy.strategy == "fixed":
+            return cls.fixed(policy.base)
+        return cls.exponential(policy.base, 2.0, max(policy.cap, policy.base))
 
     @classmethod
     def parse(cls, spec: str) -> Backoff:
@@ -86,7 +99,7 @@ class Backoff:
         d = self.raw_delay(attempt)
         if self.jitter:
             d *= 1.0 + (rng or random).uniform(-self.jitter, self.jitter)
-        return max(1, math.ceil(d - 1e-9))
+        return max(1, math.floor(d + 0.5))
 
 
 def _number(text: str, what: str) -> float:

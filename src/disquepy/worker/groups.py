@@ -5,7 +5,10 @@ share them, one event to one worker at a time.
 Each of ``concurrency`` threads loops: QNOTIFY the group on the queues (up to
 ``poll_timeout`` seconds), QGET the queue it names with a ``lease`` (``max_deliveries``:
 an event delivered that many times unacknowledged goes to the group's dead letters),
-run the handler, QACK on success. A failed handler leaves the lease to run out: the
+run the handler, QACK on success. (One event per QGET: QGET has no COUNT yet, so group
+workers do not batch as the job worker does.) Logs: start, one line per event outcome
+(``event=event id=... queue=... group=... outcome=acked``, INFO; a failure WARNING with
+its traceback) and stop. A failed handler leaves the lease to run out: the
 event comes back to the group then (use a short lease for a fast retry). A heartbeat
 thread extends (QWORKING) the lease of a handler still running at half its lease.
 """
@@ -13,6 +16,8 @@ thread extends (QWORKING) the lease of a handler still running at half its lease
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +26,8 @@ from typing import Any
 import redis.exceptions as rexc
 
 from ..client import Disque, DisqueError, Event, NoPermissionError
-from .core import _decode
+from ..client.workerinfo import WorkerInfo
+from .core import NAME_EVERY, _decode, log_line
 
 log = logging.getLogger("disquepy.worker")
 
@@ -54,8 +60,13 @@ class GroupWorker:
         self.processed = 0
         self.failed = 0
         self.fatal: Exception | None = None  # a refusal no retry can fix (user, password)
+        self._started = int(time.time())
+        self._named: tuple[int, int] | None = None
+        self._named_at = 0.0
 
     def start(self) -> GroupWorker:
+        log.info("group worker started: group=%s queues=%s concurrency=%d lease=%gs",
+                 self.group, ",".join(self.queues), self.concurrency, self.lease)
         for i in range(self.concurrency):
             t = threading.Thread(target=self._loop, name=f"group-worker-{i}", daemon=True)
             t.start()
@@ -78,7 +89,12 @@ class GroupWorker:
         deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in self._threads)
+        clean = not any(t.is_alive() for t in self._threads)
+        log.info("group worker stopped: group=%s processed=%d failed=%d%s", self.group,
+                 self.processed, self.failed,
+                 "" if clean else " (handlers still running: their events come back when "
+                                  "their lease ends)")
+        return clean
 
     def run(self) -> bool:
         """Start and block until :meth:`request_stop` (or SIGTERM/SIGINT in the main
@@ -98,10 +114,30 @@ class GroupWorker:
             for s, h in old.items():
                 signal.signal(s, h)
 
+    def _notify(self) -> str | None:
+        """QNOTIFY; with a ``CLIENT SETNAME`` in the same write when the counts changed
+        (at most once a second): the connection says who this worker is, in the job
+        worker's format (:mod:`disquepy.client.workerinfo`)."""
+        now = time.monotonic()
+        key = (self.processed, self.failed)
+        if now - self._named_at < NAME_EVERY or key == self._named:
+            return self.client.qnotify(self.group, self.poll_timeout, *self.queues)
+        self._named_at, self._named = now, key
+        info = WorkerInfo(socket.gethostname(), os.getpid(), tuple(self.queues),
+                          self.concurrency, key[0], key[1], self._started)
+        p = self.client.pipeline()
+        p.execute_command("CLIENT", "SETNAME", info.name())
+        p.qnotify(self.group, self.poll_timeout, *self.queues)
+        named, q = p.execute()
+        for r in (named, q):
+            if isinstance(r, Exception):
+                raise r
+        return q
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                q = self.client.qnotify(self.group, self.poll_timeout, *self.queues)
+                q = self._notify()
                 if q is None:
                     continue
                 e = self.client.qget(q, self.group, lease=self.lease, with_counters=True,
@@ -120,26 +156,41 @@ class GroupWorker:
                 self._handle(e)
 
     def _handle(self, e: Event) -> None:
+        t0 = time.monotonic()
         with self._lock:
-            self._running[e.id] = (e, time.monotonic() + self.lease)
+            self._running[e.id] = (e, t0 + self.lease)
         try:
             self.handler(_decode(e.body, self.body))
-        except Exception:
+        except Exception as exc:
             self.failed += 1
-            log.exception("group %s: handler failed on event %s of %s (delivery %s); it "
-                          "comes back when its lease ends", self.group, e.id, e.queue,
-                          e.deliveries)
+            self._log(e, "failed", t0, logging.WARNING, exc=exc,
+                      error=f"{exc!r}; it comes back when its lease ends")
             return
         finally:
             with self._lock:
                 self._running.pop(e.id, None)
         try:
-            if not self.client.qack(e.queue, self.group, e.id):
-                log.warning("group %s: event %s acked after its lease ran out", self.group,
-                            e.id)
+            if self.client.qack(e.queue, self.group, e.id):
+                self._log(e, "acked", t0)
+            else:
+                self._log(e, "acked-late", t0, logging.WARNING,
+                          error="acked after its lease ran out")
         except DisqueError as exc:
-            log.warning("group %s: QACK %s: %s", self.group, e.id, exc)
+            self._log(e, "ack-failed", t0, logging.WARNING, error=repr(exc))
         self.processed += 1
+
+    def _log(self, e: Event, outcome: str, t0: float, level: int = logging.INFO,
+             exc: BaseException | None = None, **fields: Any) -> None:
+        """One line per event outcome, as the job worker logs its jobs (the same fields
+        in ``record.disque``; a handler's exception is the record's exc_info)."""
+        if not log.isEnabledFor(level):
+            return
+        d: dict[str, Any] = {"event": "event", "id": e.id, "queue": e.queue,
+                             "group": self.group, "outcome": outcome,
+                             "delivery": e.deliveries,
+                             "duration_ms": round((time.monotonic() - t0) * 1000, 3)}
+        d.update(fields)
+        log.log(level, log_line(d), exc_info=exc, extra={"disque": d})
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(min(1.0, self.lease / 4)):

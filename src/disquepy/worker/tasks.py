@@ -9,7 +9,7 @@ from typing import Any
 from ..client import Disque
 from ..client.nodes import NodeSpec
 from .backoff import Backoff
-from .core import Route, Worker
+from .core import Route, Worker, max_attempts
 
 
 class Task:
@@ -52,14 +52,16 @@ class Tasks:
     app.run(concurrency=4)                          # worker side (blocks; SIGTERM drains)
     ```
 
-    Queues are fetched in ``priority`` order (lower first; then definition order).
+    Queues are fetched in ``priority`` order (lower first; then definition order), each
+    with its high, medium and low levels (see :class:`Worker`).
     """
 
     def __init__(self, client_or_nodes: Disque | NodeSpec | Sequence[NodeSpec] | None = None,
                  *, body: str = "json", backoff: Backoff | None = None,
                  dead_letter_after: int | None = None,
-                 dead_letter_deliveries: int | None = None,
+                 dead_letter_deliveries: int | None = None, max_retries: int | None = None,
                  **worker_options: Any) -> None:
+        dead_letter_after = max_attempts(dead_letter_after, max_retries)
         self._client_arg = client_or_nodes
         self._client: Disque | None = client_or_nodes if isinstance(client_or_nodes,
                                                                     Disque) else None
@@ -77,11 +79,15 @@ class Tasks:
 
     def task(self, queue: str, *, body: str | None = None, backoff: Backoff | None = None,
              dead_letter_after: int | None = None,
-             dead_letter_deliveries: int | None = None, priority: int = 0,
+             dead_letter_deliveries: int | None = None, max_retries: int | None = None,
+             priority: int = 0,
              **add_job_options: Any) -> Callable[[Callable[[Any], Any]], Task]:
         """Register the decorated function as the handler of ``queue``.
-        ``add_job_options`` (``retry=``, ``ttl=``, ``replicate=``...) are used by
-        :meth:`Task.delay` and for jobs re-added by back-off."""
+        ``backoff`` and ``max_retries`` (or ``dead_letter_after``, attempts) are the
+        queue's retry policy (unset: the app's, else the worker's, else the default: 3
+        retries, exponential from 1 s). ``add_job_options`` (``retry=``, ``ttl=``,
+        ``replicate=``...) are used by :meth:`Task.delay`."""
+        dead_letter_after = max_attempts(dead_letter_after, max_retries)
 
         def deco(fn: Callable[[Any], Any]) -> Task:
             if queue in self.tasks:
