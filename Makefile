@@ -24,6 +24,9 @@ COMPAT := .venv-compat
 PEERS := .venv-peers
 PORT ?= 7711
 WEB_PORT ?= 8000
+# the handler `make run`'s worker runs on the HTTP API's jobs (module:function, found in
+# the current directory or on PYTHONPATH): `make run HANDLER=myworker:handle`
+HANDLER ?= disquepy.worker.example:handle
 
 .PHONY: run cluster test test-interpreted typecheck lint bench deps builddeps java clean
 
@@ -93,10 +96,11 @@ java:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-21-jre-headless; \
 	  } >/dev/null; }
 
-# one node on $(PORT) and disque-web on $(WEB_PORT) (the dashboard's URL is printed);
-# Ctrl-C stops both
+# one node on $(PORT), disque-web on $(WEB_PORT) (the dashboard's URL is printed) and a
+# worker running $(HANDLER) on the API's queue; Ctrl-C stops all three
 run: $(BASE) $(EXT)
-	$(BIN)/python scripts/cluster.py --nodes 1 --port $(PORT) --dir var/run --web $(WEB_PORT)
+	$(BIN)/python scripts/cluster.py --nodes 1 --port $(PORT) --dir var/run --web $(WEB_PORT) \
+	  --worker $(HANDLER)
 
 # three nodes on 7711-7713 (bus on 17711-17713), joined; a node that exits (killed to
 # watch a failover) is started again 10 s later and rejoins; Ctrl-C stops all three

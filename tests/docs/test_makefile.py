@@ -33,6 +33,12 @@ def test_run_starts_a_node_and_the_web_process(tmp_path):
                           "WEB_PORT=8100"], cwd=ROOT, capture_output=True, text=True,
                          timeout=30, check=True).stdout
     assert "scripts/cluster.py --nodes 1 --port 7800" in out and "--web 8100" in out
+    # and a worker, running the example handler unless HANDLER names the user's own
+    assert "--worker disquepy.worker.example:handle" in out
+    own = subprocess.run(["make", "-n", "run", f"VENV={tmp_path / 'venv'}",
+                          "HANDLER=myworker:handle"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert "--worker myworker:handle" in own
 
 
 @pytest.mark.parametrize("target", ["test", "lint", "bench"])
