@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="disque-web-metrics-") as d:
+        options["history_dir"] = d  # the charts' history, shared (web/history.py)
         os.environ.update(PROMETHEUS_MULTIPROC_DIR=d, DISQUE_NODES=",".join(nodes),
                           DISQUE_WEB_OPTIONS=json.dumps(options),
                           DISQUE_WEB_CONNECTION=json.dumps(conn))

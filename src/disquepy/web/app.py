@@ -23,7 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import __version__
 from ..client import AsyncDisque, Disque, ResponseError
@@ -33,6 +33,8 @@ from ..client.priority import PRIORITIES, levels
 from ..client.replies import job_node_prefix
 from .cluster import ClusterView, NodesDown
 from .fastpath import FastJobs, is_json
+from .finished import STATES, list_finished
+from .history import History
 from .jobs import list_jobs
 from .metrics import install_metrics
 from .submit import (
@@ -47,9 +49,15 @@ from .submit import (
     error,
     unreachable,
 )
+from .workers import list_workers
 
 log = logging.getLogger("disquepy.web")
 STATIC = Path(__file__).parent / "static"
+
+
+class RequeueIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ids: list[str] = Field(default_factory=list, max_length=1000)
 
 
 class PauseIn(BaseModel):
@@ -98,6 +106,7 @@ def app_from_env() -> FastJobs:
 def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: float = 1.0,
                socket_timeout: float = 10.0, replicate: int | None = None,
                replication_timeout: float = 5.0, default_retry: dict | None = None,
+               history_dir: str | None = None, history_interval: float = 2.0,
                **connection: Any) -> FastAPIOffline:
     """The FastAPI app for the cluster reachable through the seed ``nodes``;
     ``connection``: the clients' other options (``username``, ``ssl``, ``ssl_ca_certs``,
@@ -106,7 +115,9 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
     ``replicate``: copies of each job (None: a majority of the nodes, at most 3);
     ``replication_timeout``: seconds ADDJOB waits for them (less than
     ``socket_timeout``); ``default_retry``: the retry policy stamped on jobs submitted
-    without one (the envelope's ``policy``; None: none, the worker's own). Its
+    without one (the envelope's ``policy``; None: none, the worker's own);
+    ``history_dir``: where the processes of ``disque-web --workers N`` share the
+    charts' history (:mod:`disquepy.web.history`; None: in this process). Its
     ``state.submitter`` answers ``POST /jobs`` (the route's, and :func:`asgi_app`'s fast
     layer's)."""
     seeds = list(nodes)  # (the name "nodes" is a route below)
@@ -115,14 +126,17 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
     connection["password"] = password
     client = Disque(seeds, socket_timeout=socket_timeout, **connection)
     view = ClusterView(client, cache_ttl)
+    history = History(view, history_interval, directory=history_dir)
     state: dict[str, AsyncDisque] = {}
 
     @asynccontextmanager
     async def lifespan(app):
         state["aio"] = AsyncDisque(seeds, socket_timeout=socket_timeout, **connection)
+        history.start()
         try:
             yield
         finally:
+            history.stop()
             await state["aio"].close()
             client.close()
 
@@ -204,6 +218,21 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return list_jobs(client, None if state_ == "all" else state_, queue, priority,
                          cursor, count)
 
+    @app.get("/jobs/finished", tags=["jobs"],
+             responses={400: {"description": "a cursor of another cluster"}})
+    def finished(status: list[Literal[STATES]] = Query([]),  # type: ignore[valid-type]
+                 queue: str | None = Query(None, pattern=QUEUE_NAME),
+                 cursor: str = Query("0", max_length=400, pattern=r"^[0-9x.]+$"),
+                 count: int = Query(50, ge=1, le=500)) -> Any:
+        """Recently finished jobs, the last finished first: `completed`, `failed`,
+        `cancelled`, `expired` (`status` may repeat), from the nodes' outcome stores
+        (JOBOUTCOMES, kept `job-outcome-retention` seconds), each job once; paged on
+        the server: pass `next_cursor` back as `cursor` (`"0"` when done)."""
+        try:
+            return list_finished(client, list(status), queue, cursor, count)
+        except ValueError as e:
+            return _error(400, str(e))
+
     @app.get("/jobs/{job_id:path}", tags=["jobs"],
              responses={400: {"description": "not a job ID"},
                         404: {"description": "no node knows the job"},
@@ -275,6 +304,55 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         waiting in QNOTIFY."""
         return view.groups()
 
+    @app.get("/groups/{queue}/{group}/dead-letters", tags=["groups"])
+    def group_dead_letters(queue: str, group: str) -> dict:
+        """A consumer group's dead letters (events delivered more than its
+        MAXDELIVERIES), from every node (QDEAD), each event once."""
+        seen: dict[str, dict] = {}
+        down: list[str] = []
+        nodes = view.answered()[0].nodes
+        for n in nodes:
+            if not n["up"]:
+                down.append(n["address"])
+                continue
+            try:
+                reply = client.execute_on(n["address"], "QDEAD", queue, group)
+            except rexc.RedisError:
+                down.append(n["address"])
+                continue
+            for eid, body, deliveries in reply:
+                e = seen.setdefault(eid.decode(), {
+                    "id": eid.decode(), "contents": _payload(body),
+                    "deliveries": int(deliveries), "nodes": []})
+                e["nodes"].append(n["address"])
+        return {"queue": queue, "group": group, "dead": list(seen.values()),
+                "unreachable": down}
+
+    @app.post("/groups/{queue}/{group}/dead-letters/requeue", tags=["groups"])
+    def group_requeue(queue: str, group: str, body: RequeueIn | None = None) -> Any:
+        """Give dead letters back to the group (`ids`, or all of them): delivered
+        again, their delivery count started over."""
+        ids = body.ids if body is not None and body.ids else [
+            e["id"] for e in group_dead_letters(queue, group)["dead"]]
+        done: set[str] = set()
+        for n in view.answered()[0].nodes:
+            left = [i for i in ids if i not in done]
+            if not n["up"] or not left:
+                continue
+            try:
+                held = {e[0].decode() for e in client.execute_on(n["address"], "QDEAD",
+                                                                  queue, group)}
+                mine = [i for i in left if i in held]
+                if mine:
+                    client.execute_on(n["address"], "QDEAD", queue, group, "REQUEUE", *mine)
+                    done.update(mine)
+            except rexc.RedisError:
+                continue
+        view.invalidate()
+        if body is not None and body.ids and not done:
+            return _error(404, f"no dead letter {ids[0]!r} of {group!r} in {queue!r}")
+        return {"requeued": len(done)}
+
     def _pause(name: str, flag: str) -> dict:
         states = {}
         for prio, dq in levels(name):
@@ -341,6 +419,21 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         d = view.overview()
         d["priorities"] = list(PRIORITIES)
         return d
+
+    @app.get("/workers", tags=["cluster"],
+             responses={503: {"description": "no node answered"}})
+    def workers() -> dict:
+        """The workers connected to each node (CLIENT LIST: connections a worker named
+        with CLIENT SETNAME): host, pid, queues, concurrency, jobs done and failed,
+        connected for (s) and last seen (s ago)."""
+        return list_workers(client)
+
+    @app.get("/api/history", tags=["cluster"])
+    def history_samples(since: float | None = None) -> dict:
+        """Throughput and latency samples kept by disque-web (every few seconds, the
+        last hour): jobs added, delivered, completed, failed per second; wait and
+        processing time percentiles (ms). `since`: only the samples after it."""
+        return {"interval": history.interval, "samples": history.samples(since)}
 
     @app.get("/health", tags=["cluster"],
              responses={503: {"description": "no node answered"}})

@@ -297,11 +297,22 @@ class ClusterView:
                 "dead": sum(q["dead"] for q in queues),
                 # the nodes' own count: a consumer blocked on several queues counts once
                 "blocked": sum(n.get("blocked_clients") or 0 for n in up),
+                # copies: a job held by R nodes is R of them (see "counts")
                 "jobs": sum(n.get("registered_jobs") or 0 for n in up),
                 "memory": sum(n.get("used_memory") or 0 for n in up),
                 "ops_per_sec": sum(n.get("ops_per_sec") or 0 for n in up),
                 "in_per_sec": round(sum(rin), 2) if rin else None,
                 "out_per_sec": round(sum(rout), 2) if rout else None,
             },
+            # what each count counts, where copies could count twice
+            "counts": {
+                "queued": "jobs waiting in a queue: a job is queued on one node at a time",
+                "jobs": "job copies held by the nodes that answered: a job replicated on "
+                        "R nodes counts R times",
+                "dead": "dead letters, each queued once",
+                "groups": "events of the node holding the most of them (every node "
+                          "holding a copy counts the same events)",
+            },
+            "unreachable": [n["address"] for n in nodes if n["state"] != "up"],
         }
 
