@@ -58,6 +58,15 @@ function when(ts) {
   const d = new Date(ts * 1000), today = new Date().toDateString() === d.toDateString();
   return today ? d.toLocaleTimeString() : d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
 }
+// whether data differs from what a table last showed: a live refresh redraws only then
+// (rows the user points at, or a test holds, stay the same elements)
+const shown = {};
+function changed(key, data) {
+  const j = JSON.stringify(data);
+  if (shown[key] === j) return false;
+  shown[key] = j;
+  return true;
+}
 function shortId(id) { return id.length > 24 ? id.slice(0, 11) + "…" + id.slice(-10) : id; }
 
 // ------------------------------------------------------------------ views
@@ -117,12 +126,14 @@ function banner(kind, text) {
 async function poll() {
   try {
     overview = await api("GET", "/api/overview");
+    document.body.classList.remove("stale");
     renderOverview(overview);
     const down = overview.unreachable || [];
     banner("warn", down.length ? `${down.length} of ${overview.totals.nodes} nodes unreachable (${down.join(", ")}): the counts below cover the ${overview.totals.nodes_up} that answered.` : "");
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
     $("#cluster-pill").className = "pill pill-bad";
+    document.body.classList.add("stale");
     if (e.status === 503) {
       $("#cluster-pill").textContent = "nodes unreachable";
       banner("bad", `Cluster unreachable: ${e.message}. Nothing below is current.`);
@@ -157,6 +168,7 @@ function renderOverview(o) {
 }
 
 function renderQueues(queues) {
+  if (!changed("queues", [queues])) return;
   const tb = $("#queues-table tbody");
   $("#queues-empty").hidden = queues.length > 0;
   $("#queues-table").hidden = queues.length === 0;
@@ -179,6 +191,7 @@ function renderQueues(queues) {
 }
 
 function renderGroups(groups) {
+  if (!changed("groups", [groups])) return;
   $("#groups-card").hidden = groups.length === 0;
   const tb = $("#groups-table tbody");
   tb.innerHTML = groups.map((g) => {
@@ -207,6 +220,7 @@ $("#queues-table").addEventListener("click", async (ev) => {
 });
 
 function renderNodes(nodes) {
+  if (!changed("nodes", [nodes])) return;
   $("#nodes-table tbody").innerHTML = nodes.map((n) => `<tr>
     <td><span class="mono">${esc(n.address)}</span>${n.id ? ` <span class="muted small mono">${esc(n.id.slice(0, 8))}</span>` : ""}</td>
     <td><span class="badge ${n.state}">${n.state}</span>${n.error ? ` <span class="muted small">${esc(n.error)}</span>` : ""}</td>
@@ -223,7 +237,7 @@ function fillQueueSelects(queues) {
     const have = [...s.options].map((o) => o.value).filter((v) => v);
     if (have.join("\n") === names.join("\n")) continue;
     const cur = s.value;
-    s.innerHTML = (first ? `<option value="">${first}</option>` : "") + names.map((n) => `<option>${esc(n)}</option>`).join("");
+    s.innerHTML = (first ? `<option value="">${first}</option>` : names.length ? "" : `<option value="">No queues</option>`) + names.map((n) => `<option>${esc(n)}</option>`).join("");
     if (names.includes(cur)) s.value = cur;
     if (sel === "#dead-queue" && pendingDeadQueue && names.includes(pendingDeadQueue)) s.value = pendingDeadQueue;
   }
@@ -251,6 +265,8 @@ async function loadJobs(reset, quiet) {
 }
 
 function renderJobs(jobs) {
+  // ages grow every poll: redraw for them every 10 s only
+  if (!changed("jobs", [jobs.map((j) => ({ ...j, age: Math.round((j.age || 0) / 10) })), jobsState.page, jobsState.next])) return;
   $("#jobs-empty").hidden = jobs.length > 0;
   $("#jobs-table tbody").innerHTML = jobs.map((j) => `<tr data-id="${esc(j.job_id)}">
     <td><a class="mono" href="#lookup/${encodeURIComponent(j.job_id)}" title="${esc(j.job_id)}">${esc(shortId(j.job_id))}</a></td>
@@ -314,6 +330,7 @@ function queueCell(q) {
 }
 
 function renderDead(items) {
+  if (!changed("dead", [items])) return;
   $("#dead-empty").hidden = items.length > 0;
   $("#dead-requeue-all").disabled = items.length === 0;
   $("#dead-table tbody").innerHTML = items.map((d) => `<tr data-id="${esc(d.id)}" data-job="${esc(d.job_id)}">
@@ -376,6 +393,7 @@ function outcomeCell(j) {
 }
 
 function renderFinished(jobs) {
+  if (!changed("finished", [jobs, finState.page, finState.next])) return;
   $("#finished-empty").hidden = jobs.length > 0;
   $("#finished-table tbody").innerHTML = jobs.map((j) => `<tr data-id="${esc(j.job_id)}">
     <td><a class="mono" href="#lookup/${encodeURIComponent(j.job_id)}" title="${esc(j.job_id)}">${esc(shortId(j.job_id))}</a></td>
@@ -411,16 +429,19 @@ async function loadWorkers(quiet) {
 }
 
 function renderWorkers(d) {
+  if (!changed("workers", [d])) return;
   $("#workers-empty").hidden = d.workers > 0;
   $("#workers-nodes").innerHTML = d.nodes.map((n) => `<div class="node-head"><span class="mono">${esc(n.address)}</span>
       <span class="badge ${n.state}">${n.state}</span><span class="muted small">${n.state === "up" ? `${n.workers.length} worker${n.workers.length === 1 ? "" : "s"}` : esc(n.error || "")}</span></div>
     ${n.workers.length ? `<table class="table workers-table" data-node="${esc(n.address)}">
-      <thead><tr><th>Host</th><th class="num">PID</th><th>Queues</th><th class="num">Concurrency</th><th class="num">Done</th><th class="num">Failed</th><th class="num">Connected for</th><th class="num">Last seen</th></tr></thead>
+      <thead><tr><th>Host</th><th class="num">PID</th><th>Queues</th><th class="num">Concurrency</th><th class="num">Done</th><th class="num">Failed</th><th>Started</th><th>Connected since</th><th class="num">Last seen</th></tr></thead>
       <tbody>${n.workers.map((w) => `<tr data-pid="${w.pid}">
         <td>${esc(w.host)}</td><td class="num mono">${w.pid}</td>
         <td class="queues-list">${w.queues.map((q) => `<span class="qchip">${esc(q)}</span>`).join("")}</td>
         <td class="num">${num(w.concurrency)}</td><td class="num">${num(w.done)}</td><td class="num">${num(w.failed)}</td>
-        <td class="num">${dur(w.connected_for)}</td><td class="num">${w.last_seen < 1 ? "now" : dur(w.last_seen) + " ago"}</td></tr>`).join("")}</tbody></table>` : ""}`).join("");
+        <td class="nowrap">${when(w.started_at)}</td>
+        <td class="nowrap" title="connected for ${dur(w.connected_for)}">${when(Date.now() / 1000 - w.connected_for)}</td>
+        <td class="num">${w.last_seen < 1 ? "now" : dur(w.last_seen) + " ago"}</td></tr>`).join("")}</tbody></table>` : ""}`).join("");
 }
 
 // ------------------------------------------------------------------ consumer group dead letters
@@ -452,6 +473,7 @@ async function loadGroupDead(quiet) {
 }
 
 function renderGroupDead(d) {
+  if (!changed("gdead", [d])) return;
   $("#gdead-empty").hidden = d.dead.length > 0;
   $("#gdead-requeue-all").disabled = d.dead.length === 0;
   $("#gdead-table tbody").innerHTML = d.dead.map((e) => `<tr data-id="${esc(e.id)}">

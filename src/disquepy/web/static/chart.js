@@ -52,6 +52,9 @@ class LineChart {
     g.clearRect(0, 0, w, h);
     const L = 48, R = 12, T = 10, B = 24, pw = w - L - R, ph = h - T - B;
     const now = Math.max(Date.now() / 1000, this.points.length ? this.points[this.points.length - 1][0] : 0);
+    // the time shown: the history there is, from one minute up to the window
+    const span = this.points.length ? now - this.points[0][0] : 0;
+    const win = Math.min(this.window, Math.max(60, Math.ceil(span / 60) * 60));
     let max = 0;
     for (const [, vs] of this.points) for (const v of vs) if (v != null && v > max) max = v;
     max = LineChart.niceMax(max * 1.1);
@@ -64,12 +67,12 @@ class LineChart {
       g.fillText(LineChart.fmt((max * i) / 4) + (i === 4 && this.unit ? " " + this.unit : ""), L - 8, y);
     }
     g.textAlign = "center"; g.textBaseline = "top";
-    const step = Math.max(60, Math.round(this.window / 5 / 60) * 60);
-    for (let s = 0; s <= this.window; s += step) {
-      const x = L + pw - (pw * s) / this.window;
-      g.fillText(s === 0 ? "now" : `-${s / 60}m`, x, T + ph + 6);
+    const step = [10, 15, 30, 60, 120, 180, 300, 600].find((x) => win / x <= 6) || 900;
+    for (let s = 0; s <= win; s += step) {
+      const x = L + pw - (pw * s) / win;
+      g.fillText(s === 0 ? "now" : s < 60 ? `-${s}s` : `-${s / 60}m`, x, T + ph + 6);
     }
-    const xOf = (t) => L + pw - (pw * (now - t)) / this.window;
+    const xOf = (t) => L + pw - (pw * (now - t)) / win;
     const yOf = (v) => T + ph - (ph * v) / max;
     this.series.forEach((s, k) => {
       // runs of points with a value; a null (or a hole in the samples) breaks the line
