@@ -30,13 +30,13 @@ class _Lane:
     def __init__(self, conn: Any, timeout: float | None) -> None:
         self.conn = conn  # a redis.asyncio Connection of the pool
         self.timeout = timeout
-        self.waiting: collections.deque[tuple[asyncio.Future, float]] = collections.deque()
-        self.out: list[list] = []  # commands of this loop iteration, written at its end
-        self.reader: asyncio.Task | None = None
+        self.waiting: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
+        self.out: list[list[Any]] = []  # commands of this loop iteration, written at its end
+        self.reader: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.failed: BaseException | None = None
 
-    def send(self, args: list) -> asyncio.Future:
+    def send(self, args: list[Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         now = loop.time()
@@ -57,7 +57,7 @@ class _Lane:
                 self.conn.send_packed_command(self.conn.pack_commands(out), False))
             writing.add_done_callback(self._written)
 
-    def _written(self, task: asyncio.Future) -> None:
+    def _written(self, task: asyncio.Future[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             self.fail(task.exception())  # type: ignore[arg-type]
 
@@ -120,9 +120,9 @@ class AddPipe:
         self.pool = pool
         self.timeout = timeout
         self.lanes: list[_Lane] = []
-        self._opening: asyncio.Future | None = None  # a connection being made: shared
+        self._opening: asyncio.Future[_Lane] | None = None  # a connection being made: shared
 
-    async def call(self, args: list) -> Any:
+    async def call(self, args: list[Any]) -> Any:
         """The reply to ``args`` (an error reply raised as ``redis.ResponseError``);
         a connection error or timeout when none came."""
         return await (await self._lane()).send(args)
@@ -144,7 +144,8 @@ class AddPipe:
             return await asyncio.shield(self._opening)
         opening = self._opening = asyncio.get_running_loop().create_future()
         try:
-            lane = _Lane(await self.pool.get_connection(), self.timeout)  # connected
+            conn = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+            lane = _Lane(conn, self.timeout)  # connected
         except BaseException as e:
             opening.set_exception(e)
             opening.exception()  # retrieved: no "never retrieved" warning

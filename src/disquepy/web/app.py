@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .. import __version__
 from ..client import AsyncDisque, Disque, ResponseError
 from ..client.deadqueue import delete_dead, list_dead, requeue_dead
-from ..client.jobstatus import valid_id
+from ..client.jobstatus import json_or_text, valid_id
 from ..client.priority import PRIORITIES, levels
 from ..client.replies import job_node_prefix
 from .cluster import ClusterView, NodesDown
@@ -322,7 +322,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
                 continue
             for eid, body, deliveries in reply:
                 e = seen.setdefault(eid.decode(), {
-                    "id": eid.decode(), "contents": _payload(body),
+                    "id": eid.decode(), "contents": json_or_text(body),
                     "deliveries": int(deliveries), "nodes": []})
                 e["nodes"].append(n["address"])
         return {"queue": queue, "group": group, "dead": list(seen.values()),
@@ -378,7 +378,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
             out.append({"id": dl.id, "job_id": dl.original_id, "queue": dl.queue,
                         "error": dl.error, "failed_at": dl.failed_at / 1000,
                         "attempts": dl.extra.get("attempts", dl.nacks),
-                        "payload": _payload(dl.body)})
+                        "payload": json_or_text(dl.body)})
         return out
 
     @app.post("/queues/{name}/dead-letters/{dead_id:path}/requeue", tags=["dead letters"])
@@ -457,13 +457,6 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return FileResponse(STATIC / "index.html")
 
     return app
-
-
-def _payload(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", "replace")
 
 
 def jsonable(v: Any) -> Any:

@@ -12,13 +12,12 @@ keeps ``count``; each node's cursor moves past the outcomes of it the page took.
 from __future__ import annotations
 
 import heapq
-import json
 from typing import Any
 
 import redis.exceptions as rexc
 
 from ..client import Disque
-from ..client.jobstatus import node_addresses
+from ..client.jobstatus import json_or_text, node_addresses
 from ..client.priority import levels, split
 from .cluster import NodesDown
 
@@ -26,24 +25,15 @@ STATES = ("completed", "failed", "cancelled", "expired")
 DONE = "x"  # a node's cursor once its store has no older outcome
 
 
-def _fields(item: list) -> dict[str, Any]:
+def _fields(item: list[Any]) -> dict[str, Any]:
     return {k.decode(): v for k, v in zip(item[::2], item[1::2], strict=True)}
-
-
-def _detail(v: bytes | None) -> Any:
-    if not v:
-        return None
-    try:
-        return json.loads(v)
-    except ValueError:
-        return v.decode("utf-8", "replace")
 
 
 def _entry(f: dict[str, Any], addr: str) -> dict[str, Any]:
     queue = f["queue"].decode("utf-8", "replace")
     logical, prio = split(queue)
     state = f["state"].decode()
-    detail = _detail(f.get("detail"))
+    detail = json_or_text(f.get("detail"))
     return {"job_id": f["id"].decode(), "status": state, "queue": logical,
             "priority": prio, "attempts": f["attempts"],
             "created_at": f["created"] / 1000 if f["created"] else None,
@@ -73,7 +63,7 @@ def list_finished(client: Disque, statuses: list[str], queue: str | None, cursor
         for _, q in levels(queue):
             filters += ["QUEUE", q]
     # each node's page (kept outcomes, its next cursor) and its ID
-    pages: dict[int, tuple[list[tuple[dict, str]], str]] = {}
+    pages: dict[int, tuple[list[tuple[dict[str, Any], str]], str]] = {}
     ids: dict[int, str] = {}
     down: list[str] = []
     errors: dict[str, str] = {}

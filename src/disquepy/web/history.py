@@ -120,7 +120,7 @@ class History:
         nb = len(snap.bounds_ms) + 1
         hist = {"wait": [0] * nb, "processing": [0] * nb}
         was_up = {n["address"] for n in prev.nodes if n["up"]}
-        zero = {"counts": {}, "dead": {}, "wait": (0, 0, [0] * nb),
+        zero: dict[str, Any] = {"counts": {}, "dead": {}, "wait": (0, 0, [0] * nb),
                 "processing": (0, 0, [0] * nb)}
         for key, m in snap.jobmetrics.items():
             old = prev.jobmetrics.get(key)

@@ -75,7 +75,7 @@ class JobIn(BaseModel):
         "examples": [{"payload": {"msg": "urgent"}, "priority": "high"}]})
     payload: Any = Field(..., description="any JSON value; the job's body")
     queue: str = Field("default", pattern=QUEUE_NAME, description="the logical queue")
-    priority: Literal["high", "medium", "low"] = DEFAULT_PRIORITY
+    priority: Literal["high", "medium", "low"] = DEFAULT_PRIORITY  # type: ignore[assignment]
     delay: int = Field(0, ge=0, le=365 * 86400, description="seconds before it is queued")
     ttl: int | None = Field(None, ge=1, le=3650 * 86400,
                             description="seconds the job may live (default: the node's, 1 day)")

@@ -25,12 +25,12 @@ def parse_client_list(text: str) -> list[dict[str, str]]:
 def list_workers(client: Disque) -> dict[str, Any]:
     """Per node: its workers (one entry per worker process, however many connections it
     holds there: the freshest counts), and whether the node answered."""
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for addr in node_addresses(client):
         try:
             raw = client.execute_on(addr, "CLIENT", "LIST")
-        except rexc.RedisError as e:
-            nodes.append({"address": addr, "state": "down", "error": str(e), "workers": []})
+        except rexc.RedisError as err:
+            nodes.append({"address": addr, "state": "down", "error": str(err), "workers": []})
             continue
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         found: dict[tuple[str, int], dict[str, Any]] = {}
