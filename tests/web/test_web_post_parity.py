@@ -109,12 +109,13 @@ def test_the_fast_layer_answers_as_the_route_does(server, dq):
             cp = httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://t")
             async with cf, cp:
                 _inner_recorder(fast, handed_on)
-                for name, body, headers in CASES:
-                    handed_on.clear()
-                    a = await cf.post("/jobs", content=body, headers=headers)
-                    by_fast = not handed_on
-                    b = await cp.post("/jobs", content=body, headers=headers)
-                    out.append((name, a, b, by_fast))
+                for path in ("/jobs", "/jobs/"):
+                    for name, body, headers in CASES:
+                        handed_on.clear()
+                        a = await cf.post(path, content=body, headers=headers)
+                        by_fast = not handed_on
+                        b = await cp.post(path, content=body, headers=headers)
+                        out.append((f"{name} {path}", a, b, by_fast))
         return out
 
     results = asyncio.run(main())
@@ -123,16 +124,20 @@ def test_the_fast_layer_answers_as_the_route_does(server, dq):
         keyed = "key" in name
         assert _normal(a, keyed) == _normal(b, keyed), name
         statuses[name] = a.status_code
+        slash = name.replace(" /jobs/", " /jobs")  # the same answer with the slash
+        if slash != name:
+            assert a.status_code == statuses[slash], name
         if a.status_code == 202:
             assert by_fast, f"{name}: a valid job went on to FastAPI"
             assert dq.show(a.json()["job_id"]) is not None
             assert dq.show(b.json()["job_id"]) is not None
     # the table covers what it says it does
-    assert statuses["minimal"] == statuses["delayed"] == statuses["key"] == 202
-    assert statuses["invalid json"] == statuses["NaN"] == statuses["1e999"] == 422
-    assert statuses["too large"] == statuses["too large to read"] == 413
-    assert statuses["no content type"] == statuses["text/plain"] == 415
-    assert statuses["paused queue"] == 409 and statuses["unknown replication"] == 503
-    keyed = [r for r in results if r[0] in ("key", "key again")]
+    st = {k.removesuffix(" /jobs"): v for k, v in statuses.items() if k.endswith(" /jobs")}
+    assert st["minimal"] == st["delayed"] == st["key"] == 202
+    assert st["invalid json"] == st["NaN"] == st["1e999"] == 422
+    assert st["too large"] == st["too large to read"] == 413
+    assert st["no content type"] == st["text/plain"] == 415
+    assert st["paused queue"] == 409 and st["unknown replication"] == 503
+    keyed = [r for r in results if r[0].split(" /")[0] in ("key", "key again")]
     ids = {r.json()["job_id"] for _, a, b, _ in keyed for r in (a, b)}
     assert len(ids) == 1  # one job for one key, whichever path took it

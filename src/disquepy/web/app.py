@@ -204,7 +204,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return _response(await submitter.submit(job, idempotency_key))
 
     app.add_api_route("/jobs/", add_job, methods=["POST"], status_code=202,
-                      include_in_schema=False)
+                      dependencies=[Depends(_json_body)], include_in_schema=False)
 
     @app.get("/jobs", tags=["jobs"])
     def jobs(state_: Literal["queued", "active", "acked", "wait-repl", "all"] = Query(
