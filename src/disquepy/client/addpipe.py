@@ -1,9 +1,10 @@
 """Commands pipelined on redis-py connections as they come: what
 :meth:`~disquepy.client.AsyncDisque.add_job_pipelined` writes its ADDJOBs on.
 
-The commands of one event-loop iteration are written together on a connection of the
-pool, without waiting for the replies to earlier ones; one reader task per connection
-takes the replies in order (redis-py's parser) and hands each to its caller. A command
+The commands waiting are written together on a connection of the pool, without
+waiting for the replies to earlier ones, by one task per connection that also reads
+the replies in order (redis-py's parser) and hands each to its caller; commands that
+come meanwhile go out with the next write. A command
 goes on the first connection whose oldest unanswered command is younger than ``SLOW``,
 so a node that answers at once gets them all on one connection, while a connection held
 up (a node answers a connection's commands in order, and a synchronous ADDJOB holds the
@@ -25,52 +26,48 @@ _NET_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, asyncio.TimeoutError, OS
 
 
 class _Lane:
-    """One connection: commands written per loop iteration, replies read in order."""
+    """One connection: the commands written in batches, the replies read in order, by
+    one task while there is something to do."""
 
     def __init__(self, conn: Any, timeout: float | None) -> None:
         self.conn = conn  # a redis.asyncio Connection of the pool
         self.timeout = timeout
         self.waiting: collections.deque[tuple[asyncio.Future[Any], float]] = collections.deque()
-        self.out: list[list[Any]] = []  # commands of this loop iteration, written at its end
-        self.reader: asyncio.Task[None] | None = None
+        self.out: list[list[Any]] = []  # commands not written yet
+        self.task: asyncio.Task[None] | None = None  # writing and reading (_run)
         self.timer: asyncio.TimerHandle | None = None
         self.failed: BaseException | None = None
 
     def send(self, args: list[Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        now = loop.time()
-        self.waiting.append((fut, now))
-        if not self.out:
-            loop.call_soon(self._flush)
+        self.waiting.append((fut, loop.time()))
         self.out.append(args)
         if self.timer is None and self.timeout is not None:
             self.timer = loop.call_later(self.timeout, self._check)
-        if self.reader is None:
-            self.reader = asyncio.ensure_future(self._read())
+        if self.task is None:  # it starts next iteration: with this iteration's commands
+            self.task = asyncio.ensure_future(self._run())
         return fut
 
-    def _flush(self) -> None:
-        out, self.out = self.out, []
-        if self.failed is None:
-            writing = asyncio.ensure_future(
-                self.conn.send_packed_command(self.conn.pack_commands(out), False))
-            writing.add_done_callback(self._written)
-
-    def _written(self, task: asyncio.Future[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.fail(task.exception())  # type: ignore[arg-type]
-
-    async def _read(self) -> None:
+    async def _run(self) -> None:
+        """Write what waits to be written, read one reply, again, until every command
+        written is answered. Commands that come while a reply is awaited are written
+        after it: the node would not run them before it anyway (it answers a
+        connection's commands in order)."""
+        unread = 0  # written, not answered yet
         try:
-            while self.waiting and self.failed is None:
+            while self.failed is None:
+                if self.out:
+                    out, self.out = self.out, []
+                    await self.conn.send_packed_command(self.conn.pack_commands(out), False)
+                    unread += len(out)
+                if not unread:
+                    break
                 try:
                     reply: Any = await self.conn.read_response()
                 except rexc.ResponseError as e:
                     reply = e
-                if not self.waiting:  # a reply nobody asked for: the stream is lost
-                    self.fail(rexc.ConnectionError("unexpected reply"))
-                    return
+                unread -= 1
                 fut = self.waiting.popleft()[0]
                 if not fut.done():
                     if isinstance(reply, rexc.ResponseError):
@@ -80,9 +77,9 @@ class _Lane:
         except _NET_ERRORS as e:
             self.fail(e)
         finally:
-            self.reader = None
-            if self.waiting and self.failed is None:  # sent while this one was ending
-                self.reader = asyncio.ensure_future(self._read())
+            self.task = None
+            if self.out and self.failed is None:  # sent while this one was ending
+                self.task = asyncio.ensure_future(self._run())
 
     def _check(self) -> None:
         self.timer = None
@@ -106,8 +103,8 @@ class _Lane:
             fut = self.waiting.popleft()[0]
             if not fut.done():
                 fut.set_exception(exc)
-        if self.reader is not None and self.reader is not asyncio.current_task():
-            self.reader.cancel()
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
 
 
 class AddPipe:
