@@ -87,7 +87,9 @@ def test_nodes_down_are_a_503_on_every_route(server_factory, web_factory):
                              ("GET", "/jobs"), ("GET", "/queues"), ("GET", "/queues/q"),
                              ("GET", "/groups"), ("GET", "/nodes"), ("GET", "/api/overview"),
                              ("GET", "/health"), ("GET", "/healthz"),
-                             ("GET", "/queues/q/dead-letters"), ("POST", "/queues/q/pause")):
+                             ("GET", "/queues/q/dead-letters"), ("POST", "/queues/q/pause"),
+                             ("GET", "/jobs/finished"), ("GET", "/workers"),
+                             ("GET", "/groups/q/g/dead-letters")):
             r = http.request(method, path)
             assert r.status_code == 503, (path, r.text)
             assert "detail" in r.json() and "node" in r.json()["detail"], (path, r.text)
