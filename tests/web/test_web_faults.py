@@ -130,7 +130,7 @@ def test_a_job_whose_creating_node_is_down_is_not_reported_missing(make_cluster,
 
 
 def test_default_retry_is_stamped_on_jobs_without_one(server, web_factory, dq):
-    policy = {"max_attempts": 4, "strategy": "fixed", "base": 2}
+    policy = {"max_retries": 3, "strategy": "fixed", "base": 2}
     w = web_factory([f"127.0.0.1:{server.port}"], "--default-retry", json.dumps(policy))
     with httpx.Client(base_url=w.url, timeout=30) as http:
         plain = http.post("/jobs", json={"payload": {"a": 1}, "queue": "r"}).json()["job_id"]
@@ -149,6 +149,7 @@ def test_bad_options_are_refused_with_one_line(web_factory, tmp_path):
     from support import ROOT
 
     for args, words in ((["--default-retry", '{"max_attempts": 0}'], "max_attempts"),
+                        (["--default-retry", '{"tries": 3}'], "tries"),
                         (["--default-retry", "nope"], "--default-retry"),
                         (["--replicate", "two"], "--replicate"),
                         (["--replication-timeout", "30"], "--replication-timeout")):

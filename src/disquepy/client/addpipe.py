@@ -141,7 +141,7 @@ class AddPipe:
             return await asyncio.shield(self._opening)
         opening = self._opening = asyncio.get_running_loop().create_future()
         try:
-            conn = await self.pool.get_connection()  # type: ignore[no-untyped-call]
+            conn = await self.pool.get_connection()
             lane = _Lane(conn, self.timeout)  # connected
         except BaseException as e:
             opening.set_exception(e)

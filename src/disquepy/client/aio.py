@@ -321,7 +321,8 @@ class AsyncDisque(Commands):
         try:
             reply = await pipe.call(args)
         except (rexc.ResponseError, *_NET_ERRORS) as e:
-            return await self._recover(args, parse_id, e, r)
+            jid: str = await self._recover(args, parse_id, e, r)  # parse_id: a str
+            return jid
         return parse_id(reply)
 
     # ------------------------------------------------------------------ multi-step commands

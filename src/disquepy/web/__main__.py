@@ -42,10 +42,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="how long ADDJOB waits for the copies before the node gives up "
                         "(503, nothing kept); below the 10 s client timeout (default 5)")
     p.add_argument("--default-retry", default=None, metavar="JSON",
-                   help="retry policy stamped on jobs submitted without one, as POST "
-                        "/jobs' 'retry' object, e.g. '{\"max_attempts\": 4, \"strategy\": "
-                        "\"exponential\", \"base\": 1, \"cap\": 600}' (default: none "
-                        "stamped; the worker applies its own default)")
+                   help="retry policy stamped on jobs submitted without one, the job "
+                        "envelope's (POST /jobs' 'retry' object), e.g. '{\"max_retries\": "
+                        "3, \"strategy\": \"exponential\", \"base\": 1, \"cap\": 600}' "
+                        "(default: none stamped; the worker applies its queue's, else "
+                        "Disqueue's: 3 retries, exponential from 1 s)")
     connection_options.add_arguments(p)
     p.add_argument("--workers", type=int, default=1,
                    help="worker processes serving the same port (each with its own "
@@ -99,17 +100,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def retry_policy(p: argparse.ArgumentParser, text: str) -> dict:
-    """--default-retry's JSON as the envelope's policy (POST /jobs' ``retry`` object,
-    its defaults filled in), or an error through ``p``."""
-    from pydantic import ValidationError
-
-    from .submit import RetryPolicy
+    """--default-retry's JSON as the envelope's policy (its defaults filled in), or an
+    error through ``p``."""
+    from ..client.envelope import RetryPolicy
 
     try:
-        return RetryPolicy.model_validate_json(text).model_dump()
-    except ValidationError as e:
-        p.error("--default-retry: " + "; ".join(
-            f"{'.'.join(map(str, x['loc'])) or 'policy'}: {x['msg']}" for x in e.errors()))
+        return RetryPolicy.from_dict(json.loads(text)).to_dict()
+    except ValueError as e:  # json.JSONDecodeError is one
+        p.error(f"--default-retry: {e}")
     raise AssertionError("unreachable")  # p.error exits
 
 

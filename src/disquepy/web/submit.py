@@ -45,7 +45,7 @@ import redis.exceptions as rexc
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..client import AsyncDisque, ResponseError
-from ..client.envelope import wrap
+from ..client.envelope import DEFAULT_POLICY, wrap
 from ..client.priority import DEFAULT_PRIORITY, queue_for
 
 log = logging.getLogger("disquepy.web")
@@ -59,14 +59,18 @@ MAX_KEY = 200  # characters of an Idempotency-Key
 
 
 class RetryPolicy(BaseModel):
-    """How a failed job is retried by a disquepy worker, then dead-lettered (the job
-    envelope's ``policy``: :mod:`disquepy.client.envelope`)."""
+    """How a failed job is retried by a disquepy worker, then dead-lettered: the job
+    envelope's :class:`~disquepy.client.envelope.RetryPolicy` as the API takes it (its
+    defaults are that one's, Disqueue's)."""
 
     model_config = ConfigDict(extra="forbid")
-    max_attempts: int = Field(3, ge=1, le=100, description="attempts before the dead letters")
-    strategy: Literal["fixed", "exponential"] = "exponential"
-    base: float = Field(1.0, gt=0, le=86400, description="seconds before the first retry")
-    cap: float = Field(3600.0, gt=0, le=7 * 86400,
+    max_attempts: int = Field(DEFAULT_POLICY.max_attempts, ge=1, le=100,
+                              description="runs in all before the dead letters (the "
+                                          "first and max_attempts - 1 retries)")
+    strategy: Literal["fixed", "exponential"] = DEFAULT_POLICY.strategy  # type: ignore[assignment]
+    base: float = Field(DEFAULT_POLICY.base, gt=0, le=86400,
+                        description="seconds before the first retry")
+    cap: float = Field(DEFAULT_POLICY.cap, gt=0, le=7 * 86400,
                        description="longest delay between attempts (exponential)")
 
 
