@@ -74,16 +74,38 @@ def test_idempotency_key_returns_the_first_job(http, dq):
 def test_bad_jobs_get_a_clear_422(http, dq, job, words):
     r = http.post("/jobs", json=job)
     assert r.status_code == 422
-    msg = r.json()["error"]
-    assert msg.startswith("invalid request: ")
+    detail = r.json()["detail"]  # FastAPI's form: a list of {loc, msg, type}
+    msg = " ".join(".".join(map(str, e["loc"])) + ": " + e["msg"] for e in detail)
     for w in words:
         assert w in msg
+    assert all("input" not in e for e in detail)  # the payload is not echoed back
     assert dq.info()["registered_jobs"] == 0
+
+
+@pytest.mark.parametrize("raw", [b'{"payload": NaN}', b'{"payload": 1e999}',
+                                 b'{"payload": [1, {"x": -Infinity}]}'])
+def test_nan_and_infinity_are_refused_not_stored(http, dq, raw):
+    r = http.post("/jobs", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert any("NaN and infinite numbers" in e["msg"] for e in r.json()["detail"])
+    assert dq.info()["registered_jobs"] == 0
+
+
+@pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_that_is_not_said_to_be_json_is_a_415(http, dq, ctype):
+    headers = {} if ctype is None else {"Content-Type": ctype}
+    r = http.post("/jobs", content=b'{"payload": 1}', headers=headers)
+    assert r.status_code == 415, r.text
+    assert "Content-Type: application/json" in r.json()["detail"]
+    ok = http.post("/jobs", content=b'{"payload": 1}',
+                   headers={"Content-Type": "application/json; charset=utf-8"})
+    assert ok.status_code == 202
+    assert dq.info()["registered_jobs"] == 1
 
 
 def test_not_json_and_wrong_ids(http):
     r = http.post("/jobs", content=b"{not json", headers={"Content-Type": "application/json"})
-    assert r.status_code == 422 and "JSON" in r.json()["error"]
+    assert r.status_code == 422 and "JSON" in r.json()["detail"][0]["msg"]
     assert http.get("/jobs/nope").status_code == 400
     assert http.post("/jobs/nope/cancel").status_code == 400
     r = http.get("/jobs/D-00000000-zPCUrbeByrnG+JCK2hpi3/i4-05a1")
@@ -110,7 +132,7 @@ def test_cancel_refuses_a_job_in_progress(http, dq):
     assert dq.get_jobs("emails", nohang=True)[0].id == jid  # a worker holds it now
     r = http.post(f"/jobs/{jid}/cancel")
     assert r.status_code == 409
-    assert r.json()["status"] == "in_progress" and "in progress" in r.json()["error"]
+    assert r.json()["status"] == "in_progress" and "in progress" in r.json()["detail"]
     assert http.get(f"/jobs/{jid}").json()["status"] == "in_progress"
     assert dq.show(jid) is not None
     dq.ack(jid)
@@ -174,7 +196,7 @@ def test_queues_stats_and_pause(http, dq):
     r = http.post("/queues/emails/pause", json={"direction": "in"})
     assert r.json()["paused"] == {"high": "in", "medium": "in", "low": "in"}
     r = http.post("/jobs", json={"payload": 1, "queue": "emails"})
-    assert r.status_code == 409 and "paused" in r.json()["error"].lower()
+    assert r.status_code == 409 and "paused" in r.json()["detail"].lower()
     assert http.get("/queues/emails").json()["paused"] == "in"
     http.post("/queues/emails/resume")
     submit(http, payload=1, queue="emails")
@@ -286,9 +308,9 @@ def test_a_completed_job_shows_the_workers_result(http, dq):
     assert st["finished_at"] >= st["created_at"] and st["error"] is None
 
 
-def test_concurrent_posts_are_pipelined_to_the_node_in_order(http, web, dq):
-    """POST /jobs' ADDJOBs share one connection to the node (web/fastpath.py): replies
-    matched in order, so each request gets its own job, from 16 connections at once."""
+def test_concurrent_posts_each_get_their_own_job(http, web, dq):
+    """Concurrent POST /jobs from 16 connections at once: each request gets its own
+    job, with its own body."""
     got: dict[int, str] = {}
     lock = threading.Lock()
 

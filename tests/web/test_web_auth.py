@@ -31,7 +31,7 @@ def test_web_as_a_producer_and_as_a_viewer_over_tls(secure_server, web_factory):
         r = http.post("/jobs", json={"payload": {"n": 2}, "queue": "orders"})
         assert r.status_code == 403, r.text
         assert r.json()["code"] == "NOPERM"
-        assert "User viewer has no permissions to run the 'addjob' command" in r.json()["error"]
+        assert "User viewer has no permissions to run the 'addjob' command" in r.json()["detail"]
 
 
 def test_web_refuses_tls_files_without_tls():

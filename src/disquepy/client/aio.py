@@ -14,7 +14,8 @@ from redis.backoff import NoBackoff
 
 from . import addjobs
 from ._commands import Commands
-from .args import jscan_args, qscan_args
+from .addpipe import AddPipe
+from .args import addjob_args, jscan_args, qscan_args
 from .batch import async_round_trip, encode_many
 from .errors import (
     FAILOVER_CODES,
@@ -37,7 +38,7 @@ from .nodes import (
     parse_nodes,
     tls_options,
 )
-from .replies import parse_jobs, parse_show
+from .replies import parse_id, parse_jobs, parse_show
 from .sync import TRYAGAIN_LIMIT, add_jobs_form
 
 log = logging.getLogger("disquepy.client")
@@ -82,6 +83,7 @@ class AsyncDisque(Commands):
         self._my_id: str | None = None
         self._pending_move: Address | None = None
         self.moves = 0
+        self._pipes: dict[Address, AddPipe] = {}  # add_job_pipelined's, per node
 
     # ------------------------------------------------------------------ connections
 
@@ -195,6 +197,9 @@ class AsyncDisque(Commands):
             await r.aclose()
             await r.connection_pool.disconnect()
         self._clients.clear()
+        for pipe in self._pipes.values():
+            await pipe.close()
+        self._pipes.clear()
         self._r = None
 
     async def __aenter__(self) -> AsyncDisque:
@@ -278,6 +283,47 @@ class AsyncDisque(Commands):
         hello = parse_hello(reply, self._addr)
         self.topology.update(hello)
         return hello
+
+    # ------------------------------------------------------------------ pipelined ADDJOB
+
+    async def add_job_pipelined(self, queue: str, body: bytes | str, timeout_ms: int = 0, *,
+                                replicate: int | None = None, delay: int | None = None,
+                                retry: int | None = None, ttl: int | None = None,
+                                maxlen: int | None = None, async_: bool = False,
+                                idempotent: str | bytes | None = None) -> str:
+        """:meth:`add_job`, pipelined with the other ``add_job_pipelined`` calls: for a
+        server answering many producers at once, as disque-web's ``POST /jobs``.
+
+        The ADDJOBs of one event-loop iteration are written together on a connection to
+        the node in use, without waiting for the replies to earlier ones, which one
+        reader takes in order (:class:`~disquepy.client.addpipe.AddPipe`); a connection
+        whose oldest command waits (a synchronous ADDJOB holds the ones behind it until
+        its copies exist) gets company, up to ``AddPipe.MAX_CONNS``. An error reply or
+        a lost connection is handled for that job alone as :meth:`add_job` handles it
+        (TRYAGAIN waits, failover, a retry on the same node first for an
+        ``idempotent`` add)."""
+        args = addjob_args(queue, body, timeout_ms, replicate, delay, retry, ttl, maxlen,
+                           async_, idempotent)
+        r = self._r
+        if r is None or self._pending_move is not None:
+            r = await self._prepare()
+        addr = self._addr
+        assert addr is not None  # set with self._r
+        pipe = self._pipes.get(addr)
+        if pipe is None:
+            pool = r.connection_pool
+            # connections of their own, without a timeout per read: the pipe has one
+            kw = dict(pool.connection_kwargs, socket_timeout=None)
+            pipe = self._pipes[addr] = AddPipe(
+                type(pool)(connection_class=pool.connection_class,
+                           max_connections=AddPipe.MAX_CONNS, **kw),
+                self._socket_timeout)
+        try:
+            reply = await pipe.call(args)
+        except (rexc.ResponseError, *_NET_ERRORS) as e:
+            jid: str = await self._recover(args, parse_id, e, r)  # parse_id: a str
+            return jid
+        return parse_id(reply)
 
     # ------------------------------------------------------------------ multi-step commands
 

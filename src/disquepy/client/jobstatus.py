@@ -307,7 +307,8 @@ def _text(v: Any) -> str | None:
     return None if v is None else v.decode("utf-8", "replace")
 
 
-def _result(v: bytes | None) -> Any:
+def json_or_text(v: bytes | None) -> Any:
+    """A body, result or error as the JSON it holds, else as text (None when empty)."""
     if not v:
         return None
     try:
@@ -343,7 +344,7 @@ def status_from(job_id: str, known: dict[str, dict]) -> tuple[JobStatus, str]:
     if status == "failed":
         st.error = _text(f.get("detail"))
     elif status == "completed":
-        st.result = _result(f.get("detail"))
+        st.result = json_or_text(f.get("detail"))
     return st, addr
 
 

@@ -73,6 +73,7 @@ class Outcome(NamedTuple):
 # A record: job ID, created_ms, attempts, queue index in the chunk, detail offset, length.
 _REC = struct.Struct(f"<{JOB_ID_LEN}sqIHIH")
 _RSIZE = _REC.size
+_QUEUE_AT = JOB_ID_LEN + 8 + 4  # the queue index's offset in a record
 _REC_BYTES = _RSIZE + 8 + 1  # the packed record, its finished_ms and its state byte
 _DEAD = 0
 _NO_ORDER: array[int] = array("H")
@@ -373,6 +374,52 @@ class Outcomes:
                 heapq.heapreplace(heap, (c.fin[order[k]], seq, k, c, order))
             else:
                 heapq.heappop(heap)
+
+    def recent(self, before: int, count: int, states: int, queues: frozenset[str] | None,
+               budget: int) -> tuple[int, list[tuple[int, Outcome]]]:
+        """The live outcomes recorded last first (the order they finished in on this
+        node): those at record positions below ``before`` (0: from the newest), at most
+        ``count``, in one of ``states`` (a bit per state; 0: any) and ``queues`` (None:
+        any). At most ``budget`` records are looked at (0: no limit). Returns the
+        position to continue from (0 when none is left) and ``(position, outcome)``
+        pairs. A position stays valid while the store changes: records only leave, and
+        new ones come above every position handed out."""
+        out: list[tuple[int, Outcome]] = []
+        looked = 0
+        qset: frozenset[int] = frozenset()
+        for c in reversed(list(self._chunks.values())):  # insertion order: oldest first
+            base = c.seq << _CHUNK_BITS
+            if before and base >= before:
+                continue
+            top = min(c.n, before - base) if before else c.n
+            qi = -1
+            if queues is not None:
+                names = c.queues
+                wanted = [i for i in range(len(names)) if names[i] in queues]
+                if not wanted or not c.live:
+                    looked += 1
+                    if budget and looked >= budget:
+                        return base, out  # the chunk is done: continue below it
+                    continue
+                qi = wanted[0] if len(wanted) == 1 else -2
+                qset = frozenset(wanted)
+            st, recs = c.st, c.recs
+            for slot in range(top - 1, -1, -1):
+                looked += 1
+                state = st[slot]
+                if state != _DEAD and (not states or states >> state & 1):
+                    keep = True
+                    if qi != -1:
+                        off = slot * _RSIZE + _QUEUE_AT
+                        q = recs[off] | recs[off + 1] << 8
+                        keep = q == qi if qi >= 0 else q in qset
+                    if keep:
+                        out.append((base | slot, _outcome(c, slot, None)))
+                        if len(out) >= count:
+                            return base | slot, out
+                if budget and looked >= budget:
+                    return base | slot, out
+        return 0, out
 
     def chunks(self) -> list[object]:
         """The store's chunks as they are now, oldest first: handles for ``live_in``,

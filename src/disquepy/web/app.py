@@ -3,7 +3,9 @@
 ``create_app(nodes)`` builds it; ``disque-web`` (:mod:`disquepy.web.__main__`) serves it
 with uvicorn. Every route talks to the nodes through :class:`~disquepy.client.Disque`
 (status, cancel, dead letters, scans) or :class:`~disquepy.client.AsyncDisque` (the hot
-``POST /jobs``), which fail over between nodes on connection errors.
+``POST /jobs``: :mod:`disquepy.web.submit`), which fail over between nodes on
+connection errors. Errors are FastAPI's ``{"detail": ...}``; a route that could not
+reach the nodes it needs answers 503 and says so.
 """
 
 from __future__ import annotations
@@ -11,78 +13,51 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import redis.exceptions as rexc
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import Depends, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import __version__
 from ..client import AsyncDisque, Disque, ResponseError
 from ..client.deadqueue import delete_dead, list_dead, requeue_dead
-from ..client.envelope import wrap
-from ..client.jobstatus import valid_id
-from ..client.priority import DEFAULT_PRIORITY, PRIORITIES, levels, queue_for
-from .cluster import ClusterView
-from .fastpath import FastJobs, NodePipe
+from ..client.jobstatus import json_or_text, valid_id
+from ..client.priority import PRIORITIES, levels
+from ..client.replies import job_node_prefix
+from .cluster import ClusterView, NodesDown
+from .fastpath import FastJobs, is_json
+from .finished import STATES, list_finished
+from .history import History
 from .jobs import list_jobs
 from .metrics import install_metrics
+from .submit import (
+    MAX_KEY,
+    QUEUE_NAME,
+    Answer,
+    JobAccepted,
+    JobIn,
+    SubmitPolicy,
+    Submitter,
+    disque_error,
+    error,
+    unreachable,
+)
+from .workers import list_workers
 
 log = logging.getLogger("disquepy.web")
 STATIC = Path(__file__).parent / "static"
-QUEUE_NAME = r"^[^\s:][^\s]{0,199}$"  # no spaces; ":" only inside (":high"... are levels)
-MAX_BODY = 4 * 1024 * 1024  # bytes of a job's payload once encoded
 
 
-# ---------------------------------------------------------------------------- models
-
-
-class RetryPolicy(BaseModel):
-    """How a failed job is retried by a disquepy worker, then dead-lettered."""
-
+class RequeueIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_attempts: int = Field(3, ge=1, le=100, description="attempts before the dead letters")
-    strategy: Literal["fixed", "exponential"] = "exponential"
-    base: float = Field(1.0, gt=0, le=86400, description="seconds before the first retry")
-    cap: float = Field(3600.0, gt=0, le=7 * 86400,
-                       description="longest delay between attempts (exponential)")
-
-
-class JobIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "examples": [{"payload": {"msg": "urgent"}, "priority": "high"}]})
-    payload: Any = Field(..., description="any JSON value; the job's body")
-    queue: str = Field("default", pattern=QUEUE_NAME, description="the logical queue")
-    priority: Literal["high", "medium", "low"] = DEFAULT_PRIORITY
-    delay: int = Field(0, ge=0, le=365 * 86400, description="seconds before it is queued")
-    ttl: int | None = Field(None, ge=1, le=3650 * 86400,
-                            description="seconds the job may live (default: the node's, 1 day)")
-    requeue_after: int | None = Field(
-        None, ge=0, le=86400,
-        description="Disque's RETRY: seconds without an ACK before the job is queued again")
-    replicate: int | None = Field(None, ge=1, le=1000, description="copies in the cluster")
-    retry: RetryPolicy | None = Field(None, description="retry policy (a disquepy worker "
-                                      "applies it; omitted: the worker's own settings)")
-
-    @model_validator(mode="after")
-    def _ttl_after_delay(self) -> JobIn:
-        if self.ttl is not None and self.delay >= self.ttl:
-            raise ValueError("delay must be shorter than ttl")
-        return self
-
-
-class JobAccepted(BaseModel):
-    job_id: str
-    status: str
-    queue: str
-    priority: str
+    ids: list[str] = Field(default_factory=list, max_length=1000)
 
 
 class PauseIn(BaseModel):
@@ -90,112 +65,78 @@ class PauseIn(BaseModel):
     direction: Literal["in", "out", "all"] = "all"
 
 
-def _error(http_status: int, message: str, headers: dict | None = None,
+def _response(answer: Answer) -> JSONResponse:
+    status, body, headers = answer
+    return JSONResponse(body, status, headers)
+
+
+def _error(http_status: int, detail: Any, headers: dict[str, str] | None = None,
            **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=http_status, headers=headers)
+    return _response(error(http_status, detail, headers, **extra))
 
 
-_DISQUE_HTTP = {"PAUSED": 409, "MAXLEN": 429, "NOREPL": 503, "OOM": 503, "LEAVING": 503,
-                "TRYAGAIN": 503, "BADID": 400, "NOPERM": 403}
+def _json_body(content_type: str | None = Header(None, include_in_schema=False)) -> None:
+    """POST /jobs takes JSON only: anything else is a 415 that says so."""
+    if not is_json(content_type):
+        raise HTTPException(415, "POST /jobs takes a JSON body: send it with the header "
+                                 "'Content-Type: application/json'"
+                            + ("" if content_type is None else f" (got {content_type!r})"))
 
 
-def _disque_error(exc: ResponseError) -> JSONResponse:
-    return _error(_DISQUE_HTTP.get(exc.code or "", 400), str(exc), code=exc.code)
+def asgi_app(nodes: list[str], **options: Any) -> FastJobs:
+    """What uvicorn runs: :func:`create_app`'s app behind the fast ``POST /jobs`` layer
+    (:class:`~disquepy.web.fastpath.FastJobs`, a plain ASGI middleware wrapping it: a
+    valid job is answered before FastAPI's own per-request work, with the same answer
+    as its route)."""
+    app = create_app(nodes, **options)
+    return FastJobs(app, app.state.submitter)
 
 
-def _nodes_down(method: str, path: str, exc: BaseException) -> JSONResponse:
-    log.warning("request %s %s failed: no node answered (%s)", method, path, exc)
-    return _error(503, f"no Disque node could serve the request: {exc}",
-                  headers={"Retry-After": "1"})
-
-
-def _job_body(job: JobIn) -> bytes:
-    body = json.dumps(job.payload, separators=(",", ":")).encode()
-    if job.retry is not None:
-        body = wrap(body, 1, None, job.retry.model_dump())
-    return body
-
-
-def _prepare(job: JobIn, idempotency_key: str | None) -> tuple[str, bytes, dict] | None:
-    """A valid job's ADDJOB: (Disque queue, body, add_job options), or None when the
-    body is too large. Without an Idempotency-Key a key is made per request, so a retry
-    inside the API (a node failed mid-request) never adds the job twice."""
-    body = _job_body(job)
-    if len(body) > MAX_BODY:
-        return None
-    key = ("h:" + idempotency_key) if idempotency_key else next(_keys)
-    return (queue_for(job.queue, job.priority), body,
-            {"delay": job.delay or None, "ttl": job.ttl, "retry": job.requeue_after,
-             "replicate": job.replicate, "idempotent": key})
-
-
-def _request_keys():
-    """Idempotency keys of requests without one: unique per process (a random prefix
-    drawn at start) and per request (a counter), cheaper than a token per request."""
-    prefix = "w:" + secrets.token_urlsafe(12) + ":"
-    n = 0
-    while True:
-        n += 1
-        yield prefix + str(n)
-
-
-_keys = _request_keys()
-
-
-def _accepted(job: JobIn, jid: str) -> dict:
-    return {"job_id": jid, "status": "scheduled" if job.delay else "queued",
-            "queue": job.queue, "priority": job.priority}
-
-
-# ---------------------------------------------------------------------------- app
-
-
-class WebApp(FastAPI):
-    """The FastAPI app, with the hot ``POST /jobs`` answered before its layers
-    (:class:`~disquepy.web.fastpath.FastJobs`, set as ``fast`` by :func:`create_app`)."""
-
-    fast: Any = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.fast is not None and scope["type"] == "http" and scope["method"] == "POST":
-            await self.fast(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
-
-
-def app_from_env() -> FastAPIOffline:
+def app_from_env() -> FastJobs:
     """The app of one of ``disque-web --workers N``'s processes: the nodes, the client
-    options (user, password, TLS) and the cache TTL from ``DISQUE_NODES``,
-    ``DISQUE_WEB_CONNECTION`` (JSON) and ``DISQUE_WEB_CACHE_TTL``."""
+    options (user, password, TLS) and the app's options from ``DISQUE_NODES``,
+    ``DISQUE_WEB_CONNECTION`` and ``DISQUE_WEB_OPTIONS`` (JSON)."""
     nodes = [n.strip() for n in os.environ.get("DISQUE_NODES", "127.0.0.1:7711").split(",")
              if n.strip()]
     connection = json.loads(os.environ.get("DISQUE_WEB_CONNECTION", "{}"))
-    return create_app(nodes, cache_ttl=float(os.environ.get("DISQUE_WEB_CACHE_TTL", "1.0")),
-                      **connection)
+    options = json.loads(os.environ.get("DISQUE_WEB_OPTIONS", "{}"))
+    return asgi_app(nodes, **options, **connection)
 
 
 def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: float = 1.0,
-               socket_timeout: float = 10.0, **connection) -> FastAPIOffline:
+               socket_timeout: float = 10.0, replicate: int | None = None,
+               replication_timeout: float = 5.0, default_retry: dict | None = None,
+               history_dir: str | None = None, history_interval: float = 2.0,
+               **connection: Any) -> FastAPIOffline:
     """The FastAPI app for the cluster reachable through the seed ``nodes``;
     ``connection``: the clients' other options (``username``, ``ssl``, ``ssl_ca_certs``,
-    ``ssl_certfile``, ``ssl_keyfile``: see :class:`~disquepy.client.Disque`)."""
+    ``ssl_certfile``, ``ssl_keyfile``: see :class:`~disquepy.client.Disque`).
+
+    ``replicate``: copies of each job (None: a majority of the nodes, at most 3);
+    ``replication_timeout``: seconds ADDJOB waits for them (less than
+    ``socket_timeout``); ``default_retry``: the retry policy stamped on jobs submitted
+    without one (the envelope's ``policy``; None: none, the worker's own);
+    ``history_dir``: where the processes of ``disque-web --workers N`` share the
+    charts' history (:mod:`disquepy.web.history`; None: in this process). Its
+    ``state.submitter`` answers ``POST /jobs`` (the route's, and :func:`asgi_app`'s fast
+    layer's)."""
     seeds = list(nodes)  # (the name "nodes" is a route below)
+    if not 0 < replication_timeout < socket_timeout:
+        raise ValueError("replication_timeout must be above 0 and below socket_timeout")
     connection["password"] = password
     client = Disque(seeds, socket_timeout=socket_timeout, **connection)
     view = ClusterView(client, cache_ttl)
+    history = History(view, history_interval, directory=history_dir)
     state: dict[str, AsyncDisque] = {}
-    # the hot POST /jobs' ADDJOBs (fastpath.py); over TLS they go through the client
-    pipe = None if connection.get("ssl") else NodePipe(
-        connection.get("username"), password, socket_timeout)
 
     @asynccontextmanager
     async def lifespan(app):
         state["aio"] = AsyncDisque(seeds, socket_timeout=socket_timeout, **connection)
+        history.start()
         try:
             yield
         finally:
-            if pipe is not None:
-                pipe.close()
+            history.stop()
             await state["aio"].close()
             client.close()
 
@@ -203,85 +144,67 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         title="disquepy", version=__version__, lifespan=lifespan,
         description="Jobs over HTTP for a disquepy (Disque) cluster: submit with a priority "
                     "and a retry policy, follow a job's status, cancel it, manage queues "
-                    "and dead letters. The dashboard is at `/`, metrics at `/metrics`.",
+                    "and dead letters. The dashboard is at `/`, metrics at `/metrics`. "
+                    "Errors are `{\"detail\": ...}`; 503 when the nodes a request needs "
+                    "are unreachable.",
         static_url="/_docs-assets")
     app.state.client = client
     app.state.view = view
+    install_metrics(app, view)
+    submitter = Submitter(lambda: state["aio"],
+                          SubmitPolicy(replicate, int(replication_timeout * 1000),
+                                       default_retry),
+                          app.state.submitted)
+    app.state.submitter = submitter
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = []
-        for e in exc.errors():
-            where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
-            problems.append(f"{where or 'body'}: {e.get('msg')}")
-        return _error(422, "invalid request: " + "; ".join(problems),
-                      detail=jsonable(exc.errors()))
+        # FastAPI's form, without the input echoed back (a job's payload can be MBs)
+        return JSONResponse({"detail": jsonable([
+            {k: v for k, v in e.items() if k not in ("input", "url")} for e in exc.errors()])},
+            status_code=422)
 
     @app.exception_handler(ResponseError)
-    async def disque_error(request: Request, exc: ResponseError) -> JSONResponse:
-        return _disque_error(exc)
+    async def disque_refused(request: Request, exc: ResponseError) -> JSONResponse:
+        return _response(disque_error(exc))
 
     @app.exception_handler(rexc.RedisError)
     async def nodes_down(request: Request, exc: rexc.RedisError) -> JSONResponse:
-        return _nodes_down(request.method, request.url.path, exc)
+        log.warning("request %s %s failed: no node answered (%s)", request.method,
+                    request.url.path, exc)
+        return _response(unreachable("serve the request", exc))
+
+    @app.exception_handler(NodesDown)
+    async def cluster_down(request: Request, exc: NodesDown) -> JSONResponse:
+        return _error(503, str(exc), {"Retry-After": "1"}, nodes=exc.nodes)
 
     # ------------------------------------------------------------------ jobs
 
     @app.post("/jobs", status_code=202, response_model=JobAccepted, tags=["jobs"],
+              dependencies=[Depends(_json_body)],
               responses={409: {"description": "the queue is paused"},
+                         413: {"description": "payload too large"},
+                         415: {"description": "not a JSON body"},
                          422: {"description": "invalid job"},
-                         503: {"description": "no node could take the job"}})
-    async def add_job(job: JobIn, response: Response,
-                      idempotency_key: str | None = Header(
-                          None, max_length=200,
+                         429: {"description": "the queue is full (MAXLEN)"},
+                         503: {"description": "no node could take the job; the body "
+                               "names the Idempotency-Key to send again when the outcome "
+                               "is unknown"}})
+    async def add_job(job: JobIn, idempotency_key: str | None = Header(
+                          None, min_length=1, max_length=MAX_KEY,
                           description="the same key sent again returns the first job")
                       ) -> Any:
-        """Submit a job; answers 202 with its ID once the cluster holds it.
+        """Submit a job; answers 202 with its ID once the cluster holds it (copies on a
+        majority of the nodes, at most 3, unless `replicate` says otherwise).
 
         A retry of the same request (same `Idempotency-Key`) returns the same job. Without
         the header a key is made per request, so a retry *inside* the API (a node failed
-        mid-request) never adds the job twice."""
-        prepared = _prepare(job, idempotency_key)
-        if prepared is None:
-            size = len(_job_body(job))
-            return _error(413, f"payload too large: {size} bytes, at most {MAX_BODY}")
-        queue, body, opts = prepared
-        jid = await state["aio"].add_job(queue, body, **opts)
-        _submitted(job)
-        response.headers["Location"] = f"/jobs/{jid}"
-        return _accepted(job, jid)
-
-    counters: dict[tuple[str, str], Any] = {}  # the submitted counter's children
-
-    def _submitted(job: JobIn) -> None:
-        c = counters.get((job.queue, job.priority))
-        if c is None:
-            if len(counters) > 10_000:
-                counters.clear()
-            c = counters[(job.queue, job.priority)] = app.state.submitted.labels(
-                job.queue, job.priority)
-        c.inc()
-
-    def _fast_error(exc: BaseException) -> JSONResponse:
-        if isinstance(exc, ResponseError):
-            return _disque_error(exc)
-        if isinstance(exc, rexc.RedisError):
-            return _nodes_down("POST", "/jobs", exc)
-        log.error("POST /jobs failed", exc_info=exc)
-        return _error(500, "internal error")
-
-    async def _fallback(queue: str, body: bytes, **opts: Any) -> str:
-        return await state["aio"].add_job(queue, body, **opts)
-
-    # FastAPIOffline builds a FastAPI: made a WebApp (a subclass adding no state) so the
-    # fast path runs before FastAPI's own layers
-    app.__class__ = WebApp
-    app.fast = FastJobs(super(WebApp, app).__call__, model=JobIn, prepare=_prepare,
-                        client=lambda: state["aio"], fallback=_fallback, accepted=_accepted,
-                        submitted=_submitted, error=_fast_error, pipe=pipe)
+        mid-request) never adds the job twice; when the outcome is unknown the 503 names
+        that key."""
+        return _response(await submitter.submit(job, idempotency_key))
 
     app.add_api_route("/jobs/", add_job, methods=["POST"], status_code=202,
-                      include_in_schema=False)
+                      dependencies=[Depends(_json_body)], include_in_schema=False)
 
     @app.get("/jobs", tags=["jobs"])
     def jobs(state_: Literal["queued", "active", "acked", "wait-repl", "all"] = Query(
@@ -295,9 +218,26 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return list_jobs(client, None if state_ == "all" else state_, queue, priority,
                          cursor, count)
 
+    @app.get("/jobs/finished", tags=["jobs"],
+             responses={400: {"description": "a cursor of another cluster"}})
+    def finished(status: list[Literal[STATES]] = Query([]),  # type: ignore[valid-type]
+                 queue: str | None = Query(None, pattern=QUEUE_NAME),
+                 cursor: str = Query("0", max_length=400, pattern=r"^[0-9x.]+$"),
+                 count: int = Query(50, ge=1, le=500)) -> Any:
+        """Recently finished jobs, the last finished first: `completed`, `failed`,
+        `cancelled`, `expired` (`status` may repeat), from the nodes' outcome stores
+        (JOBOUTCOMES, kept `job-outcome-retention` seconds), each job once; paged on
+        the server: pass `next_cursor` back as `cursor` (`"0"` when done)."""
+        try:
+            return list_finished(client, list(status), queue, cursor, count)
+        except ValueError as e:
+            return _error(400, str(e))
+
     @app.get("/jobs/{job_id:path}", tags=["jobs"],
              responses={400: {"description": "not a job ID"},
-                        404: {"description": "no node knows the job"}})
+                        404: {"description": "no node knows the job"},
+                        503: {"description": "the node that created the job, or every "
+                              "node, is unreachable: its status is not known"}})
     def job_status(job_id: str) -> Any:
         """What became of a job: `queued`, `scheduled`, `in_progress`, `retrying`,
         `completed` (with the worker's `result`, if it sent one), `failed` (with its
@@ -306,9 +246,25 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
             return _error(400, f"not a job ID: {job_id[:60]!r}")
         st = client.status(job_id).to_dict()
         if st["status"] == "unknown":
-            return _error(404, "job not found: " + st["detail"], job_id=job_id,
-                          status="unknown")
+            return _unknown(job_id, st["detail"])
         return st
+
+    def _unknown(job_id: str, detail: str) -> JSONResponse:
+        """No node that answered knows the job: a 404 when the node that created it
+        answered (it keeps the job's outcome), else a 503 naming the nodes not heard."""
+        view.invalidate()
+        snap, _ = view.snapshot()
+        up = [n["id"] for n in snap.nodes if n["up"]]
+        down = [n["address"] for n in snap.nodes if not n["up"]]
+        if not up:
+            raise NodesDown.of(snap.nodes)
+        prefix = job_node_prefix(job_id)
+        if down and not any(i.startswith(prefix) for i in up):
+            return _error(503, f"job status unknown: the node that created it ({prefix}) "
+                          f"did not answer, and no other node knows the job (unreachable: "
+                          f"{', '.join(down)})", {"Retry-After": "1"}, job_id=job_id,
+                          status="unknown", unreachable=down)
+        return _error(404, "job not found: " + detail, job_id=job_id, status="unknown")
 
     @app.post("/jobs/{job_id:path}/cancel", tags=["jobs"],
               responses={409: {"description": "in progress or finished: not cancelled"}})
@@ -318,8 +274,9 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
             return _error(400, f"not a job ID: {job_id[:60]!r}")
         r = client.cancel(job_id)
         if not r.cancelled:
-            code = 404 if r.status == "unknown" else 409
-            return _error(code, r.reason, job_id=job_id, status=r.status)
+            if r.status == "unknown":
+                return _unknown(job_id, r.reason)
+            return _error(409, r.reason, job_id=job_id, status=r.status)
         app.state.cancelled.labels(r.queue or "", r.priority or "").inc()
         view.invalidate()
         return {"job_id": job_id, "status": "cancelled", "warning": r.reason or None}
@@ -347,6 +304,55 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         waiting in QNOTIFY."""
         return view.groups()
 
+    @app.get("/groups/{queue}/{group}/dead-letters", tags=["groups"])
+    def group_dead_letters(queue: str, group: str) -> dict:
+        """A consumer group's dead letters (events delivered more than its
+        MAXDELIVERIES), from every node (QDEAD), each event once."""
+        seen: dict[str, dict] = {}
+        down: list[str] = []
+        nodes = view.answered()[0].nodes
+        for n in nodes:
+            if not n["up"]:
+                down.append(n["address"])
+                continue
+            try:
+                reply = client.execute_on(n["address"], "QDEAD", queue, group)
+            except rexc.RedisError:
+                down.append(n["address"])
+                continue
+            for eid, body, deliveries in reply:
+                e = seen.setdefault(eid.decode(), {
+                    "id": eid.decode(), "contents": json_or_text(body),
+                    "deliveries": int(deliveries), "nodes": []})
+                e["nodes"].append(n["address"])
+        return {"queue": queue, "group": group, "dead": list(seen.values()),
+                "unreachable": down}
+
+    @app.post("/groups/{queue}/{group}/dead-letters/requeue", tags=["groups"])
+    def group_requeue(queue: str, group: str, body: RequeueIn | None = None) -> Any:
+        """Give dead letters back to the group (`ids`, or all of them): delivered
+        again, their delivery count started over."""
+        ids = body.ids if body is not None and body.ids else [
+            e["id"] for e in group_dead_letters(queue, group)["dead"]]
+        done: set[str] = set()
+        for n in view.answered()[0].nodes:
+            left = [i for i in ids if i not in done]
+            if not n["up"] or not left:
+                continue
+            try:
+                held = {e[0].decode() for e in client.execute_on(n["address"], "QDEAD",
+                                                                  queue, group)}
+                mine = [i for i in left if i in held]
+                if mine:
+                    client.execute_on(n["address"], "QDEAD", queue, group, "REQUEUE", *mine)
+                    done.update(mine)
+            except rexc.RedisError:
+                continue
+        view.invalidate()
+        if body is not None and body.ids and not done:
+            return _error(404, f"no dead letter {ids[0]!r} of {group!r} in {queue!r}")
+        return {"requeued": len(done)}
+
     def _pause(name: str, flag: str) -> dict:
         states = {}
         for prio, dq in levels(name):
@@ -372,7 +378,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
             out.append({"id": dl.id, "job_id": dl.original_id, "queue": dl.queue,
                         "error": dl.error, "failed_at": dl.failed_at / 1000,
                         "attempts": dl.extra.get("attempts", dl.nacks),
-                        "payload": _payload(dl.body)})
+                        "payload": json_or_text(dl.body)})
         return out
 
     @app.post("/queues/{name}/dead-letters/{dead_id:path}/requeue", tags=["dead letters"])
@@ -400,26 +406,50 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
 
     # ------------------------------------------------------------------ cluster
 
-    @app.get("/nodes", tags=["cluster"])
+    @app.get("/nodes", tags=["cluster"],
+             responses={503: {"description": "no node answered (the body lists them)"}})
     def nodes() -> list[dict]:
         """Every node: up or down, memory, connections, ops/s, jobs."""
         return view.nodes()
 
-    @app.get("/api/overview", tags=["cluster"])
+    @app.get("/api/overview", tags=["cluster"],
+             responses={503: {"description": "no node answered (the body lists them)"}})
     def overview() -> dict:
         """Nodes, queues and totals in one call (what the dashboard polls)."""
         d = view.overview()
         d["priorities"] = list(PRIORITIES)
         return d
 
-    @app.get("/healthz", include_in_schema=False)
-    def healthz() -> Any:
-        ok = any(n["state"] == "up" for n in view.nodes())
-        return JSONResponse({"ok": ok}, status_code=200 if ok else 503)
+    @app.get("/workers", tags=["cluster"],
+             responses={503: {"description": "no node answered"}})
+    def workers() -> dict:
+        """The workers connected to each node (CLIENT LIST: connections a worker named
+        with CLIENT SETNAME): host, pid, queues, concurrency, jobs done and failed,
+        connected for (s) and last seen (s ago)."""
+        return list_workers(client)
+
+    @app.get("/api/history", tags=["cluster"])
+    def history_samples(since: float | None = None) -> dict:
+        """Throughput and latency samples kept by disque-web (every few seconds, the
+        last hour): jobs added, delivered, completed, failed per second; wait and
+        processing time percentiles (ms). `since`: only the samples after it."""
+        return {"interval": history.interval, "samples": history.samples(since)}
+
+    @app.get("/health", tags=["cluster"],
+             responses={503: {"description": "no node answered"}})
+    def health() -> Any:
+        """200 while at least one node answers (`nodes_up` of `nodes`), else 503."""
+        snap, _ = view.snapshot()
+        up = sum(1 for n in snap.nodes if n["up"])
+        body = {"ok": up > 0, "nodes": len(snap.nodes), "nodes_up": up}
+        if not up:
+            return _error(503, "no Disque node reachable", {"Retry-After": "1"}, **body)
+        return body
+
+    app.add_api_route("/healthz", health, methods=["GET"], include_in_schema=False)
 
     # ------------------------------------------------------------------ dashboard, metrics
 
-    install_metrics(app, view)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -427,13 +457,6 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return FileResponse(STATIC / "index.html")
 
     return app
-
-
-def _payload(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body.decode("utf-8", "replace")
 
 
 def jsonable(v: Any) -> Any:

@@ -28,6 +28,22 @@ GROUP_STATES = ("total", "available", "inprogress", "redo", "done", "dead")
 GROUP_COUNTS = (*GROUP_STATES, "lag", "pending")
 
 
+class NodesDown(Exception):
+    """No node answered: the API's views answer 503 with ``nodes`` (each one's address
+    and error) instead of an empty cluster."""
+
+    def __init__(self, message: str, nodes: list[dict]) -> None:
+        super().__init__(message)
+        self.nodes = nodes
+
+    @classmethod
+    def of(cls, nodes: list[dict]) -> NodesDown:
+        down = [{"address": n["address"], "state": "down", "error": n.get("error")}
+                for n in nodes]
+        return cls("no Disque node reachable (tried "
+                   + ", ".join(n["address"] for n in nodes) + ")", down)
+
+
 @dataclass
 class Snapshot:
     at: float  # unix seconds
@@ -132,10 +148,17 @@ class ClusterView:
         """Forget the cached snapshot (after a change made through the API)."""
         self._stale = True
 
+    def answered(self) -> tuple[Snapshot, Snapshot | None]:
+        """:meth:`snapshot`, or :class:`NodesDown` when no node answered it."""
+        snap, prev = self.snapshot()
+        if not any(n["up"] for n in snap.nodes):
+            raise NodesDown.of(snap.nodes)
+        return snap, prev
+
     # ------------------------------------------------------------------ views
 
     def nodes(self) -> list[dict]:
-        snap, prev = self.snapshot()
+        snap, prev = self.answered()
         before = {n["address"]: n for n in prev.nodes} if prev else {}
         out = []
         for n in snap.nodes:
@@ -168,7 +191,7 @@ class ClusterView:
 
     def queues(self) -> list[dict]:
         """Logical queues, each with its levels summed over the nodes."""
-        snap, prev = self.snapshot()
+        snap, prev = self.answered()
         dt = snap.at - prev.at if prev else 0
         logical: dict[str, dict] = {}
 
@@ -238,7 +261,7 @@ class ClusterView:
         it holds a copy of (all of them up to 3 nodes: an event has 3 copies), so the
         event counts are those of the node holding the most, a lower bound on a bigger
         cluster; consumers waiting are summed over the nodes."""
-        snap, _ = self.snapshot()
+        snap, _ = self.answered()
         out: dict[tuple[str, str], dict] = {}
         for (_addr, q), per_group in snap.groups.items():
             for g, st in per_group.items():
@@ -259,7 +282,7 @@ class ClusterView:
     def overview(self) -> dict:
         nodes = self.nodes()
         queues = self.queues()
-        snap, _ = self.snapshot()
+        snap, _ = self.answered()
         up = [n for n in nodes if n["state"] == "up"]
         rin = [q["in_per_sec"] for q in queues if q["in_per_sec"] is not None]
         rout = [q["out_per_sec"] for q in queues if q["out_per_sec"] is not None]
@@ -274,11 +297,22 @@ class ClusterView:
                 "dead": sum(q["dead"] for q in queues),
                 # the nodes' own count: a consumer blocked on several queues counts once
                 "blocked": sum(n.get("blocked_clients") or 0 for n in up),
+                # copies: a job held by R nodes is R of them (see "counts")
                 "jobs": sum(n.get("registered_jobs") or 0 for n in up),
                 "memory": sum(n.get("used_memory") or 0 for n in up),
                 "ops_per_sec": sum(n.get("ops_per_sec") or 0 for n in up),
                 "in_per_sec": round(sum(rin), 2) if rin else None,
                 "out_per_sec": round(sum(rout), 2) if rout else None,
             },
+            # what each count counts, where copies could count twice
+            "counts": {
+                "queued": "jobs waiting in a queue: a job is queued on one node at a time",
+                "jobs": "job copies held by the nodes that answered: a job replicated on "
+                        "R nodes counts R times",
+                "dead": "dead letters, each queued once",
+                "groups": "events of the node holding the most of them (every node "
+                          "holding a copy counts the same events)",
+            },
+            "unreachable": [n["address"] for n in nodes if n["state"] != "up"],
         }
 

@@ -19,6 +19,7 @@ from ..client import Disque
 from ..client.jobstatus import dead_letters_of, node_addresses
 from ..client.priority import queue_for, split
 from ..client.replies import parse_show
+from .cluster import NodesDown
 
 ROUNDS = 64  # JSCAN calls per page at most
 PREVIEW = 200  # characters of a payload shown in a listing
@@ -56,6 +57,8 @@ def list_jobs(client: Disque, state: str | None, queue: str | None, priority: st
     now = time.time()
     rounds = 0
     ids: dict[str, str] = {}
+    down: list[str] = []
+    errors: dict[str, str] = {}
     while node_i < len(nodes) and len(out) < count and rounds < ROUNDS:
         addr = nodes[node_i]
         rounds += 1
@@ -63,7 +66,9 @@ def list_jobs(client: Disque, state: str | None, queue: str | None, priority: st
             if addr not in ids:
                 ids[addr] = client.execute_on(addr, "HELLO")[1].decode()
             reply = client.execute_on(addr, "JSCAN", jcursor, *args_tail)
-        except rexc.RedisError:  # a node down: its jobs are skipped this time
+        except rexc.RedisError as e:  # a node down: its jobs are skipped this time
+            down.append(addr)
+            errors[addr] = str(e) or type(e).__name__
             node_i, jcursor = node_i + 1, 0
             continue
         hello_id = ids[addr]
@@ -79,6 +84,8 @@ def list_jobs(client: Disque, state: str | None, queue: str | None, priority: st
             out.append(summary(s, now))
         if jcursor == 0:
             node_i += 1
+    if down and len(down) == len(nodes):
+        raise NodesDown.of([{"address": a, "error": errors[a]} for a in down])
     done = node_i >= len(nodes)
     return {"jobs": out, "next_cursor": "0" if done else f"{node_i}:{jcursor}",
-            "nodes": len(nodes)}
+            "nodes": len(nodes), "unreachable": down}

@@ -73,6 +73,10 @@ _TABLE = [
             args="job-id",
             summary=("A job's status: queued, in_progress, retrying, completed, failed, "
                      "cancelled, expired; attempts, times, error or result")),
+    Command("joboutcomes", -1, status.joboutcomes,
+            args="[cursor] [COUNT n] [BUSYLOOP] [STATUS s ...] [QUEUE q ...]",
+            summary=("How jobs ended, the last finished first (the outcome store): "
+                     "completed, failed, cancelled, expired; paged with a cursor")),
     Command("cancel", 2, status.cancel,
             args="job-id",
             summary="Cancel a job nobody works on (queued, scheduled, retrying), everywhere"),

@@ -1,4 +1,4 @@
-"""disquepy's job outcome commands: JOBSTATUS, CANCEL, FAILJOB.
+"""disquepy's job outcome commands: JOBSTATUS, JOBOUTCOMES, CANCEL, FAILJOB.
 
 A job's status while it lives comes from the job; after it ends, from the node's
 outcome store (outcomes.py), kept ``job-outcome-retention`` seconds on every node that
@@ -29,7 +29,7 @@ from ..job import (
 )
 from ..jobmetrics import BOUNDS_MS, COUNTERS, DEFAULT_REASON, valid_reason
 from ..outcomes import STATE_NAMES
-from .args import job_ids
+from .args import job_ids, parse_scan
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -100,6 +100,53 @@ def jobstatus(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
         _REQUEUE, null,
         _DETAIL, b(o.detail) if o.detail else null,
     ])
+
+
+OUTCOME_STATES = {name.encode(): k for k, name in STATE_NAMES.items()}
+BAD_OUTCOME_STATE = "ERR STATUS must be completed, failed, cancelled or expired"
+OUTCOMES_BUDGET = 20_000  # records looked at per call (SCAN-like), unless BUSYLOOP
+_CURSOR = resp.bulk(b"cursor")
+
+
+def joboutcomes(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """JOBOUTCOMES [cursor] [COUNT n] [BUSYLOOP] [STATUS s ...] [QUEUE q ...]: this node's
+    outcome store, the last finished first: ``[next-cursor, [outcome, ...]]``, each
+    outcome as JOBSTATUS's fields plus ``cursor`` (where to go on from after it).
+    STATUS (completed, failed, cancelled, expired) and QUEUE (a Disque queue) filter,
+    each may repeat. Like SCAN, a call looks at a bounded number of outcomes (all of
+    them with BUSYLOOP) and may return fewer than COUNT with a cursor to go on; the
+    cursor is ``0`` when the store has no older outcome left."""
+    states = 0
+    queues: set[str] = set()
+
+    def status_opt(v: bytes) -> None:
+        nonlocal states
+        st = OUTCOME_STATES.get(v.lower())
+        if st is None:
+            raise ReplyError(BAD_OUTCOME_STATE)
+        states |= 1 << st
+
+    def queue_opt(v: bytes) -> None:
+        queues.add(v.decode("latin-1"))
+
+    cursor, count, busyloop = parse_scan(argv, {b"status": status_opt, b"queue": queue_opt})
+    if not node.outcomes_on:
+        return resp.array([resp.bulk(b"0"), resp.array([])])
+    nxt, found = node.outcomes.recent(cursor, count, states, frozenset(queues) or None,
+                                      0 if busyloop else OUTCOMES_BUDGET)
+    b, i = resp.bulk, resp.integer
+    null = resp.null_bulk(client.proto)
+    items = [resp.array([
+        _ID, b(o.job_id.encode("latin-1")),
+        _STATE, _STATES[o.state],
+        _QUEUE, b(o.queue.encode("latin-1")),
+        _ATTEMPTS, i(o.attempts),
+        _CREATED, i(o.created_ms),
+        _FINISHED, i(o.finished_ms),
+        _DETAIL, b(o.detail) if o.detail else null,
+        _CURSOR, b(b"%d" % pos),
+    ]) for pos, o in found]
+    return resp.array([b(b"%d" % nxt), resp.array(items)])
 
 
 def cancel(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
@@ -182,4 +229,4 @@ def jobmetrics(node: Node, client: Client, argv: list[bytes], now: int) -> bytes
     return resp.encode([b"buckets-ms", list(BOUNDS_MS), b"queues", out], client.proto)
 
 
-__all__ = ["cancel", "failjob", "jobmetrics", "jobstatus", "live_state"]
+__all__ = ["cancel", "failjob", "jobmetrics", "joboutcomes", "jobstatus", "live_state"]

@@ -1,5 +1,7 @@
-// The disquepy dashboard: polls /api/overview, pages jobs through /jobs (server-side
-// cursors), and calls the same REST API a user would (cancel, pause, dead letters).
+// The disquepy dashboard: polls /api/overview and the open view (every view refreshes
+// live), pages jobs through /jobs and /jobs/finished (server-side cursors), draws the
+// history disque-web keeps (/api/history), and calls the same REST API a user would
+// (cancel, pause, dead letters).
 "use strict";
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -13,7 +15,13 @@ async function api(method, path, body) {
   const r = await fetch(path, opts);
   let data = null;
   try { data = await r.json(); } catch (e) { data = null; }
-  if (!r.ok) throw new Error((data && (data.error || data.detail)) || `${r.status} ${r.statusText}`);
+  if (!r.ok) {
+    const d = data && data.detail;
+    const msg = Array.isArray(d) ? d.map((e) => `${(e.loc || []).join(".")}: ${e.msg}`).join("; ") : d;
+    const err = new Error(msg || `${r.status} ${r.statusText}`);
+    err.status = r.status;
+    throw err;
+  }
   return data;
 }
 
@@ -50,17 +58,37 @@ function when(ts) {
   const d = new Date(ts * 1000), today = new Date().toDateString() === d.toDateString();
   return today ? d.toLocaleTimeString() : d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
 }
+// whether data differs from what a table last showed: a live refresh redraws only then
+// (rows the user points at, or a test holds, stay the same elements)
+const shown = {};
+function changed(key, data) {
+  const j = JSON.stringify(data);
+  if (shown[key] === j) return false;
+  shown[key] = j;
+  return true;
+}
 function shortId(id) { return id.length > 24 ? id.slice(0, 11) + "…" + id.slice(-10) : id; }
 
 // ------------------------------------------------------------------ views
 
-const views = ["overview", "jobs", "dead", "lookup"];
+const views = ["overview", "jobs", "finished", "workers", "dead", "lookup"];
+let current = "overview";
 function show(view, arg) {
+  current = view;
   for (const v of views) $(`#view-${v}`).hidden = v !== view;
   for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.view === view);
   if (view === "jobs") loadJobs(true);
-  if (view === "dead") loadDead();
+  if (view === "finished") loadFinished(true);
+  if (view === "workers") loadWorkers();
+  if (view === "dead") { loadDead(); loadGroupDead(); }
   if (view === "lookup" && arg) { $("#lookup-id").value = arg; lookup(arg); }
+}
+// the open view's data, again (the lookup view is left as the user asked it)
+function refreshView() {
+  if (current === "jobs") loadJobs(false, true);
+  else if (current === "finished") loadFinished(false, true);
+  else if (current === "workers") loadWorkers(true);
+  else if (current === "dead") { loadDead(true); loadGroupDead(true); }
 }
 function route() {
   const h = decodeURIComponent(location.hash.slice(1));
@@ -72,17 +100,51 @@ window.addEventListener("hashchange", route);
 // ------------------------------------------------------------------ overview
 
 let overview = null;
-const chart = new LineChart($("#chart"), [{ name: "in", color: "#4f46e5" }, { name: "out", color: "#10b981" }], 300);
+const CHART_WINDOW = 900; // seconds shown; disque-web keeps an hour
+const chart = new LineChart($("#chart"), [{ name: "added", color: "#4f46e5" }, { name: "completed", color: "#10b981" }, { name: "failed", color: "#dc2626" }], CHART_WINDOW);
+const latency = new LineChart($("#latency-chart"), [{ name: "wait p50", color: "#f59e0b" }, { name: "wait p95", color: "#b45309" }, { name: "processing p50", color: "#0ea5e9" }, { name: "processing p95", color: "#0369a1" }], CHART_WINDOW, "ms");
+let lastSample = null;
+
+async function loadHistory() {
+  const d = await api("GET", "/api/history" + (lastSample ? `?since=${lastSample}` : ""));
+  for (const s of d.samples) {
+    chart.add(s.t, [s.added_per_sec, s.completed_per_sec, s.failed_per_sec]);
+    latency.add(s.t, [s.wait_p50_ms, s.wait_p95_ms, s.processing_p50_ms, s.processing_p95_ms]);
+    lastSample = s.t;
+  }
+  chart.draw();
+  latency.draw();
+}
+
+function banner(kind, text) {
+  const b = $("#banner");
+  b.hidden = !text;
+  b.className = "banner " + kind;
+  b.textContent = text || "";
+}
 
 async function poll() {
   try {
     overview = await api("GET", "/api/overview");
+    document.body.classList.remove("stale");
     renderOverview(overview);
+    const down = overview.unreachable || [];
+    banner("warn", down.length ? `${down.length} of ${overview.totals.nodes} nodes unreachable (${down.join(", ")}): the counts below cover the ${overview.totals.nodes_up} that answered.` : "");
     $("#updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
     $("#cluster-pill").className = "pill pill-bad";
-    $("#cluster-pill").textContent = "API unreachable";
+    document.body.classList.add("stale");
+    if (e.status === 503) {
+      $("#cluster-pill").textContent = "nodes unreachable";
+      banner("bad", `Cluster unreachable: ${e.message}. Nothing below is current.`);
+      $("#queues-empty").hidden = true;
+    } else {
+      $("#cluster-pill").textContent = "API unreachable";
+      banner("bad", `disque-web does not answer: ${e.message}`);
+    }
   }
+  try { await loadHistory(); } catch (e) { /* the next poll tries again */ }
+  refreshView();
   setTimeout(poll, POLL_MS);
 }
 
@@ -92,15 +154,13 @@ function renderOverview(o) {
   pill.className = "pill " + (t.nodes_up === t.nodes ? "pill-ok" : t.nodes_up ? "pill-bad" : "pill-bad");
   pill.textContent = t.nodes_up === t.nodes ? `cluster ok · ${t.nodes} node${t.nodes > 1 ? "s" : ""}` : `${t.nodes_up}/${t.nodes} nodes up`;
   $("#st-queued").textContent = num(t.queued);
-  $("#st-jobs").textContent = `${num(t.jobs)} jobs held in all states`;
+  $("#st-jobs").textContent = `${num(t.jobs)} job copies held in all states`;
   $("#st-in").textContent = num(t.in_per_sec);
   $("#st-out").textContent = num(t.out_per_sec);
   $("#st-blocked").textContent = num(t.blocked);
   $("#st-dead").textContent = num(t.dead);
   $("#st-nodes").textContent = `${t.nodes_up} / ${t.nodes}`;
   $("#st-mem").textContent = `${bytes(t.memory)} used · ${num(t.ops_per_sec)} ops/s`;
-  if (t.in_per_sec != null || t.out_per_sec != null) chart.push(o.at, [t.in_per_sec, t.out_per_sec]);
-  else chart.draw();
   renderQueues(o.queues);
   renderGroups(o.groups || []);
   renderNodes(o.nodes);
@@ -108,6 +168,7 @@ function renderOverview(o) {
 }
 
 function renderQueues(queues) {
+  if (!changed("queues", [queues])) return;
   const tb = $("#queues-table tbody");
   $("#queues-empty").hidden = queues.length > 0;
   $("#queues-table").hidden = queues.length === 0;
@@ -130,6 +191,7 @@ function renderQueues(queues) {
 }
 
 function renderGroups(groups) {
+  if (!changed("groups", [groups])) return;
   $("#groups-card").hidden = groups.length === 0;
   const tb = $("#groups-table tbody");
   tb.innerHTML = groups.map((g) => {
@@ -140,7 +202,7 @@ function renderGroups(groups) {
       <td><div class="depth"><div class="bar">${seg("g-done", g.done)}${seg("g-pending", g.pending)}${seg("g-lag", g.lag)}</div>
         <span class="n wide">${num(g.done)} / ${num(g.total)}</span></div></td>
       <td class="num">${num(g.lag)}</td><td class="num">${num(g.pending)}</td>
-      <td class="num">${dur(g.oldest_not_done_age)}</td><td class="num">${num(g.dead)}</td>
+      <td class="num">${dur(g.oldest_not_done_age)}</td><td class="num">${g.dead ? `<a href="#dead/${encodeURIComponent(g.queue)}/${encodeURIComponent(g.group)}">${num(g.dead)}</a>` : "0"}</td>
       <td class="num">${num(g.consumers)}</td></tr>`;
   }).join("");
 }
@@ -158,6 +220,7 @@ $("#queues-table").addEventListener("click", async (ev) => {
 });
 
 function renderNodes(nodes) {
+  if (!changed("nodes", [nodes])) return;
   $("#nodes-table tbody").innerHTML = nodes.map((n) => `<tr>
     <td><span class="mono">${esc(n.address)}</span>${n.id ? ` <span class="muted small mono">${esc(n.id.slice(0, 8))}</span>` : ""}</td>
     <td><span class="badge ${n.state}">${n.state}</span>${n.error ? ` <span class="muted small">${esc(n.error)}</span>` : ""}</td>
@@ -168,12 +231,13 @@ function renderNodes(nodes) {
 
 function fillQueueSelects(queues) {
   const names = queues.map((q) => q.name);
-  for (const [sel, first] of [["#jobs-queue", "All queues"], ["#dead-queue", null]]) {
+  fillGroupSelect(overview ? overview.groups || [] : []);
+  for (const [sel, first] of [["#jobs-queue", "All queues"], ["#finished-queue", "All queues"], ["#dead-queue", null]]) {
     const s = $(sel);
     const have = [...s.options].map((o) => o.value).filter((v) => v);
     if (have.join("\n") === names.join("\n")) continue;
     const cur = s.value;
-    s.innerHTML = (first ? `<option value="">${first}</option>` : "") + names.map((n) => `<option>${esc(n)}</option>`).join("");
+    s.innerHTML = (first ? `<option value="">${first}</option>` : names.length ? "" : `<option value="">No queues</option>`) + names.map((n) => `<option>${esc(n)}</option>`).join("");
     if (names.includes(cur)) s.value = cur;
     if (sel === "#dead-queue" && pendingDeadQueue && names.includes(pendingDeadQueue)) s.value = pendingDeadQueue;
   }
@@ -183,7 +247,7 @@ function fillQueueSelects(queues) {
 
 const jobsState = { state: "queued", cursors: ["0"], page: 0, next: "0" };
 
-async function loadJobs(reset) {
+async function loadJobs(reset, quiet) {
   const h = decodeURIComponent(location.hash.slice(1)).split("/");
   if (h[0] === "jobs" && h[1] && reset) {
     if (![...$("#jobs-queue").options].some((o) => o.value === h[1])) $("#jobs-queue").add(new Option(h[1], h[1]));
@@ -197,10 +261,12 @@ async function loadJobs(reset) {
     const d = await api("GET", `/jobs?${params}`);
     jobsState.next = d.next_cursor;
     renderJobs(d.jobs);
-  } catch (e) { toast(e.message, true); }
+  } catch (e) { if (!quiet) toast(e.message, true); }
 }
 
 function renderJobs(jobs) {
+  // ages grow every poll: redraw for them every 10 s only
+  if (!changed("jobs", [jobs.map((j) => ({ ...j, age: Math.round((j.age || 0) / 10) })), jobsState.page, jobsState.next])) return;
   $("#jobs-empty").hidden = jobs.length > 0;
   $("#jobs-table tbody").innerHTML = jobs.map((j) => `<tr data-id="${esc(j.job_id)}">
     <td><a class="mono" href="#lookup/${encodeURIComponent(j.job_id)}" title="${esc(j.job_id)}">${esc(shortId(j.job_id))}</a></td>
@@ -245,16 +311,16 @@ $("#jobs-table").addEventListener("click", async (ev) => {
 // ------------------------------------------------------------------ dead letters
 
 let pendingDeadQueue = null;
-async function loadDead() {
+async function loadDead(quiet) {
   const h = decodeURIComponent(location.hash.slice(1)).split("/");
-  if (h[0] === "dead" && h[1]) {
+  if (h[0] === "dead" && h.length === 2 && h[1] && !quiet) {
     pendingDeadQueue = h[1];
     if (![...$("#dead-queue").options].some((o) => o.value === h[1])) $("#dead-queue").add(new Option(h[1], h[1]));
     $("#dead-queue").value = h[1];
   }
   const q = $("#dead-queue").value;
   if (!q) { renderDead([]); return; }
-  try { renderDead(await api("GET", `/queues/${encodeURIComponent(q)}/dead-letters`)); } catch (e) { toast(e.message, true); }
+  try { renderDead(await api("GET", `/queues/${encodeURIComponent(q)}/dead-letters`)); } catch (e) { if (!quiet) toast(e.message, true); }
 }
 
 function queueCell(q) {
@@ -264,6 +330,7 @@ function queueCell(q) {
 }
 
 function renderDead(items) {
+  if (!changed("dead", [items])) return;
   $("#dead-empty").hidden = items.length > 0;
   $("#dead-requeue-all").disabled = items.length === 0;
   $("#dead-table tbody").innerHTML = items.map((d) => `<tr data-id="${esc(d.id)}" data-job="${esc(d.job_id)}">
@@ -299,6 +366,138 @@ $("#dead-requeue-all").addEventListener("click", async () => {
     toast(`${r.requeued} job(s) queued again`);
     loadDead();
   } catch (e) { toast(e.message, true); }
+});
+
+// ------------------------------------------------------------------ finished jobs
+
+const finState = { status: "", cursors: ["0"], page: 0, next: "0" };
+
+async function loadFinished(reset, quiet) {
+  if (reset) { finState.cursors = ["0"]; finState.page = 0; }
+  const params = new URLSearchParams({ count: "50", cursor: finState.cursors[finState.page] });
+  if (finState.status) params.set("status", finState.status);
+  const q = $("#finished-queue").value;
+  if (q) params.set("queue", q);
+  try {
+    const d = await api("GET", `/jobs/finished?${params}`);
+    finState.next = d.next_cursor;
+    renderFinished(d.jobs);
+  } catch (e) { if (!quiet) toast(e.message, true); }
+}
+
+function outcomeCell(j) {
+  const v = j.status === "failed" ? j.error : j.result;
+  if (v == null) return "";
+  const text = typeof v === "string" ? v : JSON.stringify(v);
+  return `<div class="result mono ${j.status === "failed" ? "err" : ""}" title="${esc(text)}">${esc(text)}</div>`;
+}
+
+function renderFinished(jobs) {
+  if (!changed("finished", [jobs, finState.page, finState.next])) return;
+  $("#finished-empty").hidden = jobs.length > 0;
+  $("#finished-table tbody").innerHTML = jobs.map((j) => `<tr data-id="${esc(j.job_id)}">
+    <td><a class="mono" href="#lookup/${encodeURIComponent(j.job_id)}" title="${esc(j.job_id)}">${esc(shortId(j.job_id))}</a></td>
+    <td>${esc(j.queue)}</td><td><span class="chip ${j.priority}">${j.priority}</span></td>
+    <td><span class="badge ${j.status}">${j.status}</span></td><td class="num">${num(j.attempts)}</td>
+    <td class="nowrap">${when(j.finished_at)}</td>
+    <td class="num">${j.created_at ? dur(j.finished_at - j.created_at) : "–"}</td>
+    <td>${outcomeCell(j)}</td></tr>`).join("");
+  $("#finished-page").textContent = `Page ${finState.page + 1} · ${jobs.length} job${jobs.length === 1 ? "" : "s"}`;
+  $("#finished-prev").disabled = finState.page === 0;
+  $("#finished-next").disabled = finState.next === "0";
+}
+
+$("#finished-seg").addEventListener("click", (ev) => {
+  const b = ev.target.closest("button");
+  if (!b) return;
+  for (const x of $("#finished-seg").children) x.classList.toggle("on", x === b);
+  finState.status = b.dataset.status;
+  loadFinished(true);
+});
+$("#finished-queue").addEventListener("change", () => loadFinished(true));
+$("#finished-next").addEventListener("click", () => {
+  finState.cursors[finState.page + 1] = finState.next;
+  finState.page += 1;
+  loadFinished(false);
+});
+$("#finished-prev").addEventListener("click", () => { finState.page = Math.max(0, finState.page - 1); loadFinished(false); });
+
+// ------------------------------------------------------------------ workers
+
+async function loadWorkers(quiet) {
+  try { renderWorkers(await api("GET", "/workers")); } catch (e) { if (!quiet) toast(e.message, true); }
+}
+
+function renderWorkers(d) {
+  if (!changed("workers", [d])) return;
+  $("#workers-empty").hidden = d.workers > 0;
+  $("#workers-nodes").innerHTML = d.nodes.map((n) => `<div class="node-head"><span class="mono">${esc(n.address)}</span>
+      <span class="badge ${n.state}">${n.state}</span><span class="muted small">${n.state === "up" ? `${n.workers.length} worker${n.workers.length === 1 ? "" : "s"}` : esc(n.error || "")}</span></div>
+    ${n.workers.length ? `<table class="table workers-table" data-node="${esc(n.address)}">
+      <thead><tr><th>Host</th><th class="num">PID</th><th>Queues</th><th class="num">Concurrency</th><th class="num">Done</th><th class="num">Failed</th><th>Started</th><th>Connected since</th><th class="num">Last seen</th></tr></thead>
+      <tbody>${n.workers.map((w) => `<tr data-pid="${w.pid}">
+        <td>${esc(w.host)}</td><td class="num mono">${w.pid}</td>
+        <td class="queues-list">${w.queues.map((q) => `<span class="qchip">${esc(q)}</span>`).join("")}</td>
+        <td class="num">${num(w.concurrency)}</td><td class="num">${num(w.done)}</td><td class="num">${num(w.failed)}</td>
+        <td class="nowrap">${when(w.started_at)}</td>
+        <td class="nowrap" title="connected for ${dur(w.connected_for)}">${when(Date.now() / 1000 - w.connected_for)}</td>
+        <td class="num">${w.last_seen < 1 ? "now" : dur(w.last_seen) + " ago"}</td></tr>`).join("")}</tbody></table>` : ""}`).join("");
+}
+
+// ------------------------------------------------------------------ consumer group dead letters
+
+let pendingGroup = null;
+function fillGroupSelect(groups) {
+  const s = $("#gdead-group");
+  const keys = groups.map((g) => `${g.queue}/${g.group}`);
+  const have = [...s.options].map((o) => o.value);
+  if (have.join("\n") !== keys.join("\n")) {
+    const cur = s.value;
+    s.innerHTML = groups.map((g) => `<option value="${esc(g.queue + "/" + g.group)}">${esc(g.queue)} · ${esc(g.group)}${g.dead ? ` (${g.dead} dead)` : ""}</option>`).join("");
+    if (keys.includes(cur)) s.value = cur;
+  }
+  if (pendingGroup && keys.includes(pendingGroup)) { s.value = pendingGroup; pendingGroup = null; loadGroupDead(); }
+  $("#gdead-card").hidden = groups.length === 0;
+}
+
+async function loadGroupDead(quiet) {
+  const h = decodeURIComponent(location.hash.slice(1)).split("/");
+  if (h[0] === "dead" && h.length >= 3 && !quiet) {
+    pendingGroup = `${h[1]}/${h.slice(2).join("/")}`;
+    if ([...$("#gdead-group").options].some((o) => o.value === pendingGroup)) { $("#gdead-group").value = pendingGroup; pendingGroup = null; }
+  }
+  const v = $("#gdead-group").value;
+  if (!v) { renderGroupDead({ dead: [] }); return; }
+  const i = v.indexOf("/");
+  try { renderGroupDead(await api("GET", `/groups/${encodeURIComponent(v.slice(0, i))}/${encodeURIComponent(v.slice(i + 1))}/dead-letters`)); } catch (e) { if (!quiet) toast(e.message, true); }
+}
+
+function renderGroupDead(d) {
+  if (!changed("gdead", [d])) return;
+  $("#gdead-empty").hidden = d.dead.length > 0;
+  $("#gdead-requeue-all").disabled = d.dead.length === 0;
+  $("#gdead-table tbody").innerHTML = d.dead.map((e) => `<tr data-id="${esc(e.id)}">
+    <td class="mono">${esc(shortId(e.id))}</td>
+    <td><div class="preview mono">${esc(typeof e.contents === "string" ? e.contents : JSON.stringify(e.contents))}</div></td>
+    <td class="num">${num(e.deliveries)}</td><td class="mono small">${esc(e.nodes.join(", "))}</td>
+    <td class="actions"><button class="btn btn-sm" data-act="requeue">Requeue</button></td></tr>`).join("");
+}
+
+async function requeueGroup(ids) {
+  const v = $("#gdead-group").value, i = v.indexOf("/");
+  const r = await api("POST", `/groups/${encodeURIComponent(v.slice(0, i))}/${encodeURIComponent(v.slice(i + 1))}/dead-letters/requeue`, { ids });
+  toast(`${r.requeued} event(s) given back to ${v.slice(i + 1)}`);
+  loadGroupDead();
+}
+$("#gdead-group").addEventListener("change", () => loadGroupDead());
+$("#gdead-table").addEventListener("click", async (ev) => {
+  const b = ev.target.closest("button[data-act=requeue]");
+  if (!b) return;
+  b.disabled = true;
+  try { await requeueGroup([b.closest("tr").dataset.id]); } catch (e) { toast(e.message, true); b.disabled = false; }
+});
+$("#gdead-requeue-all").addEventListener("click", async () => {
+  try { await requeueGroup([]); } catch (e) { toast(e.message, true); }
 });
 
 // ------------------------------------------------------------------ job lookup
