@@ -171,6 +171,8 @@ function renderQueues(queues) {
   if (!changed("queues", [queues])) return;
   const tb = $("#queues-table tbody");
   $("#queues-empty").hidden = queues.length > 0;
+  const curl = $("#curl-example");  // the example names this dashboard's own address
+  if (curl) curl.textContent = curl.textContent.replace("http://HOST", location.origin);
   $("#queues-table").hidden = queues.length === 0;
   const max = Math.max(1, ...queues.map((q) => q.depth));
   tb.innerHTML = queues.map((q) => {
