@@ -16,11 +16,12 @@ driver, the simulator, the test harnesses — takes everything at once as one
    (``codec.bus.encode_frame`` encodes either).
 5. ``replies``: ``(client, bytes)`` for clients other than the one whose command
    returned its reply (a blocked GETJOB served, a timed out one, a replicated ADDJOB).
-6. ``requests``: ``(client, ShellRequest)``: commands only the shell can finish (file
+6. ``events``: job-lifecycle events ``(ms, kind, job id, queue, extra)`` for the event
+   log (only while ``event-log`` is on); before the requests, one of which may close or
+   move that log (CONFIG SET event-log-dir, SHUTDOWN).
+7. ``requests``: ``(client, ShellRequest)``: commands only the shell can finish (file
    I/O, exit, sleeping, CONFIG SET's effects on the shell). ``execute`` returned None
    for them: the shell sends their reply, and the client's later commands wait.
-7. ``events``: job-lifecycle events ``(ms, kind, job id, queue, extra)`` for the event
-   log (only while ``event-log`` is on).
 8. ``logs``: ``(level, line)`` for the server log ("warning", "notice", "verbose").
 9. ``wake``: the earliest timer added since the last take (``NEVER`` if none): a shell
    that keeps one timer re-arms it at ``Node.next_wake()`` when this is earlier.
@@ -96,10 +97,10 @@ class Shell:
         for client, data in out.replies:
             if not client.closed:
                 self.reply(client, data)
-        for requester, req in out.requests:
-            self.finish(requester, req)
         if out.events:
             self.record_events(out.events)
+        for requester, req in out.requests:
+            self.finish(requester, req)
         for level, line in out.logs:
             self.log(level, line)
 

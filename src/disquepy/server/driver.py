@@ -162,9 +162,16 @@ class Driver(Shell):
         self.events.flush()
         self.loop.call_later(0.2, self._events_tick)
 
+    def deliver_pending(self) -> None:
+        """Carry out what the node produced since the last delivery, now (before a
+        stop closes what those outputs need)."""
+        if self.node.has_outputs():
+            self.deliver(self.node.take_outputs())
+
     def stop_events(self) -> None:
-        if self.node.events_out:
-            self.write_events(self.node.take_outputs().events)
+        """Close the event log, once the events still pending are in it (they come
+        with the node's other outputs, which are delivered too, not dropped)."""
+        self.deliver_pending()
         if self.events is not None:
             self.events.close()
             self.events = None
@@ -496,6 +503,9 @@ class Driver(Shell):
 
     def shutdown(self, how: str = "") -> None:
         log.warning("User requested shutdown...")
+        # a signal may come between a batch's commands and the delivery of their
+        # outputs: their replies, records and events leave before anything closes
+        self.deliver_pending()
         for srv in self.servers:
             srv.close()
         if self.bus is not None:
