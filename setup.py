@@ -46,6 +46,7 @@ MYPYC_MODULES = [
     "src/disquepy/core/commands/jobs.py",
     "src/disquepy/core/commands/queues.py",
     "src/disquepy/core/commands/server.py",
+    "src/disquepy/core/info.py",
     "src/disquepy/core/commands/status.py",
     "src/disquepy/core/commands/groups.py",
     "src/disquepy/core/commands/users.py",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from disquepy.core.commands.server import info_reply
 from disquepy.core.config import Config
+from disquepy.core.info import HostFacts
 from disquepy.core.node import Node
 from disquepy.core.outputs import Shell
 
@@ -30,16 +30,17 @@ class HarnessShell(Shell):
     def reply(self, client, data: bytes) -> None:
         self.replies.append((client, data))
 
-    def finish(self, client, req) -> None:
-        if req.kind == "config-changed":
-            return
-        if req.kind == "info":
-            data = info_reply(self.node, req.args[0], {}, self.node.now)
-        elif req.kind == "auth-failed":  # the error, without the delay
-            data = req.args[1]
-        else:
-            data = req
+    def answer(self, client, data) -> None:
         self.finished[client.id] = data
+
+    def info(self, section: str) -> bytes:
+        return self.node.info(section, HostFacts(), self.node.now)
+
+    def auth_failed(self, client, delay_ms: int, error: bytes) -> bytes:
+        return error  # without the delay
+
+    def unsupported(self, req):
+        return req  # the request itself, for the test to see
 
     def run(self, client) -> bytes | None:
         """Carry out everything; the reply a shell request of ``client`` got, if any."""

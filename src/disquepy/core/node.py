@@ -25,6 +25,7 @@ from .errors import ReplyError
 from .federation import Federation
 from .groups import Groups
 from .ids import JobIdGenerator, Rng, new_node_id
+from .info import HostFacts, info_reply
 from .job import (
     ACKED,
     ACTIVE,
@@ -136,7 +137,7 @@ class Node:
         self.slow_us = -1  # slowlog-log-slower-than and latency-monitor-threshold, kept
         self.latency_ms = 0  # here by config_changed: read on every command
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
-        self.requests: list[tuple[Client | None, ShellRequest]] = []  # (client or None, ShellRequest) for the shell to finish
+        self.requests: list[tuple[Client, ShellRequest]] = []  # (client, ShellRequest) for the shell to finish
         self.logs_out: list[tuple[str, str]] = []  # (level, line) for the server log
         # CLUSTER MEET asks the shell to check the peer's bus first (the server does;
         # the simulator and the test harnesses meet at once)
@@ -808,7 +809,12 @@ class Node:
                 self.aof.created(job)
         return b"+" + jid + b"\r\n"
 
-    def persistence_info(self, aof_fields: list[tuple[str, object]] | None
+    def info(self, section: str, host: HostFacts, now: int) -> bytes:
+        """INFO's reply (the ``Info`` shell request), with the process's facts the shell
+        read for it."""
+        return info_reply(self, section, host, now)
+
+    def persistence_info(self, aof_fields: tuple[tuple[str, object], ...] | None
                          ) -> list[tuple[str, object]]:
         return [
             ("loading", int(self.loading)),
