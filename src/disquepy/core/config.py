@@ -51,6 +51,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ..codec.resp import split_text
+
 __all__ = [
     "DIRECTIVES",
     "REWRITE_SIGNATURE",
@@ -63,7 +65,6 @@ __all__ = [
     "glob_match",
     "parse_memory",
     "quote_arg",
-    "split_args",
 ]
 
 INT_MAX = 2**31 - 1
@@ -144,11 +145,7 @@ class ConfigError(ValueError):
 # Lexical helpers: argument splitting and quoting, memory sizes, integers.
 # ---------------------------------------------------------------------------
 
-_ISSPACE = " \t\n\r\v\f"  # C isspace(): what separates arguments
-_BARE_END = " \n\r\t\0"  # what ends an unquoted argument
 _LINE_TRIM = " \t\r\n"  # what is trimmed from both ends of a config line
-_HEX = "0123456789abcdefABCDEF"
-_UNESCAPE = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "a": "\a"}
 _ESCAPE = {
     "\\": "\\\\",
     '"': '\\"',
@@ -160,92 +157,8 @@ _ESCAPE = {
 }
 
 
-def split_args(line: str) -> list[str]:
-    """Split a config line into arguments the way Redis' sdssplitargs does.
-
-    Unquoted arguments end at whitespace. Inside double quotes ``\\xHH``,
-    ``\\n``, ``\\r``, ``\\t``, ``\\b``, ``\\a`` are decoded and a backslash
-    before any other character yields that character; inside single quotes
-    only ``\\'`` is special. A quote may open in the middle of an argument;
-    a closing quote must be followed by whitespace or the end of the line.
-    ``\\xHH`` denotes a byte: bytes that do not form UTF-8 come back as
-    their ``surrogateescape`` stand-ins, like text decoded from the wire.
-
-    Raises ``ValueError`` on unbalanced quotes.
-    """
-    args: list[str] = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i] in _ISSPACE:
-            i += 1
-        if i >= n:
-            return args
-        cur: list[str] = []
-        quote = ""
-        raw_bytes = False
-        while True:
-            if quote:
-                if i >= n:
-                    raise ValueError("unbalanced quotes")
-                c = line[i]
-                if c == quote:
-                    i += 1
-                    if i < n and line[i] not in _ISSPACE:
-                        raise ValueError("closing quote must be followed by a space")
-                    break
-                if c == "\\" and quote == '"':
-                    if (
-                        i + 3 < n
-                        and line[i + 1] == "x"
-                        and line[i + 2] in _HEX
-                        and line[i + 3] in _HEX
-                    ):
-                        cur.append(_byte_char(int(line[i + 2 : i + 4], 16)))
-                        raw_bytes = True
-                        i += 4
-                        continue
-                    if i + 1 < n:
-                        cur.append(_UNESCAPE.get(line[i + 1], line[i + 1]))
-                        i += 2
-                        continue
-                elif c == "\\" and i + 1 < n and line[i + 1] == "'":
-                    cur.append("'")
-                    i += 2
-                    continue
-                cur.append(c)
-                i += 1
-            else:
-                if i >= n:
-                    break
-                c = line[i]
-                i += 1
-                if c in _BARE_END:
-                    break
-                if c == '"' or c == "'":
-                    quote = c
-                else:
-                    cur.append(c)
-        token = "".join(cur)
-        args.append(_rejoin_bytes(token) if raw_bytes else token)
-
-
-def _byte_char(byte: int) -> str:
-    """The character standing for one raw byte: ASCII as itself, anything
-    else as its ``surrogateescape`` stand-in (U+DC80..U+DCFF)."""
-    return chr(byte) if byte < 0x80 else chr(0xDC00 + byte)
-
-
-def _rejoin_bytes(token: str) -> str:
-    """Re-decode a token mixing text and ``\\xHH`` bytes, so that escaped
-    bytes forming valid UTF-8 become the characters they encode."""
-    try:
-        return token.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a lone surrogate that is not a byte stand-in
-        return token
-
-
 def quote_arg(value: str) -> str:
-    """Quote ``value`` as a double-quoted argument that :func:`split_args`
+    """Quote ``value`` as a double-quoted argument that ``codec.resp.split_text``
     reads back unchanged (like Redis' sdscatrepr). Control characters and
     ``surrogateescape`` byte stand-ins (undecodable bytes) are written as
     ``\\xHH``, so the result always encodes as strict UTF-8."""
@@ -1377,10 +1290,9 @@ class Config:
             line = raw.strip(_LINE_TRIM)
             if not line or line.startswith("#"):
                 continue
-            try:
-                argv = split_args(line)
-            except ValueError:
-                raise ConfigError.at_line(UNBALANCED_QUOTES, lineno, line, origin) from None
+            argv = split_text(line)
+            if argv is None:
+                raise ConfigError.at_line(UNBALANCED_QUOTES, lineno, line, origin)
             if argv:
                 seen.append(self._apply_argv(argv, lineno, line, origin))
         return list(dict.fromkeys(seen))
@@ -1504,9 +1416,8 @@ class Config:
                     has_tail = has_tail or line == REWRITE_SIGNATURE
                     lines.append(raw)
                     continue
-                try:
-                    argv = split_args(line)
-                except ValueError:
+                argv = split_text(line)
+                if argv is None:
                     lines.append("# ??? " + line)
                     continue
                 if argv:
@@ -1542,9 +1453,10 @@ class Config:
         """Whether an existing config line sets ``d`` to exactly ``value``."""
         if line is None:
             return False
+        argv = split_text(line.strip(_LINE_TRIM))
         try:
-            argv = split_args(line.strip(_LINE_TRIM))
-            return d.type.accepts(len(argv) - 1) and d.parse(argv[1:]) == value
+            return (argv is not None and d.type.accepts(len(argv) - 1)
+                    and d.parse(argv[1:]) == value)
         except (ValueError, _Invalid):
             return False
 
@@ -1632,7 +1544,8 @@ def _check_annotations() -> None:
         if d.repeatable:
             continue
         for line in d.type.lines(d.name, d.default):
-            if d.parse(split_args(line)[1:]) != d.default:
+            argv = split_text(line)
+            if argv is None or d.parse(argv[1:]) != d.default:
                 raise RuntimeError(f"default of {d.name} does not round-trip")
 
 
