@@ -129,8 +129,8 @@ test-interpreted: $(STAMP) $(EXT)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/disquepy/core src/disquepy/codec/resp.py
 	$(BIN)/mypy --strict src/disquepy/chaos src/disquepy/cli src/disquepy/tools \
-	  src/disquepy/spark src/disquepy/codec/bus.py src/disquepy/logformat.py \
-	  src/disquepy/extras.py src/disquepy/__init__.py
+	  src/disquepy/spark src/disquepy/codec/bus.py src/disquepy/codec/nodes.py \
+	  src/disquepy/logformat.py src/disquepy/extras.py src/disquepy/__init__.py
 	$(BIN)/mypy src/disquepy/core src/disquepy/codec/resp.py
 
 lint: $(STAMP)
