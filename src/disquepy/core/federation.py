@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, move
-from .queue import Queue
+from .queue import PAUSED_OUT, Queue
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -110,7 +110,7 @@ class Federation:
         """YOURJOBS: hand up to ``count`` queued jobs to ``nid``. Answering a request we
         keep half when short (Disque's rule); ``exact`` pushes to a remembered asker."""
         q = self.node.queues.get(qname)
-        if q is None or not q.jobs or q.flags & 2 or q.waiters:
+        if q is None or not q.jobs or q.flags & PAUSED_OUT or q.waiters:
             return 0  # nothing, paused in output, or our own consumers come first
         if self.recent_sources(q, now):
             return 0  # we import this queue ourselves: exporting would ping-pong jobs
@@ -133,7 +133,7 @@ class Federation:
             if job.retry == 0:
                 self.node.unregister(job)  # at most once: the copy moves, none stays
             else:
-                job.qtime = now + job.retry * 1000 + self.node.jitter()
+                job.qtime = self.node.retry_at(now, job.retry)
                 job.flags |= F_BCAST_WILLQUEUE
                 self.node.schedule(job)
         if out:

@@ -43,7 +43,7 @@ from .job import (
 from .jobcodec import COUNTER_TOP
 from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED, JobMetrics
 from .jobmetrics import EXPIRED as M_EXPIRED
-from .jobtable import JobTable
+from .jobtable import JobTable, part_of
 from .keys import Keys
 from .latency import LatencyMonitor
 from .membership import Membership
@@ -498,7 +498,7 @@ class Node:
         """Add a job to the registry; False (nothing changed) if its ID is known."""
         jid = job.id
         jobs = self.jobs
-        part = jobs.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]  # JobTable.add
+        part = jobs.parts[part_of(jid)]  # JobTable.add
         if jid in part:
             return False
         part[jid] = job
@@ -537,7 +537,13 @@ class Node:
             self.mem.used -= JOB_OVERHEAD + len(job.body)
 
     def jitter(self) -> int:
+        """+-RETRY_JITTER_MS, so that copies on several nodes do not act at once."""
         return int(self.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
+
+    def retry_at(self, now: int, retry: int) -> int:
+        """When a job whose delivery may have failed is queued again: ``retry`` seconds
+        from ``now``, with jitter (the one formula of the job store and the cluster)."""
+        return now + retry * 1000 + self.jitter()
 
     def next_ctime(self, now: int) -> int:
         """Creation time in ns: wall clock ms * 1e6, bumped to stay unique and rising."""
@@ -580,7 +586,7 @@ class Node:
         move(job, QUEUED)
         if retry:
             job.flags = flags | F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-            job.qtime = now + retry * 1000 + self.jitter()
+            job.qtime = self.retry_at(now, retry)
         else:
             job.flags = flags | F_ENQUEUED_ONCE
             job.qtime = 0  # at-most-once: never queued again
@@ -719,13 +725,13 @@ class Node:
         if state == ACTIVE and job.qtime and job.qtime <= now:
             q = self.queues.by_name.get(job.queue)
             if job.retry and q is not None and q.flags & PAUSED_IN:
-                job.qtime = now + job.retry * 1000 + self.jitter()  # try again later
+                job.qtime = self.retry_at(now, job.retry)  # try again later
             else:
                 self.enqueue(job, now)
         elif state == QUEUED and job.qtime and job.qtime <= now and job.retry:
             # still queued, never consumed: push the re-queue time one period on
             job.flags |= F_BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + self.jitter()
+            job.qtime = self.retry_at(now, job.retry)
         self.schedule(job)
 
     def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
@@ -754,7 +760,7 @@ class Node:
             ctime = self.last_ctime + 1
         self.last_ctime = ctime
         job = Job(jid, qname, body, ctime, ttl, repl, delay, retry)
-        part = self.jobs.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]  # JobTable.add
+        part = self.jobs.parts[part_of(jid)]  # JobTable.add
         if jid in part:
             raise ReplyError("ERR Internal error creating the job, check server logs")
         part[jid] = job
@@ -788,7 +794,7 @@ class Node:
             move(job, QUEUED)
             if retry:
                 job.flags = F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-                job.qtime = qt = now + retry * 1000 + self.jitter()
+                job.qtime = qt = self.retry_at(now, retry)
                 et = now + ttl * 1000
                 self.awake.add_new(job, qt if qt < et else et)
             else:

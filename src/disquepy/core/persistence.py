@@ -164,7 +164,7 @@ class Persistence:
                 continue
             if f.retry:
                 job.flags |= F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-                job.qtime = f.qtime if f.qtime > now else now + f.retry * 1000 + node.jitter()
+                job.qtime = f.qtime if f.qtime > now else node.retry_at(now, f.retry)
             else:
                 job.qtime = 0  # at most once: a reload never queues it
             node.schedule(job)

@@ -14,6 +14,8 @@ from ..codec import resp
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
 from .jobcodec import COUNTER_TOP
+from .jobtable import part_of
+from .queue import PAUSED_IN
 
 if TYPE_CHECKING:
     from .client import Client
@@ -127,7 +129,7 @@ class Replication:
         got: list[bytes] = []
         for j in fields:  # JobFields, decoded and checked by messages.parse
             jid = j.id
-            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
+            job = parts[part_of(jid)].get(jid)  # jobs.get
             if job is not None:
                 job.delivered = self.node.shared(tuple(dict.fromkeys((*job.delivered,
                                                                       *j.delivered))))
@@ -139,7 +141,7 @@ class Replication:
             q = self.node.queues.get(j.queue)
             if q is None:
                 queue = self.node.shared(j.queue)
-            elif q.flags & 1:  # paused in input: refuse new copies
+            elif q.flags & PAUSED_IN:  # refuse new copies
                 continue
             else:
                 queue = q.name
@@ -169,7 +171,7 @@ class Replication:
         move(job, ACTIVE)
         if retry:
             job.flags = F_BCAST_WILLQUEUE
-            job.qtime = now + (delay + retry) * 1000 + self.node.jitter()
+            job.qtime = self.node.retry_at(now + delay * 1000, retry)
         if j.idem is not None:
             self.node.keys.bind(j.idem, job)
         self.node.schedule(job)
@@ -181,7 +183,7 @@ class Replication:
         """The sender holds copies of these jobs (one or more IDs per message)."""
         parts = self.node.jobs.parts
         for jid in fields:
-            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
+            job = parts[part_of(jid)].get(jid)  # jobs.get
             if job is not None and job.state == WAIT_REPL:
                 self._got_copy(p, job, now)
 
@@ -207,7 +209,7 @@ class Replication:
         if job is None or job.state != ACTIVE:
             return
         q = self.node.queues.get(job.queue)
-        if q is not None and q.flags & 1:
+        if q is not None and q.flags & PAUSED_IN:
             return
         if job.qtime == 0 and job.retry == 0:
             job.qtime = now  # an at-most-once job's one and only enqueue
@@ -253,7 +255,7 @@ class Replication:
         if job.state == QUEUED and _xor_rank(p.id, job.id) > _xor_rank(self.node.myid, job.id):
             self.node.dequeue(job)
         if job.retry:
-            job.qtime = now + job.retry * 1000 + self.node.jitter()
+            job.qtime = self.node.retry_at(now, job.retry)
             job.flags |= F_BCAST_WILLQUEUE
         self.node.schedule(job)
 
@@ -264,6 +266,6 @@ class Replication:
         if job.state == QUEUED:
             self.node.dequeue(job)
         if job.retry and job.qtime:
-            job.qtime = now + job.retry * 1000 + self.node.jitter()
+            job.qtime = self.node.retry_at(now, job.retry)
             job.flags |= F_BCAST_WILLQUEUE
         self.node.schedule(job)

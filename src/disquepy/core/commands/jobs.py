@@ -206,7 +206,7 @@ def working(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
         node.dequeue(job)
     job.flags |= F_BCAST_WILLQUEUE
     if job.retry and job.qtime:
-        job.qtime = now + job.retry * 1000 + node.jitter()
+        job.qtime = node.retry_at(now, job.retry)
     node.schedule(job)
     node.repl.broadcast_working(job)
     return resp.integer(job.retry)
