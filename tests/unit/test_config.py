@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from disquepy.codec.resp import split_text as split_args
 from disquepy.core import config as config_module
+from disquepy.core import configlex, configtypes, directives
 from disquepy.core.config import (
     DIRECTIVES,
     REWRITE_SIGNATURE,
@@ -193,8 +194,10 @@ def test_slots_reject_unknown_attributes():
         Config().no_such_directive = 1  # type: ignore[attr-defined]
 
 
-def test_module_is_pure():
-    source = pathlib.Path(config_module.__file__).read_text()
+@pytest.mark.parametrize("module", [config_module, configlex, configtypes, directives],
+                         ids=lambda m: m.__name__)
+def test_module_is_pure(module):
+    source = pathlib.Path(module.__file__.replace(".so", ".py")).read_text()
     tree = ast.parse(source)
     forbidden = {"asyncio", "socket", "time", "random", "threading", "selectors", "os", "io"}
     imported = set()
