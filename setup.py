@@ -39,6 +39,7 @@ MYPYC_MODULES = [
     "src/disquepy/core/queues.py",
     "src/disquepy/core/slowlog.py",
     "src/disquepy/core/node.py",
+    "src/disquepy/core/jobstore.py",
     "src/disquepy/core/commands/__init__.py",
     "src/disquepy/core/commands/acks.py",
     "src/disquepy/core/commands/args.py",

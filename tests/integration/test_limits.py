@@ -164,7 +164,7 @@ def forged_jobs(n: int, body: bytes, retry: int = 60, nacks: int = 0) -> list:
     client = node.new_client()
     out = []
     for _ in range(n):
-        r = node.create_job(b"q", body, 3600, retry, 0, 1, 0, True, 0, client, node.now)
+        r = node.store.create_job(b"q", body, 3600, retry, 0, 1, 0, True, 0, client, node.now)
         w = M.job_to_wire(node.jobs.get(r[1:-2]))
         w[8] = nacks
         out.append(w)

@@ -131,11 +131,11 @@ class Federation:
             job.delivered = delivered
             out.append(M.job_to_wire(job, self.node.keys.of.get(job.id)))
             if job.retry == 0:
-                self.node.unregister(job)  # at most once: the copy moves, none stays
+                self.node.store.unregister(job)  # at most once: the copy moves, none stays
             else:
-                job.qtime = self.node.retry_at(now, job.retry)
+                job.qtime = self.node.store.retry_at(now, job.retry)
                 job.flags |= F_BCAST_WILLQUEUE
-                self.node.schedule(job)
+                self.node.store.schedule(job)
         if out:
             self.node.send([nid], M.YOURJOBS, out)
         return len(out)
@@ -186,7 +186,7 @@ class Federation:
                     continue
                 if job.qtime == 0:
                     job.qtime = now
-                self.node.enqueue(job, now)
+                self.node.store.enqueue(job, now)
 
     def import_sources(self, q: Queue, now: int) -> list[bytes]:
         return [n.encode() for n, t in q.needjobs_responders.items()

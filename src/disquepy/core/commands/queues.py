@@ -82,7 +82,7 @@ def getjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
         for name in names:
             q = queues[name]
             if q.jobs and not q.flags & PAUSED_OUT:
-                job = node.fetch(q, now)
+                job = node.store.fetch(q, now)
                 out.append(job_reply(job, withcounters))
                 if taken is not None:
                     taken.append(job.id)
