@@ -564,6 +564,28 @@ def test_apply_args_errors(args, lineno, line, reason):
     assert f"at line {lineno} (command line)" in str(err)
 
 
+@pytest.mark.parametrize(("typo", "meant"), [("maxmemroy", "maxmemory"),
+                                             ("appendonyl", "appendonly"),
+                                             ("cluster-node-timout", "cluster-node-timeout"),
+                                             ("LogLevle", "loglevel")])
+def test_a_mistyped_directive_names_the_one_it_resembles(typo, meant):
+    """issue #24: `disque-server --maxmemroy 1gb` said only "Bad directive"."""
+    with pytest.raises(ConfigError) as info:
+        Config().apply_args([f"--{typo}", "1"])
+    assert info.value.reason == f"Bad directive or wrong number of arguments (did you mean --{meant}?)"
+    with pytest.raises(ConfigError) as info:
+        Config.from_text(f"port 7000\n{typo} 1\n", origin="disque.conf")
+    assert info.value.reason == f"Bad directive or wrong number of arguments (did you mean {meant}?)"
+    assert info.value.lineno == 2
+
+
+def test_no_suggestion_for_what_resembles_nothing_or_a_right_name_with_wrong_arguments():
+    for argv in (["--nosuchthing", "1"], ["--port"], ["--maxmemory", "1gb", "2gb"]):
+        with pytest.raises(ConfigError) as info:
+            Config().apply_args(argv)
+        assert info.value.reason == "Bad directive or wrong number of arguments"
+
+
 # ---------------------------------------------------------------------------
 # Glob matching and CONFIG GET
 # ---------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from typing import Any
 from ..codec.resp import split_text
 from .configlex import LINE_TRIM, bare_or_quoted, format_memory, glob_match, parse_memory, quote_arg
 from .configtypes import Invalid, OutputBufferLimit
-from .directives import BAD_DIRECTIVE, DIRECTIVES, UNSUPPORTED, Directive, directive
+from .directives import BAD_DIRECTIVE, DIRECTIVES, UNSUPPORTED, Directive, directive, suggest
 
 __all__ = [
     "DIRECTIVES",
@@ -246,6 +246,8 @@ class Config:
             reason = BAD_DIRECTIVE
             if name in UNSUPPORTED:
                 reason = UNSUPPORTED[name]
+            elif d is None and (near := suggest(name)) is not None:
+                reason += f" (did you mean {'--' if origin == 'command line' else ''}{near}?)"
             raise ConfigError.at_line(reason, lineno, line, origin)
         try:
             value = d.parse(argv[1:])

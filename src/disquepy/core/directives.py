@@ -5,7 +5,8 @@ file gives it a bad value, its one-line doc) in exactly one place, its entry in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from difflib import get_close_matches
 from typing import Any
 
 from .configlex import GB, INT_MAX, LLONG_MAX, LLONG_MIN, MB, UINT_MAX
@@ -28,7 +29,10 @@ from .configtypes import (
     ValueType,
 )
 
-__all__ = ["BAD_DIRECTIVE", "DIRECTIVES", "UNSUPPORTED", "Directive", "directive"]
+__all__ = [
+    "BAD_DIRECTIVE", "DIRECTIVES", "UNSUPPORTED", "Directive", "close_names", "directive",
+    "suggest",
+]
 
 BAD_DIRECTIVE = "Bad directive or wrong number of arguments"
 # directives Disque or Redis know that disquepy refuses, with the reason (a directive
@@ -550,3 +554,15 @@ if len(_BY_NAME) != len(DIRECTIVES):
 def directive(name: str) -> Directive | None:
     """The directive called ``name`` (case-insensitive), or ``None``."""
     return _BY_NAME.get(name.lower())
+
+
+def close_names(name: str, names: Iterable[str]) -> list[str]:
+    """The names a mistyped ``name`` most likely meant, best first (``maxmemroy``:
+    ``maxmemory``), or none: difflib's ratio of at least 0.75, as a typo keeps."""
+    return get_close_matches(name.lower(), list(names), n=3, cutoff=0.75)
+
+
+def suggest(name: str) -> str | None:
+    """The directive a mistyped ``name`` most likely meant, or None."""
+    found = close_names(name, _BY_NAME)
+    return found[0] if found else None
