@@ -264,6 +264,83 @@ def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
     return True
 
 
+async def _listen(cfg: Config, node: Node, driver: Driver, bus_tls_in, bus_tls_out,
+                  client_tls) -> bool:
+    """Bind and listen on the cluster bus port and the client ports, not accepting yet
+    (``start_serving`` later); on failure say which port and why in one line, close
+    what was opened, and return False."""
+    loop = driver.loop
+    from .bus import Bus
+
+    secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
+    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
+              ssl_server=bus_tls_in, ssl_client=bus_tls_out,
+              max_frame=cfg.cluster_bus_max_frame,
+              max_connections=cfg.cluster_bus_max_connections,
+              max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
+              room=lambda: int(min(node.mem.limit, 1 << 62)) - node.mem.used,
+              on_claimed=node.set_bus_buffer)
+    bus_port = node.port + cfg.cluster_port_offset
+    try:
+        await bus.listen(cfg.bind, bus_port, start_serving=False)
+    except OSError as e:
+        log.warning("Creating the cluster bus listening socket on port %d (port + "
+                    "cluster-port-offset %d): %s; nothing written, exiting", bus_port,
+                    cfg.cluster_port_offset, e.strerror)
+        return False
+    driver.bus = bus
+    listeners = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
+    if cfg.tls_port:
+        listeners.append((cfg.tls_port, client_tls))
+    tls_refusals = logmod.RateLimited(log)
+
+    def factory(ctx):
+        if ctx is None:
+            return lambda: ClientProtocol(driver)
+        return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver), loop,
+                                             tls_refusals, driver.batch)
+
+    try:
+        for port, ctx in listeners:
+            for addr in cfg.bind:
+                srv = await loop.create_server(
+                    factory(ctx), addr, port, backlog=cfg.tcp_backlog, reuse_address=True,
+                    start_serving=False,
+                )
+                driver.servers.append(srv)
+    except OSError as e:
+        log.warning("Creating Server %s listening socket %s:%d: %s; nothing written, exiting",
+                    "TLS" if ctx else "TCP", addr, port, e.strerror)
+        _close_listeners(driver)
+        return False
+    return True
+
+
+async def _listen_unix(cfg: Config, driver: Driver) -> bool:
+    """The Unix socket, once nodes.conf is locked (a stale socket file from a killed
+    node is replaced: a second node started in this directory must not take it)."""
+    try:
+        srv = await driver.loop.create_unix_server(lambda: ClientProtocol(driver),
+                                                   cfg.unixsocket, backlog=cfg.tcp_backlog,
+                                                   start_serving=False)
+        if cfg.unixsocketperm:
+            os.chmod(cfg.unixsocket, cfg.unixsocketperm)
+    except OSError as e:
+        log.warning("Opening Unix socket %s: %s", os.path.abspath(cfg.unixsocket), e.strerror)
+        return False
+    driver.servers.append(srv)
+    return True
+
+
+def _close_listeners(driver: Driver) -> None:
+    for srv in driver.servers:
+        srv.close()
+    driver.servers.clear()
+    if driver.bus is not None:
+        driver.bus.close()
+        driver.bus = None
+
+
 async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None,
                  bus_tls_out=None) -> int:
     loop = asyncio.get_running_loop()
@@ -275,6 +352,11 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         log.warning("Fatal config error: %s", e.reason)
         return 1
     driver = Driver(node, cfg, path, loop, pure_resp=os.environ.get("DISQUEPY_PURE_RESP") == "1")
+    # every port first, held but not serving: a port that is taken stops the start
+    # before nodes.conf, the AOF or anything else is written
+    if not await _listen(cfg, node, driver, bus_tls_in, bus_tls_out, client_tls):
+        return 1
+    bus = driver.bus
     try:
         if not driver.lock_nodes_conf():
             return 1
@@ -293,69 +375,24 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
         return 1
     if not _load_aof(cfg, node, driver):
         return 1
+    if cfg.unixsocket and not await _listen_unix(cfg, driver):
+        return 1
     log.info("Disque (disquepy %s) starting, pid=%d, node id %s", __version__, os.getpid(),
              node.myid)
     # the bus first: once the client port answers, a CLUSTER MEET toward this node works
-    from .bus import Bus
-
-    secret = cfg.cluster_secret.encode("utf-8", "surrogateescape") or None
-    bus = Bus(driver.on_bus_frame, driver.on_bus_link, loop, log, secret=secret,
-              ssl_server=bus_tls_in, ssl_client=bus_tls_out,
-              max_frame=cfg.cluster_bus_max_frame,
-              max_connections=cfg.cluster_bus_max_connections,
-              max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
-              room=lambda: int(min(node.mem.limit, 1 << 62)) - node.mem.used,
-              on_claimed=node.set_bus_buffer)
-    bus_port = node.port + cfg.cluster_port_offset
-    try:
-        await bus.listen(cfg.bind, bus_port)
-    except OSError as e:
-        log.warning("Creating the cluster bus listening socket on port %d: %s", bus_port,
-                    e.strerror)
-        return 1
-    driver.bus = bus
-    listeners = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
-    if cfg.tls_port:
-        listeners.append((cfg.tls_port, client_tls))
-    tls_refusals = logmod.RateLimited(log)
-
-    def factory(ctx):
-        if ctx is None:
-            return lambda: ClientProtocol(driver)
-        return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver), loop,
-                                             tls_refusals, driver.batch)
-
-    try:
-        for port, ctx in listeners:
-            for addr in cfg.bind:
-                srv = await loop.create_server(
-                    factory(ctx), addr, port, backlog=cfg.tcp_backlog, reuse_address=True,
-                )
-                driver.servers.append(srv)
-    except OSError as e:
-        log.warning("Creating Server %s listening socket %s:%d: %s", "TLS" if ctx else "TCP",
-                    addr, port, e.strerror)
-        return 1
-    if cfg.unixsocket:  # a stale socket file from a killed node is replaced
-        try:
-            srv = await loop.create_unix_server(factory(None), cfg.unixsocket,
-                                                backlog=cfg.tcp_backlog)
-            if cfg.unixsocketperm:
-                os.chmod(cfg.unixsocket, cfg.unixsocketperm)
-        except OSError as e:
-            log.warning("Opening Unix socket %s: %s", os.path.abspath(cfg.unixsocket),
-                        e.strerror)
-            return 1
-        driver.servers.append(srv)
+    await bus.start_serving()
+    for srv in driver.servers:
+        await srv.start_serving()
     bus.sync_links(node.members.peer_links())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, driver.shutdown, "signal")
-    if secret is None and not cfg.tls_cluster:
+    if not cfg.cluster_secret and not cfg.tls_cluster:
         log.info("The cluster bus is not authenticated (no cluster-secret, no tls-cluster): "
-                 "only trusted hosts must reach port %d", bus_port)
-    for port, ctx in listeners:
-        log.info("The server is now ready to accept %sconnections on port %d",
-                 "TLS " if ctx else "", port)
+                 "only trusted hosts must reach port %d", node.port + cfg.cluster_port_offset)
+    for port in ([cfg.port] if cfg.port or not cfg.tls_port else []):
+        log.info("The server is now ready to accept connections on port %d", port)
+    if cfg.tls_port:
+        log.info("The server is now ready to accept TLS connections on port %d", cfg.tls_port)
     if cfg.unixsocket:
         log.info("The server is now ready to accept connections at %s", cfg.unixsocket)
     driver.start_gc_policy()
