@@ -13,6 +13,8 @@ import pytest
 import redis
 from support import hello_ok, join_cluster, raw, wait_for
 
+MB = 1 << 20
+
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 
 
@@ -98,6 +100,22 @@ def test_proto_max_multibulk_len(server_factory):
     assert c.config_get("proto-max-multibulk-len") == {"proto-max-multibulk-len": "1000"}
     c.config_set("proto-max-multibulk-len", 2000)  # new connections take it
     assert raw(s.port, request(b"ACKJOB", *[b"x"] * 1500), until=b"\r\n").startswith(b"-BADID")
+
+
+def test_a_job_body_over_job_max_body_size_is_refused(server_factory):
+    """issue #24: the node caps a job body (job-max-body-size, 64mb by default, well
+    above the HTTP API's 4 MiB) with a clear error, before it is stored or replicated."""
+    s = server_factory("--job-max-body-size", "1mb")
+    c = s.client()
+    with pytest.raises(redis.ResponseError, match="job body too big: 1048577 bytes, over "
+                       r"job-max-body-size \(1048576 bytes"):
+        c.execute_command("ADDJOB", "q", b"x" * (MB + 1), 0)
+    assert c.execute_command("QLEN", "q") == 0 and c.ping()  # nothing kept, still serving
+    assert c.execute_command("ADDJOB", "q", b"x" * MB, 0).startswith(b"D-")
+    c.config_set("job-max-body-size", "64mb")
+    assert c.config_get("job-max-body-size") == {"job-max-body-size": str(64 * MB)}
+    assert c.execute_command("ADDJOB", "q", b"x" * (MB + 1), 0).startswith(b"D-")
+    assert c.execute_command("QLEN", "q") == 2
 
 
 def test_maxclients_refuses_one_more_client(server_factory):

@@ -238,3 +238,22 @@ def test_a_flood_of_meets_from_unknown_senders_adds_no_member():
     h.node.tick(now + 2500)  # never answered: forgotten after twice the node timeout
     h.node.tick(now + 5000)
     assert not members.peers
+
+
+# ---------------------------------------------------------- job-max-body-size
+def test_a_job_body_over_job_max_body_size_is_refused_before_anything_is_stored():
+    """issue #24: a client's ADDJOB body was bounded only by proto-max-bulk-len (512 MB)."""
+    h = Harness()
+    assert h("CONFIG", "GET", "job-max-body-size") == [b"job-max-body-size", b"67108864"]
+    assert h("CONFIG", "SET", "job-max-body-size", "10") == b"OK"
+    used = h.node.mem.used
+    for args in (("ADDJOB", "q", "x" * 11, 0), ("ADDJOB", "q", "x" * 11, 0, "RETRY", 5)):
+        err = h(*args)
+        assert isinstance(err, Error) and err == (
+            "ERR job body too big: 11 bytes, over job-max-body-size (10 bytes; "
+            "CONFIG SET job-max-body-size raises it)")
+    assert len(h.node.jobs) == 0 and h.node.mem.used == used and h("QLEN", "q") == 0
+    assert h("ADDJOB", "q", "x" * 10, 0).startswith(b"D-")  # at the limit: taken
+    assert h("CONFIG", "SET", "job-max-body-size", "0") == b"OK"  # 0: no limit of its own
+    assert h("ADDJOB", "q", "x" * 100_000, 0).startswith(b"D-")
+    assert h("QLEN", "q") == 2

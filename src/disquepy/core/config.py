@@ -161,6 +161,7 @@ class Config:
     maxmemory_policy: str
     client_query_buffer_limit: int
     proto_max_bulk_len: int
+    job_max_body_size: int
     proto_max_multibulk_len: int
     cluster_bus_max_frame: int
     cluster_bus_max_connections: int

@@ -346,6 +346,17 @@ DIRECTIVES: tuple[Directive, ...] = (
         doc="disquepy: largest bulk string accepted from clients.",
     ),
     Directive(
+        "job-max-body-size",
+        MemoryType(0),
+        64 * MB,
+        mutable=True,
+        error="Invalid job-max-body-size value",
+        doc="disquepy: the largest job body ADDJOB accepts; a larger one is refused with "
+        "an error before anything is stored or replicated (every copy of a job holds its "
+        "body; the HTTP API refuses bodies over 4 MiB itself). 0: no limit but "
+        "proto-max-bulk-len.",
+    ),
+    Directive(
         "proto-max-multibulk-len",
         IntType(1, INT_MAX),
         1024 * 1024,

@@ -59,6 +59,8 @@ class JobStore:
         then a new job, queued at once unless delayed. Returns the reply (None while a
         synchronous replication is pending). ``idem``: the IDEMPOTENT key, if any."""
         node = self.node
+        if len(body) > node.max_body:
+            raise ReplyError(errors.body_too_big(len(body), node.config.job_max_body_size))
         extrepl = node.clustered and (node.leaving or node.mem.level() >= HIGH)
         if (repl if extrepl else repl - 1) > node.reachable:
             if extrepl and repl - 1 == node.reachable:

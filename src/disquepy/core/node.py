@@ -123,6 +123,7 @@ class Node:
         self.slowlog = SlowLog()  # SLOWLOG: fed by command_took with the command below
         self.latency = LatencyMonitor()  # LATENCY: fed by command_took too
         self.last_argv: list[bytes] = []
+        self.max_body = 0  # job-max-body-size (no limit: 2**62), kept here by config_changed
         self.slow_us = -1  # slowlog-log-slower-than and latency-monitor-threshold, kept
         self.latency_ms = 0  # here by config_changed: read on every command
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
@@ -462,6 +463,7 @@ class Node:
         """Refresh values derived from the configuration (after CONFIG SET)."""
         self.mem.set_limit(self.config.maxmemory)
         self.slow_us = self.config.slowlog_log_slower_than
+        self.max_body = self.config.job_max_body_size or 1 << 62
         self.latency_ms = self.config.latency_monitor_threshold
         self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
         if self.outcomes.max_bytes != self.config.job_outcome_max_memory:
