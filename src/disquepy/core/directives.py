@@ -123,7 +123,8 @@ _BOOL = BoolType()
 DIRECTIVES: tuple[Directive, ...] = (
     # --- general --------------------------------------------------------
     Directive("daemonize", _BOOL, False, doc="Run in the background."),
-    Directive("pidfile", StringType(), "/var/run/disque.pid", doc="Pid file written when daemonized."),
+    Directive("pidfile", StringType(), "/var/run/disque.pid",
+              doc="Pid file written when daemonized."),
     Directive(
         "port",
         IntType(0, 65535),
@@ -251,7 +252,8 @@ DIRECTIVES: tuple[Directive, ...] = (
         doc="PEM certificate this node shows to clients and, with tls-cluster, to peers "
         "(and as a client certificate to the peers it connects to).",
     ),
-    Directive("tls-key-file", StringType(omit_empty=True), "", doc="PEM private key of tls-cert-file."),
+    Directive("tls-key-file", StringType(omit_empty=True), "",
+              doc="PEM private key of tls-cert-file."),
     Directive(
         "tls-ca-cert-file",
         StringType(omit_empty=True),

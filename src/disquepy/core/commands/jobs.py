@@ -42,9 +42,9 @@ def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
     if n == 4:  # the common case: no options, all defaults
         t = argv[3]
         timeout = 0 if t == b"0" else parse_timeout(t)
-        reply: bytes | None = node.store.create_job(argv[1], argv[2], DEFAULT_TTL, DEFAULT_RETRY, 0,
-                                              node.default_replicate, timeout, False, 0,
-                                              client, now)
+        reply: bytes | None = node.store.create_job(
+            argv[1], argv[2], DEFAULT_TTL, DEFAULT_RETRY, 0, node.default_replicate, timeout,
+            False, 0, client, now)
         return reply
     j = 4
     while j < n:
@@ -98,8 +98,8 @@ def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
         jid = node.keys.lookup(idem, now)
         if jid is not None:
             return b"+" + jid + b"\r\n"
-    reply = node.store.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout, is_async,
-                            maxlen, client, now, idem)
+    reply = node.store.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout,
+                                  is_async, maxlen, client, now, idem)
     return reply
 
 
