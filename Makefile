@@ -111,7 +111,8 @@ cluster: $(BASE) $(EXT)
 # tests/sim: the core, the codecs, the simulator and the shell in process; no network
 # socket, Spark or browser), `server` (real processes on loopback ports), `spark`,
 # `browser`. TEST_WORKERS pytest-xdist processes share the suite (most tests wait on
-# servers); the Spark tests keep to one worker (one JVM), the browser tests to one.
+# servers); the Spark tests keep to one worker (one JVM), the browser tests to one, the
+# simulator's to one (each runs its seeds on a pool of 2 processes of its own).
 TEST_WORKERS ?= 3
 FAST_WORKERS ?= 2
 
@@ -128,7 +129,7 @@ test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java typecheck
 # the fast tier alone: about a minute on two cores (a change to a codec or the core
 # need not wait for Spark and Chromium)
 test-fast: $(STAMP) $(EXT)
-	$(BIN)/python -m pytest -p no:cacheprovider -n $(FAST_WORKERS) -m fast tests/unit tests/sim
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(FAST_WORKERS) --dist loadgroup -m fast tests/unit tests/sim
 
 # the same core interpreted (the .py files), on the suites that drive it in process
 test-interpreted: $(STAMP) $(EXT)

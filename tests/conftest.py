@@ -17,6 +17,7 @@ from support import (  # noqa: E402
     Server,
     join_cluster,
     start_secure_server,
+    tier,
     worker_port_range,
 )
 
@@ -24,9 +25,8 @@ from support import (  # noqa: E402
 # network socket: a guard below fails a test that opens one; `make test-fast`);
 # `spark` needs a JVM, `browser` a headless Chromium; `server` is the rest (real server
 # processes on loopback ports). `make test` runs them all, spread over pytest-xdist
-# workers; the Spark and browser tests each stay on one worker (one JVM, one Chromium).
-FAST_DIRS = ("unit", "sim")
-TESTS = Path(__file__).resolve().parent
+# workers; the Spark and browser tests each stay on one worker (one JVM, one Chromium),
+# and so do the simulator's (each runs its seeds on its own pool of processes).
 
 # Each xdist worker picks its free ports in its own slice of the range (support.py and
 # the chaos runner read it, spawned processes inherit it): two workers never race for
@@ -38,17 +38,13 @@ if os.environ.get("PYTEST_XDIST_WORKER") and PORT_RANGE_ENV not in os.environ:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        parts = Path(str(item.fspath)).resolve().relative_to(TESTS).parts
-        if parts[0] in FAST_DIRS:
-            item.add_marker(pytest.mark.fast)
-        elif parts[0] == "spark" or "spark" in item.fixturenames:
-            item.add_marker(pytest.mark.spark)
-            item.add_marker(pytest.mark.xdist_group("spark"))
-        elif "browser" in item.fixturenames:
-            item.add_marker(pytest.mark.browser)
-            item.add_marker(pytest.mark.xdist_group("browser"))
-        else:
-            item.add_marker(pytest.mark.server)
+        t = tier(Path(str(item.fspath)), item.fixturenames)
+        item.add_marker(getattr(pytest.mark, t))
+        if t in ("spark", "browser"):  # one JVM, one Chromium: on one xdist worker
+            item.add_marker(pytest.mark.xdist_group(t))
+        elif t == "fast" and Path(str(item.fspath)).parent.name == "sim":
+            # the simulator's tests run their seeds on a pool of their own (2 processes)
+            item.add_marker(pytest.mark.xdist_group("sim"))
 
 
 _INET = (socket.AF_INET, socket.AF_INET6)

@@ -15,6 +15,23 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, "-m", "disquepy.server.main"]
 
 
+FAST_DIRS = ("unit", "sim")  # the fast tier: in process (tests/conftest.py)
+TESTS = ROOT / "tests"
+
+
+def tier(path: Path, fixturenames: list[str]) -> str:
+    """The tier (pytest marker) of a test in file ``path`` that uses ``fixturenames``:
+    fast (tests/unit, tests/sim), spark, browser or server (the rest)."""
+    top = path.resolve().relative_to(TESTS).parts[0]
+    if top in FAST_DIRS:
+        return "fast"
+    if top == "spark" or "spark" in fixturenames:
+        return "spark"
+    if "browser" in fixturenames:
+        return "browser"
+    return "server"
+
+
 def port_is_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -4,13 +4,9 @@ tests/sim is `fast`, and a fast test cannot open a network socket."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from support import TESTS, tier
 
 
 def test_a_fast_test_cannot_bind_or_connect_a_network_socket():
@@ -23,13 +19,11 @@ def test_a_fast_test_cannot_bind_or_connect_a_network_socket():
     b.close()
 
 
-def test_unit_and_sim_are_the_fast_tier_and_nothing_there_is_left_out():
-    def collected(*args: str) -> list[str]:
-        res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only",
-                              "-p", "no:cacheprovider", *args, "tests/unit", "tests/sim"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
-        return [ln for ln in res.stdout.splitlines() if "::" in ln]
-
-    fast = collected("-m", "fast")
-    assert len(fast) > 500 and any(t.startswith("tests/sim/") for t in fast)
-    assert collected("-m", "not fast") == []
+def test_each_directory_is_its_tier(request):
+    assert request.node.get_closest_marker("fast") is not None  # this very test
+    assert tier(TESTS / "unit" / "test_resp.py", []) == "fast"
+    assert tier(TESTS / "sim" / "test_sim_ci.py", ["ci"]) == "fast"
+    assert tier(TESTS / "integration" / "test_server.py", ["server"]) == "server"
+    assert tier(TESTS / "spark" / "test_connector.py", ["single"]) == "spark"
+    assert tier(TESTS / "web" / "test_web_dashboard.py", ["browser", "web"]) == "browser"
+    assert tier(TESTS / "web" / "test_web_api.py", ["http"]) == "server"
