@@ -130,7 +130,7 @@ def joboutcomes(node: Node, client: Client, argv: list[bytes], now: int) -> byte
         queues.add(v.decode("latin-1"))
 
     cursor, count, busyloop = parse_scan(argv, {b"status": status_opt, b"queue": queue_opt})
-    if not node.outcomes_on:
+    if not node.store.outcomes_on:
         return resp.array([resp.bulk(b"0"), resp.array([])])
     nxt, found = node.outcomes.recent(cursor, count, states, frozenset(queues) or None,
                                       0 if busyloop else OUTCOMES_BUDGET)
