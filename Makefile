@@ -28,7 +28,7 @@ WEB_PORT ?= 8000
 # the current directory or on PYTHONPATH): `make run HANDLER=myworker:handle`
 HANDLER ?= disquepy.worker.example:handle
 
-.PHONY: run cluster test test-interpreted typecheck lint bench deps builddeps java clean
+.PHONY: run cluster test test-fast test-interpreted typecheck lint bench deps builddeps java clean
 
 $(BIN)/python: | builddeps
 	$(PY) -m venv $(VENV)
@@ -107,18 +107,34 @@ run: $(BASE) $(EXT)
 cluster: $(BASE) $(EXT)
 	$(BIN)/python scripts/cluster.py --nodes 3 --port $(PORT)
 
-# against the compiled core; the simulator's sabotage tests switch their workers to the
-# .py sources (DISQUEPY_INTERPRETED=1), as compiled classes cannot be monkeypatched
+# Test tiers (markers set by directory in tests/conftest.py): `fast` (tests/unit,
+# tests/sim: the core, the codecs, the simulator and the shell in process; no network
+# socket, Spark or browser), `server` (real processes on loopback ports), `spark`,
+# `browser`. TEST_WORKERS pytest-xdist processes share the suite (most tests wait on
+# servers); the Spark tests keep to one worker (one JVM), the browser tests to one, the
+# simulator's to one (each runs its seeds on a pool of 2 processes of its own).
+TEST_WORKERS ?= 3
+FAST_WORKERS ?= 2
+
+# everything, against the compiled core; the simulator's sabotage tests switch their
+# workers to the .py sources (DISQUEPY_INTERPRETED=1), as compiled classes cannot be
+# monkeypatched
 test: $(STAMP) $(EXT) $(COMPAT)/.installed deps java typecheck
 	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/lint-imports
 	$(BIN)/python -c "import disquepy.core.node, disquepy, sys; \
 	  sys.exit(not disquepy.compiled_modules() and 'the core is not compiled (setup.py)')"
-	$(BIN)/python -m pytest -p no:cacheprovider tests
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
+
+# the fast tier alone: about a minute on two cores (a change to a codec or the core
+# need not wait for Spark and Chromium)
+test-fast: $(STAMP) $(EXT)
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(FAST_WORKERS) --dist loadgroup -m fast tests/unit tests/sim
 
 # the same core interpreted (the .py files), on the suites that drive it in process
 test-interpreted: $(STAMP) $(EXT)
-	DISQUEPY_INTERPRETED=1 $(BIN)/python -m pytest -p no:cacheprovider tests/unit tests/sim
+	DISQUEPY_INTERPRETED=1 $(BIN)/python -m pytest -p no:cacheprovider -n $(FAST_WORKERS) \
+	  -m fast tests/unit tests/sim
 
 # The type gate (README, "Type checking"), part of `make test`:
 # 1. mypy --strict on the whole core and the RESP codec (new modules included);
@@ -129,8 +145,8 @@ test-interpreted: $(STAMP) $(EXT)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/disquepy/core src/disquepy/codec/resp.py
 	$(BIN)/mypy --strict src/disquepy/chaos src/disquepy/cli src/disquepy/tools \
-	  src/disquepy/spark src/disquepy/codec/bus.py src/disquepy/logformat.py \
-	  src/disquepy/extras.py src/disquepy/__init__.py
+	  src/disquepy/spark src/disquepy/codec/bus.py src/disquepy/codec/nodes.py \
+	  src/disquepy/logformat.py src/disquepy/extras.py src/disquepy/__init__.py
 	$(BIN)/mypy src/disquepy/core src/disquepy/codec/resp.py
 
 lint: $(STAMP)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -9,7 +11,61 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import CLUSTER_TIMEOUT_MS, Server, join_cluster, start_secure_server  # noqa: E402
+from support import (  # noqa: E402
+    CLUSTER_TIMEOUT_MS,
+    PORT_RANGE_ENV,
+    Server,
+    join_cluster,
+    start_secure_server,
+    tier,
+    worker_port_range,
+)
+
+# Tiers (markers, pyproject.toml): `fast` is tests/unit and tests/sim, in process (no
+# network socket: a guard below fails a test that opens one; `make test-fast`);
+# `spark` needs a JVM, `browser` a headless Chromium; `server` is the rest (real server
+# processes on loopback ports). `make test` runs them all, spread over pytest-xdist
+# workers; the Spark and browser tests each stay on one worker (one JVM, one Chromium),
+# and so do the simulator's (each runs its seeds on its own pool of processes).
+
+# Each xdist worker picks its free ports in its own slice of the range (support.py and
+# the chaos runner read it, spawned processes inherit it): two workers never race for
+# one port between the check and the bind.
+if os.environ.get("PYTEST_XDIST_WORKER") and PORT_RANGE_ENV not in os.environ:
+    os.environ[PORT_RANGE_ENV] = worker_port_range(os.environ["PYTEST_XDIST_WORKER"],
+                                                   os.environ.get("PYTEST_XDIST_WORKER_COUNT"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        t = tier(Path(str(item.fspath)), item.fixturenames)
+        item.add_marker(getattr(pytest.mark, t))
+        if t in ("spark", "browser"):  # one JVM, one Chromium: on one xdist worker
+            item.add_marker(pytest.mark.xdist_group(t))
+        elif t == "fast" and Path(str(item.fspath)).parent.name == "sim":
+            # the simulator's tests run their seeds on a pool of their own (2 processes)
+            item.add_marker(pytest.mark.xdist_group("sim"))
+
+
+_INET = (socket.AF_INET, socket.AF_INET6)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_opens_no_network_socket(request, monkeypatch):
+    """A `fast` test that binds or connects a TCP/UDP socket fails: it belongs in
+    tests/integration (the `server` tier)."""
+    if request.node.get_closest_marker("fast") is None:
+        return
+    for name in ("bind", "connect", "connect_ex"):
+        real = getattr(socket.socket, name)
+
+        def guarded(self, *args, _real=real, _name=name):
+            if self.family in _INET:
+                raise AssertionError(f"a fast-tier test called socket.{_name}{args}: move it "
+                                     "to tests/integration (real sockets are the server tier)")
+            return _real(self, *args)
+
+        monkeypatch.setattr(socket.socket, name, guarded)
 
 # Tests send SIGINT to the processes they start (Ctrl-C in the CLI, the cluster script,
 # the chaos runner). A shell started in the background (`make test &`, nohup) hands its

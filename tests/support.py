@@ -15,6 +15,23 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, "-m", "disquepy.server.main"]
 
 
+FAST_DIRS = ("unit", "sim")  # the fast tier: in process (tests/conftest.py)
+TESTS = ROOT / "tests"
+
+
+def tier(path: Path, fixturenames: list[str]) -> str:
+    """The tier (pytest marker) of a test in file ``path`` that uses ``fixturenames``:
+    fast (tests/unit, tests/sim), spark, browser or server (the rest)."""
+    top = path.resolve().relative_to(TESTS).parts[0]
+    if top in FAST_DIRS:
+        return "fast"
+    if top == "spark" or "spark" in fixturenames:
+        return "spark"
+    if "browser" in fixturenames:
+        return "browser"
+    return "server"
+
+
 def port_is_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -25,10 +42,32 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# where free ports are picked ("lo:hi", client ports; their bus ports are +10000): the
+# whole range, or a pytest-xdist worker's slice of it (conftest.py sets it per worker;
+# the chaos runner reads it too)
+PORT_RANGE_ENV = "DISQUEPY_PORT_RANGE"
+PORTS_LO, PORTS_HI = 20000, 30000
+
+
+def worker_port_range(worker: str, count: str | None) -> str:
+    """The slice of [PORTS_LO, PORTS_HI) for xdist worker ``gwN`` of ``count``."""
+    n, total = int(worker.lstrip("gw") or 0), max(1, int(count or 1))
+    size = (PORTS_HI - PORTS_LO) // max(total, n + 1)
+    lo = PORTS_LO + n * size
+    return f"{lo}:{lo + size}"
+
+
+def port_range() -> tuple[int, int]:
+    lo, _, hi = os.environ.get(PORT_RANGE_ENV, f"{PORTS_LO}:{PORTS_HI}").partition(":")
+    return int(lo), int(hi)
+
+
 def free_port() -> int:
-    """A port free on loopback, with port+10000 (the cluster bus) free too."""
+    """A port free on loopback, with port+10000 (the cluster bus) free too, in this
+    process's range (port_range)."""
+    lo, hi = port_range()
     for _ in range(200):
-        p = random.randint(20000, 30000)
+        p = random.randint(lo, hi - 1)
         if port_is_free(p) and port_is_free(p + 10000):
             return p
     raise RuntimeError("no free port pair found")

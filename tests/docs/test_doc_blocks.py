@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pytest
 from docblocks import DOCS, JOB_ID, PROMPT, README, Block, doc_blocks, rewrite_ports
-from support import ROOT, Server, join_cluster, port_is_free
+from support import PORT_RANGE_ENV, ROOT, Server, join_cluster, port_is_free, port_range
 
 INTERRUPT = re.compile(r"interrupt after (\d+) s: (.+)")
 TOOL = re.compile(r"(?<![\w.-])(disque|redis-cli)(?![\w.:-])")  # not disque:// URLs
@@ -130,8 +130,11 @@ BLOCKS = [b for doc in DOCS for b in doc_blocks(doc)]
 
 
 def port_base() -> int:
-    """7711 if the README's ports and their bus ports are free, else a free run."""
-    for base in (7711, *range(21000, 29000, 97)):
+    """7711 if the README's ports and their bus ports are free, else a free run (under
+    pytest-xdist, only a run in this worker's port range: workers never race for 7711)."""
+    lo, hi = port_range()
+    first = () if os.environ.get(PORT_RANGE_ENV) else (7711,)
+    for base in (*first, *range(lo + 1, hi - 10, 97)):
         if all(port_is_free(base + i) and port_is_free(base + i + 10000) for i in range(3)):
             return base
     raise RuntimeError("no three free consecutive ports")

@@ -60,3 +60,21 @@ def test_test_installs_java_and_run_does_not(tmp_path):
     assert "openjdk" not in run and "java.py" not in run
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+def test_test_fast_runs_the_fast_tier_only_and_installs_no_system_packages(tmp_path):
+    """`make test-fast`: tests/unit and tests/sim, marked fast, over pytest-xdist
+    workers; no apt packages, no Java, no compat venv (no Spark, no browser)."""
+    out = make_plan("test-fast", tmp_path)
+    [run] = [ln for ln in out.splitlines() if "-m pytest" in ln]
+    assert run.endswith("-m fast tests/unit tests/sim") and " -n " in run
+    assert "chromium" not in out and "redis-server" not in out and "java.py" not in out
+    assert ".venv-compat" not in out
+
+
+def test_test_runs_everything_spread_over_workers(tmp_path):
+    out = make_plan("test", tmp_path)
+    [run] = [ln for ln in out.splitlines() if "-m pytest" in ln]
+    # every tier; the Spark and the browser tests grouped on one worker each
+    assert run.endswith(" tests") and "--dist loadgroup" in run and " -m fast" not in run
+    assert "lint-imports" in out and "mypy --strict" in out

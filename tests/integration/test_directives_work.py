@@ -203,7 +203,7 @@ def test_watchdog_logs_where_the_loop_is_stuck(tmp_path):
         assert c.execute_command("DEBUG", "SLEEP", "0.6") == b"OK"
         wait_for(lambda: "WATCHDOG TIMER EXPIRED" in s.log(), what="the watchdog line")
         [line] = [ln for ln in s.log().splitlines() if "WATCHDOG" in ln]
-        assert "over 200 ms" in line and "time.sleep(req.args[0])" in line, line
+        assert "over 200 ms" in line and "time.sleep(seconds)" in line, line
         assert c.execute_command("CONFIG", "SET", "watchdog-period", "0") == b"OK"
         time.sleep(0.3)
         assert c.execute_command("DEBUG", "SLEEP", "0.6") == b"OK"

@@ -57,3 +57,29 @@ def test_license_is_bsd_3_clause_as_pyproject_says():
     assert 'license = "BSD-3-Clause"' in (ROOT / "pyproject.toml").read_text()
     assert "Copyright (c)" in text and "the disquepy authors" in text
     assert "Neither the name of the copyright holder" in text  # the third clause
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("--hlep", "--help"), ("--verison", "--version"),
+                                             ("--print-exmaple-config",
+                                              "--print-example-config")])
+def test_a_typo_of_an_option_is_not_read_as_a_directive(typo, meant):
+    """issue #24: `disque-server --hlep` was read as a directive named hlep."""
+    res = subprocess.run([*SERVER, typo], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr == (f"Unknown option {typo}: did you mean {meant}? "
+                          "(disque-server --help lists the options)\n")
+
+
+def test_a_mistyped_directive_names_the_right_one(tmp_path):
+    """issue #24: `disque-server --maxmemroy 1gb` suggests maxmemory, on the command line
+    and in a config file."""
+    res = subprocess.run([*SERVER, "--port", "7000", "--maxmemroy", "1gb"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 1
+    assert ">>> 'maxmemroy 1gb'\nBad directive or wrong number of arguments (did you mean " \
+           "--maxmemory?)" in res.stderr
+    conf = tmp_path / "disque.conf"
+    conf.write_text("port 7000\nmaxmemroy 1gb\n")
+    res = subprocess.run([*SERVER, str(conf)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 1 and "at line 2" in res.stderr
+    assert "Bad directive or wrong number of arguments (did you mean maxmemory?)" in res.stderr

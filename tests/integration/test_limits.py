@@ -13,6 +13,8 @@ import pytest
 import redis
 from support import hello_ok, join_cluster, raw, wait_for
 
+MB = 1 << 20
+
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 
 
@@ -100,6 +102,22 @@ def test_proto_max_multibulk_len(server_factory):
     assert raw(s.port, request(b"ACKJOB", *[b"x"] * 1500), until=b"\r\n").startswith(b"-BADID")
 
 
+def test_a_job_body_over_job_max_body_size_is_refused(server_factory):
+    """issue #24: the node caps a job body (job-max-body-size, 64mb by default, well
+    above the HTTP API's 4 MiB) with a clear error, before it is stored or replicated."""
+    s = server_factory("--job-max-body-size", "1mb")
+    c = s.client()
+    with pytest.raises(redis.ResponseError, match="job body too big: 1048577 bytes, over "
+                       r"job-max-body-size \(1048576 bytes"):
+        c.execute_command("ADDJOB", "q", b"x" * (MB + 1), 0)
+    assert c.execute_command("QLEN", "q") == 0 and c.ping()  # nothing kept, still serving
+    assert c.execute_command("ADDJOB", "q", b"x" * MB, 0).startswith(b"D-")
+    c.config_set("job-max-body-size", "64mb")
+    assert c.config_get("job-max-body-size") == {"job-max-body-size": str(64 * MB)}
+    assert c.execute_command("ADDJOB", "q", b"x" * (MB + 1), 0).startswith(b"D-")
+    assert c.execute_command("QLEN", "q") == 2
+
+
 def test_maxclients_refuses_one_more_client(server_factory):
     s = server_factory("--maxclients", "3")
     held = [socket.create_connection(("127.0.0.1", s.port), timeout=5) for _ in range(3)]
@@ -164,7 +182,7 @@ def forged_jobs(n: int, body: bytes, retry: int = 60, nacks: int = 0) -> list:
     client = node.new_client()
     out = []
     for _ in range(n):
-        r = node.create_job(b"q", body, 3600, retry, 0, 1, 0, True, 0, client, node.now)
+        r = node.store.create_job(b"q", body, 3600, retry, 0, 1, 0, True, 0, client, node.now)
         w = M.job_to_wire(node.jobs.get(r[1:-2]))
         w[8] = nacks
         out.append(w)

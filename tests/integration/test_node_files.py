@@ -3,6 +3,8 @@ directory would share one node ID), and a relative logfile lives inside ``dir``.
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from support import Server, wait_for
 
@@ -63,3 +65,31 @@ def test_relative_logfile_is_inside_dir(tmp_path):
     finally:
         for s in servers:
             s.kill()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("taken", ["bus", "client"])
+def test_a_node_whose_port_is_taken_writes_no_file(tmp_path, taken):
+    """issue #24: a node whose bus port (port + 10000) was taken wrote nodes.conf, with a
+    new node ID, before it found out; now every port is held first, and the one line in
+    the log says which port and why."""
+    s = Server(tmp_path / "node")
+    blocker = socket.socket()
+    try:
+        blocker.bind(("127.0.0.1", s.port + (10000 if taken == "bus" else 0)))
+        blocker.listen(1)
+        assert _refused(s) == 1
+    finally:
+        blocker.close()
+    assert not (s.workdir / "nodes.conf").exists()
+    assert sorted(p.name for p in s.workdir.iterdir()) == [s.log_path.name]
+    [line] = [ln for ln in s.log().splitlines() if "listening socket" in ln]
+    assert "address already in use" in line.lower() and "nothing written" in line
+    if taken == "bus":
+        assert f"cluster bus listening socket on port {s.port + 10000}" in line
+    # the port free again, the same directory starts a node
+    again = Server(s.workdir, port=s.port).start()
+    try:
+        assert again.client().ping() and (s.workdir / "nodes.conf").exists()
+    finally:
+        again.kill()

@@ -44,16 +44,16 @@ def handler_raises() -> None:
 
 def reload_requeues_at_most_once() -> None:
     """A restart queues RETRY 0 jobs again (they may have been delivered already)."""
-    from disquepy.core import node, persistence
+    from disquepy.core import jobstore, persistence
 
     orig = persistence.Persistence.load
 
     def load(self, records, now, enqueue):
         n = orig(self, records, now, enqueue)
         for job in list(self.node.jobs.values()):
-            if job.retry == 0 and job.state == node.ACTIVE:
+            if job.retry == 0 and job.state == jobstore.ACTIVE:
                 job.qtime = now
-                self.node.enqueue(job, now)
+                self.node.store.enqueue(job, now)
         return n
 
     persistence.Persistence.load = load
@@ -62,32 +62,32 @@ def reload_requeues_at_most_once() -> None:
 def delivery_cancels_retry() -> None:
     """Delivering a job cancels its re-queue: if the consumer never acks, only other
     copies (if any) can bring it back."""
-    from disquepy.core import node
+    from disquepy.core import jobstore
 
-    orig = node.Node.fetch
+    orig = jobstore.JobStore.fetch
 
     def fetch(self, q, now):
         job = orig(self, q, now)
         job.qtime = 0
-        job.flags &= ~node.F_BCAST_WILLQUEUE
+        job.flags &= ~jobstore.F_BCAST_WILLQUEUE
         return job
 
-    node.Node.fetch = fetch
+    jobstore.JobStore.fetch = fetch
 
 
 def requeue_refused() -> None:
     """enqueue() refuses delivered jobs, though their retry timer is due: the node
     spins on a timer that never moves."""
-    from disquepy.core import node
+    from disquepy.core import jobstore
 
-    orig = node.Node.enqueue
+    orig = jobstore.JobStore.enqueue
 
     def enqueue(self, job, now, nack=False):
-        if job.flags & node.F_DELIVERED and not nack:
+        if job.flags & jobstore.F_DELIVERED and not nack:
             return False
         return orig(self, job, now, nack)
 
-    node.Node.enqueue = enqueue
+    jobstore.JobStore.enqueue = enqueue
 
 
 def gc_keeps_acked_jobs() -> None:
@@ -103,30 +103,30 @@ def gc_keeps_acked_jobs() -> None:
 
 def fetch_resets_counters() -> None:
     """Delivering a job zeroes its nacks / additional-deliveries counters."""
-    from disquepy.core import node
+    from disquepy.core import jobstore
 
-    orig = node.Node.fetch
+    orig = jobstore.JobStore.fetch
 
     def fetch(self, q, now):
         job = orig(self, q, now)
         job.nacks = job.adeliv = 0
         return job
 
-    node.Node.fetch = fetch
+    jobstore.JobStore.fetch = fetch
 
 
 def unregister_leaks_memory() -> None:
     """Deleted jobs are not subtracted from used_memory."""
-    from disquepy.core import node
+    from disquepy.core import jobstore
 
-    orig = node.Node.unregister
+    orig = jobstore.JobStore.unregister
 
     def unregister(self, job):
-        before = self.mem.used
+        before = self.node.mem.used
         orig(self, job)
-        self.mem.used = before
+        self.node.mem.used = before
 
-    node.Node.unregister = unregister
+    jobstore.JobStore.unregister = unregister
 
 
 def apply(name: str) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 
-from disquepy.core.commands.server import info_reply
 from disquepy.core.config import Config
+from disquepy.core.info import HostFacts
 from disquepy.core.node import Node
 from disquepy.core.outputs import Shell
+from disquepy.sim.replies import ErrorReply as Error  # noqa: F401 (the tests' name)
+from disquepy.sim.replies import decode as decode_reply
 
 
 class HarnessShell(Shell):
@@ -30,16 +32,17 @@ class HarnessShell(Shell):
     def reply(self, client, data: bytes) -> None:
         self.replies.append((client, data))
 
-    def finish(self, client, req) -> None:
-        if req.kind == "config-changed":
-            return
-        if req.kind == "info":
-            data = info_reply(self.node, req.args[0], {}, self.node.now)
-        elif req.kind == "auth-failed":  # the error, without the delay
-            data = req.args[1]
-        else:
-            data = req
+    def answer(self, client, data) -> None:
         self.finished[client.id] = data
+
+    def info(self, section: str) -> bytes:
+        return self.node.info(section, HostFacts(), self.node.now)
+
+    def auth_failed(self, client, delay_ms: int, error: bytes) -> bytes:
+        return error  # without the delay
+
+    def unsupported(self, req):
+        return req  # the request itself, for the test to see
 
     def run(self, client) -> bytes | None:
         """Carry out everything; the reply a shell request of ``client`` got, if any."""
@@ -92,46 +95,11 @@ class Harness:
         return out
 
 
-class Error(str):
-    pass
-
-
 def decode(data):
-    """Parse one RESP2/3 reply (bytes) into Python values; None for nulls."""
+    """One reply (bytes) as Python values (the simulator's decoder, sim/replies.py);
+    "BLOCKED" for no reply yet, anything else (a shell request) as it is."""
     if data is None:
         return "BLOCKED"
     if not isinstance(data, bytes):
         return data
-    value, pos = _parse(data, 0)
-    assert pos == len(data), f"trailing bytes in reply: {data[pos:]!r}"
-    return value
-
-
-def _parse(b: bytes, i: int):
-    t = b[i:i + 1]
-    end = b.index(b"\r\n", i)
-    line = b[i + 1:end]
-    i = end + 2
-    if t == b"+":
-        return line, i
-    if t == b"-":
-        return Error(line.decode()), i
-    if t == b":":
-        return int(line), i
-    if t == b"_":
-        return None, i
-    if t == b"$":
-        n = int(line)
-        if n < 0:
-            return None, i
-        return b[i:i + n], i + n + 2
-    if t in (b"*", b"%"):
-        n = int(line)
-        if n < 0:
-            return None, i
-        items = []
-        for _ in range(n * (2 if t == b"%" else 1)):
-            v, i = _parse(b, i)
-            items.append(v)
-        return items, i
-    raise AssertionError(f"bad reply type {t!r} in {b!r}")
+    return decode_reply(data)

@@ -102,7 +102,7 @@ def test_failed_auth_is_slowed_per_connection_and_logged_at_most_once_a_second()
         h.node.execute(c, [b"AUTH", b"admin", b"bad"], h.now)
         (_, req), = h.node.requests
         h.node.requests.clear()
-        delays.append(req.args[0])
+        delays.append(req.delay_ms)
     assert delays == [100, 200, 400, 800, 1600, 3200, 5000, 5000]
     logs = [line for _, line in h.node.take_outputs().logs]
     assert logs == [f"Failed AUTH as 'admin' from {c.addr}"]

@@ -458,8 +458,8 @@ def test_jobs_still_being_replicated_are_never_queued():
     n = c.nodes[0]
     job = Job(b"D-12345678-" + b"R" * 24 + b"-05a1", b"q", b"b", 1, 60, 3, 0, 5)
     job.state, job.qtime = WAIT_REPL, 1
-    n.register(job)
-    assert n.enqueue(job, c.now) is False and job.state == WAIT_REPL
+    n.store.register(job)
+    assert n.store.enqueue(job, c.now) is False and job.state == WAIT_REPL
 
 
 def test_node_ids_from_wire_validates_and_shares_the_strings():

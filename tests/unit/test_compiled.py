@@ -19,18 +19,19 @@ from disquepy.sim.sweep import run_many
 SRC = Path(__file__).resolve().parents[2] / "src"
 MANIFEST = SRC / "disquepy" / "_mypyc_sources.txt"
 
-# imports the core, then patches Node.enqueue as sabotage.py does and counts how often
-# ADDJOB on a lone node (Node.create_job calls self.enqueue) reaches the patch
+# imports the core, then patches JobStore.enqueue as sabotage.py does and counts how
+# often ADDJOB on a lone node (JobStore.create_job calls self.enqueue) reaches the patch
 PROBE = """
 import random, sys, disquepy, disquepy.core.node as node, disquepy.codec.resp
+import disquepy.core.jobstore as jobstore
 from disquepy.core.config import Config
 print(repr((disquepy.INTERPRETED, disquepy.compiled_modules(), node.__file__)))
 calls = []
-orig = node.Node.enqueue
+orig = jobstore.JobStore.enqueue
 def enqueue(self, job, now, nack=False):
     calls.append(job)
     return orig(self, job, now, nack)
-node.Node.enqueue = enqueue
+jobstore.JobStore.enqueue = enqueue
 n = node.Node(Config(), "a" * 40, random.Random(1), 1000)
 n.execute(n.new_client(), [b"ADDJOB", b"q", b"body", b"0"], 1000)
 print(len(calls))

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from disquepy.codec.resp import split_text as split_args
 from disquepy.core import config as config_module
+from disquepy.core import configlex, configtypes, directives
 from disquepy.core.config import (
     DIRECTIVES,
     REWRITE_SIGNATURE,
@@ -22,7 +24,6 @@ from disquepy.core.config import (
     glob_match,
     parse_memory,
     quote_arg,
-    split_args,
 )
 
 GB = 1024**3
@@ -193,8 +194,10 @@ def test_slots_reject_unknown_attributes():
         Config().no_such_directive = 1  # type: ignore[attr-defined]
 
 
-def test_module_is_pure():
-    source = pathlib.Path(config_module.__file__).read_text()
+@pytest.mark.parametrize("module", [config_module, configlex, configtypes, directives],
+                         ids=lambda m: m.__name__)
+def test_module_is_pure(module):
+    source = pathlib.Path(module.__file__.replace(".so", ".py")).read_text()
     tree = ast.parse(source)
     forbidden = {"asyncio", "socket", "time", "random", "threading", "selectors", "os", "io"}
     imported = set()
@@ -286,6 +289,7 @@ def test_parse_quoted_values():
 
 
 def test_split_args():
+    """The splitter of config lines (and the command line's): codec.resp.split_text."""
     assert split_args("") == []
     assert split_args("   ") == []
     assert split_args("a b\tc") == ["a", "b", "c"]
@@ -295,9 +299,8 @@ def test_split_args():
     assert split_args("'a\\nb'") == ["a\\nb"]
     assert split_args('"\\n\\r\\t\\b\\a\\q\\x4a\\x4"') == ["\n\r\t\b\aqJx4"]
     assert split_args('foo"bar baz"') == ["foobar baz"]
-    for bad in ['"abc', "'abc", '"a"b', "'a'b", '"abc\\"', 'x "']:
-        with pytest.raises(ValueError):
-            split_args(bad)
+    for bad in ['"abc', "'abc", '"a"b', "'a'b", '"abc\\"', 'x "', "a \ud800"]:
+        assert split_args(bad) is None
 
 
 @given(st.text(max_size=40))
@@ -561,6 +564,28 @@ def test_apply_args_errors(args, lineno, line, reason):
     assert f"at line {lineno} (command line)" in str(err)
 
 
+@pytest.mark.parametrize(("typo", "meant"), [("maxmemroy", "maxmemory"),
+                                             ("appendonyl", "appendonly"),
+                                             ("cluster-node-timout", "cluster-node-timeout"),
+                                             ("LogLevle", "loglevel")])
+def test_a_mistyped_directive_names_the_one_it_resembles(typo, meant):
+    """issue #24: `disque-server --maxmemroy 1gb` said only "Bad directive"."""
+    with pytest.raises(ConfigError) as info:
+        Config().apply_args([f"--{typo}", "1"])
+    assert info.value.reason == f"Bad directive or wrong number of arguments (did you mean --{meant}?)"
+    with pytest.raises(ConfigError) as info:
+        Config.from_text(f"port 7000\n{typo} 1\n", origin="disque.conf")
+    assert info.value.reason == f"Bad directive or wrong number of arguments (did you mean {meant}?)"
+    assert info.value.lineno == 2
+
+
+def test_no_suggestion_for_what_resembles_nothing_or_a_right_name_with_wrong_arguments():
+    for argv in (["--nosuchthing", "1"], ["--port"], ["--maxmemory", "1gb", "2gb"]):
+        with pytest.raises(ConfigError) as info:
+            Config().apply_args(argv)
+        assert info.value.reason == "Bad directive or wrong number of arguments"
+
+
 # ---------------------------------------------------------------------------
 # Glob matching and CONFIG GET
 # ---------------------------------------------------------------------------
@@ -764,6 +789,8 @@ def test_set_unsupported(name):
         ("client-output-buffer-limit", "normal  0 0 0"),
         ("client-output-buffer-limit", "normal 1 2 3 normal x 0 0"),
         ("proto-max-bulk-len", "1kb"),
+        ("job-max-body-size", "-1"),
+        ("job-max-body-size", "lots"),
         ("client-query-buffer-limit", "1000"),
         ("protected-mode", ""),
         ("watchdog-period", "-1"),
@@ -1005,6 +1032,7 @@ SET_VALUES: dict[str, st.SearchStrategy[str]] = {
     "maxmemory-policy": st.sampled_from(["acks", "ACKS", "Acks"]),
     "client-query-buffer-limit": _memory_values(MB),
     "proto-max-bulk-len": _memory_values(MB),
+    "job-max-body-size": _memory_values(0),
     "proto-max-multibulk-len": _int_values(1, 10**7),
     "appendonly": st.sampled_from(["yes", "no"]),
     "appendfsync": st.sampled_from(["everysec", "always", "no"]),

@@ -73,7 +73,7 @@ def test_replicated_jobs_are_batched_up_to_a_few_megabytes_per_message():
     peer = ["b" * 40]
     body = b"x" * MB
     for _ in range(10):
-        job = h.node.create_job(b"q", body, 3600, 60, 0, 1, 0, True, 0, h.client, h.now)
+        job = h.node.store.create_job(b"q", body, 3600, 60, 0, 1, 0, True, 0, h.client, h.now)
         h.node.send_item(peer, M.REPLJOB, M.job_to_wire(h.node.jobs.get(job[1:-2])), len(body))
     sizes = [len(msg) - 4 for _, msg in h.node.bus_out]
     assert sizes == [4, 4, 2]  # jobs per REPLJOB: SOFT_BYTES (4 MB) of bodies each
@@ -116,7 +116,7 @@ def _repljob(sender: str, n: int, body: bytes, seed: int = 1) -> list:
     src = Harness(seed=seed + 7)
     jobs = []
     for _ in range(n):
-        r = src.node.create_job(b"q", body, 3600, 60, 0, 1, 0, True, 0, src.client, src.now)
+        r = src.node.store.create_job(b"q", body, 3600, 60, 0, 1, 0, True, 0, src.client, src.now)
         jobs.append(M.job_to_wire(src.node.jobs.get(r[1:-2])))
     meet = [M.MEET, sender, 7000, 0, [], "127.0.0.1"]
     return [M.BATCH, sender, 7000, 0, [meet, [M.REPLJOB, sender, 7000, 0, *jobs]]]
@@ -188,7 +188,7 @@ def test_event_copies_from_the_bus_stop_at_the_nodes_limit():
 def test_bus_job_fields_stay_range_checked():
     """The codec refuses a counter at 2**64-1 (what made the timer tick raise)."""
     h = Harness()
-    r = h.node.create_job(b"q", b"b", 3600, 60, 0, 1, 0, True, 0, h.client, h.now)
+    r = h.node.store.create_job(b"q", b"b", 3600, 60, 0, 1, 0, True, 0, h.client, h.now)
     wire = M.job_to_wire(h.node.jobs.get(r[1:-2]))
     assert parse_job(list(wire), BUS).id == r[1:-2]
     for i, bad in ((8, 2**64 - 1), (4, 2**32), (6, -1)):
@@ -238,3 +238,22 @@ def test_a_flood_of_meets_from_unknown_senders_adds_no_member():
     h.node.tick(now + 2500)  # never answered: forgotten after twice the node timeout
     h.node.tick(now + 5000)
     assert not members.peers
+
+
+# ---------------------------------------------------------- job-max-body-size
+def test_a_job_body_over_job_max_body_size_is_refused_before_anything_is_stored():
+    """issue #24: a client's ADDJOB body was bounded only by proto-max-bulk-len (512 MB)."""
+    h = Harness()
+    assert h("CONFIG", "GET", "job-max-body-size") == [b"job-max-body-size", b"67108864"]
+    assert h("CONFIG", "SET", "job-max-body-size", "10") == b"OK"
+    used = h.node.mem.used
+    for args in (("ADDJOB", "q", "x" * 11, 0), ("ADDJOB", "q", "x" * 11, 0, "RETRY", 5)):
+        err = h(*args)
+        assert isinstance(err, Error) and err == (
+            "ERR job body too big: 11 bytes, over job-max-body-size (10 bytes; "
+            "CONFIG SET job-max-body-size raises it)")
+    assert len(h.node.jobs) == 0 and h.node.mem.used == used and h("QLEN", "q") == 0
+    assert h("ADDJOB", "q", "x" * 10, 0).startswith(b"D-")  # at the limit: taken
+    assert h("CONFIG", "SET", "job-max-body-size", "0") == b"OK"  # 0: no limit of its own
+    assert h("ADDJOB", "q", "x" * 100_000, 0).startswith(b"D-")
+    assert h("QLEN", "q") == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 from disquepy.core.config import Config
@@ -53,9 +54,11 @@ class HoldingAof:
         self.records.extend(records)
 
 
-def make():
+def make(**config):
     loop = asyncio.new_event_loop()
     cfg = Config()
+    for k, v in config.items():
+        setattr(cfg, k, v)
     node = Node(cfg, "a" * 40, random.Random(1), Driver.now())
     driver = Driver(node, cfg, None, loop)
     return loop, node, driver
@@ -131,6 +134,47 @@ def test_outputs_of_a_resumed_pipeline_are_delivered():
     assert out.split(b"\r\n")[-2].startswith(b"+D-")  # the resumed ADDJOB ran, after
     assert node.events_out == []
     assert ("added", b"later") in [(e[1], e[3]) for e in driver.events.events]
+    loop.close()
+
+
+def read_events(directory) -> list:
+    return [json.loads(line) for f in sorted(directory.glob("events-*.jsonl"))
+            for line in f.read_text().splitlines()]
+
+
+def test_shutdown_delivers_the_pending_outputs_before_the_event_log_closes(tmp_path):
+    """SIGTERM runs shutdown() between a batch's commands and the delivery of their
+    outputs: the events they produced reach the log before it closes, and the rest
+    of those outputs (here a reply to a blocked client) is delivered, not dropped."""
+    loop, node, driver = make(dir=str(tmp_path), event_log=True)
+    node.events_on = True
+    a, ta = connect(driver)
+    arrive(a, b"GETJOB FROM q\r\n")  # blocks
+    c, tc = connect(driver)
+    arrive(c, b"ADDJOB q body 0\r\n")  # serves A; its outputs wait for the iteration's end
+    assert node.has_outputs()
+    driver.shutdown("signal")
+    driver.batch.run()  # what the replies wrote leaves with the batch
+    assert ta.written and ta.written[0].startswith(b"*1\r\n*3\r\n$1\r\nq")
+    kinds = [(e["event"], e["queue"]) for e in read_events(tmp_path / node.config.event_log_dir)]
+    assert ("added", "q") in kinds and ("delivered", "q") in kinds
+    assert driver.events is None and not node.has_outputs()
+    loop.close()
+
+
+def test_events_before_a_config_set_of_the_event_log_go_to_the_old_log(tmp_path):
+    """CONFIG SET event-log-dir closes the log: the events of the commands before it
+    in the same batch were recorded there first, not in the new directory."""
+    loop, node, driver = make(dir=str(tmp_path), event_log=True)
+    node.events_on = True
+    a, ta = connect(driver)
+    arrive(a, b"ADDJOB q first 0\r\n")
+    driver._after_soon()  # the log is open
+    arrive(a, b"ADDJOB q body 0\r\nCONFIG SET event-log-dir elsewhere\r\n")
+    driver._after_soon()
+    assert [e["event"] for e in read_events(tmp_path / "events")] == ["added", "queued"] * 2
+    assert not (tmp_path / "elsewhere").exists()
+    driver.shutdown()
     loop.close()
 
 

@@ -124,7 +124,7 @@ _values = st.recursive(_scalars, lambda kids: st.lists(kids, max_size=5), max_le
 
 def _job_wire(seed: int) -> list:
     h = Harness(seed=seed + 11)
-    r = h.node.create_job(b"q", b"body", 3600, 1, 0, 1, 0, True, 0, h.client, h.now)
+    r = h.node.store.create_job(b"q", b"body", 3600, 1, 0, 1, 0, True, 0, h.client, h.now)
     return job_fields(h.node.jobs.get(r[1:-2]), BUS)
 
 
@@ -238,7 +238,7 @@ def test_fuzz_aof_records_load_or_are_refused(items, cut):
     raises, what it accepts loads into a node, and the node's jobs store again."""
     CASES["aof"] += 1
     base = Harness(seed=4)
-    r = base.node.create_job(b"q", b"b", 3600, 1, 0, 1, 0, True, 0, base.client, base.now)
+    r = base.node.store.create_job(b"q", b"b", 3600, 1, 0, 1, 0, True, 0, base.client, base.now)
     disk = job_fields(base.node.jobs.get(r[1:-2]), DISK, state=2)
     parts = []
     for kind, a, *b in items:

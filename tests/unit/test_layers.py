@@ -36,6 +36,7 @@ PLANTED = [
     ("client/args.py", "import disquepy.worker.backoff", "application side: cli > web"),
     ("worker/backoff.py", "import disquepy.core.ids", "no server internals"),
     ("server/sockopts.py", "import disquepy.client.args", "never imports the application side"),
+    ("server/log.py", "import disquepy.core.commands.server", "never a command module"),
     ("core/ids.py", "import time", "the core is pure"),
     ("web/metrics.py", "import disquepy.client._commands", "private module"),
     ("spark/rows.py", "import disquepy.spark.groups", "no import circles"),

@@ -54,7 +54,12 @@ def _bindable(addr: str, port: int) -> bool:
 
 def free_ports(n: int, lo: int = 20000, hi: int = 30000) -> list[int]:
     """n client ports whose bus ports (+10000) are free too, on 127.0.0.1 and the
-    aliases. Not seeded: ports are no part of a replay."""
+    aliases. Not seeded: ports are no part of a replay. ``DISQUEPY_PORT_RANGE=lo:hi``
+    narrows the range (the test suite gives each of its parallel workers a slice)."""
+    narrowed = os.environ.get("DISQUEPY_PORT_RANGE", "")
+    if narrowed:
+        first, _, end = narrowed.partition(":")
+        lo, hi = int(first), int(end) - 1
     rng = random.SystemRandom()
     out: list[int] = []
     for _ in range(2000):

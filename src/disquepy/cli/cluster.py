@@ -3,46 +3,31 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 
 import click
 import redis
 from rich.table import Table
 
+from ..codec.nodes import NodeInfo, parse_hello
 from . import RawFallbackGroup
 from .conn import CliError, Target, connection_reason, parse_addr
 from .ui import console, text
 
 
-@dataclass
-class HelloNode:
-    """One entry of HELLO: node ID, address and priority (1 = reachable, higher = worse)."""
-
-    id: str
-    host: str
-    port: int
-    priority: int
-
-    @property
-    def addr(self) -> str:
-        return f"{self.host}:{self.port}"
+def hello(client: redis.Redis, reached: tuple[str, int]) -> tuple[str, list[NodeInfo]]:
+    """HELLO on one node: its ID and the nodes it knows (codec.nodes.parse_hello; an
+    empty host is the one ``reached``)."""
+    h = parse_hello(client.execute_command("HELLO"), reached)
+    return h.my_id, h.nodes
 
 
-def hello(client: redis.Redis, default_host: str) -> tuple[str, list[HelloNode]]:
-    """HELLO on one node: its ID and the nodes it knows (empty hosts get ``default_host``)."""
-    reply = client.execute_command("HELLO")
-    my_id = text(reply[1])
-    nodes = [HelloNode(text(e[0]), text(e[1]) or default_host, int(e[2]), int(e[3]))
-             for e in reply[2:]]
-    return my_id, nodes
-
-
-def discover(target: Target) -> list[HelloNode]:
+def discover(target: Target) -> list[NodeInfo]:
     """Every node the target node knows (HELLO), the target itself first."""
-    my_id, nodes = hello(target.redis(), target.host)
-    nodes.sort(key=lambda n: (n.id != my_id, n.addr))
+    my_id, nodes = hello(target.redis(), (target.host, target.port))
+    nodes.sort(key=lambda n: (n.id != my_id, n.address))
     if nodes and nodes[0].id == my_id:  # the address we reached it at, not the one it learnt
-        nodes[0].host, nodes[0].port = target.host, target.port
+        nodes[0] = replace(nodes[0], host=target.host, port=target.port)
     return nodes
 
 
@@ -71,12 +56,12 @@ def _connect_all(target: Target, addrs: list[tuple[str, int]]) -> list[redis.Red
 
 
 def _converged(clients: list[redis.Redis], addrs: list[tuple[str, int]],
-               ids: list[str]) -> tuple[bool, list[list[HelloNode]]]:
-    views: list[list[HelloNode]] = []
+               ids: list[str]) -> tuple[bool, list[list[NodeInfo]]]:
+    views: list[list[NodeInfo]] = []
     ok = True
-    for c, (host, _) in zip(clients, addrs, strict=True):
+    for c, addr in zip(clients, addrs, strict=True):
         try:
-            _, nodes = hello(c, host)
+            _, nodes = hello(c, addr)
         except redis.RedisError:
             views.append([])
             ok = False
@@ -134,7 +119,7 @@ def nodes_cmd(target: Target) -> None:
     """The nodes the connected node knows: ID, address, flags, link and priority."""
     c = target.redis()
     listing = text(c.execute_command("CLUSTER", "NODES"))
-    _, known = hello(c, target.host)
+    _, known = hello(c, (target.host, target.port))
     prio = {n.id: n.priority for n in known}
     table = Table(title=f"Nodes known by {target.addr}", title_justify="left")
     for col in ("Node ID", "Address", "Flags", "Link", "Priority"):

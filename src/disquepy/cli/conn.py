@@ -11,6 +11,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ..codec.nodes import parse_address
 from .reply import ReplyParser, ServerError
 
 if TYPE_CHECKING:
@@ -45,18 +46,12 @@ def connection_message(exc: BaseException, default_addr: str) -> str:
 
 
 def parse_addr(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
-    """``host:port``, ``:port`` or ``port`` to ``(host, port)``; raises CliError if bad."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = default_host, text
-    host = host.strip("[]") or default_host
+    """``host:port``, ``:port`` or ``port`` (codec.nodes's parser) to ``(host, port)``;
+    raises CliError if bad."""
     try:
-        p = int(port)
-    except ValueError:
-        raise CliError(f"Bad address {text!r}: expected HOST:PORT") from None
-    if not 0 < p < 65536:
-        raise CliError(f"Bad address {text!r}: port out of range")
-    return host, p
+        return parse_address(text, default_host)
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 @dataclass

@@ -12,82 +12,12 @@ from typing import TextIO
 import click
 import redis
 
+from ..codec.resp import split_text
 from .conn import RawSession, Target, connection_reason
 from .reply import ServerError, render
 from .syntax import error_hint, help_text
 
 log = logging.getLogger(__name__)
-
-_DQ_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "a": "\a"}
-
-
-class SplitError(ValueError):
-    """Unbalanced quotes, or a closing quote not followed by a space."""
-
-
-def split_args(line: str) -> list[str]:
-    """Split a command line as redis-cli does.
-
-    Words are separated by spaces; ``"..."`` understands ``\\n \\r \\t \\b \\a \\\\ \\"`` and
-    ``\\xHH``; ``'...'`` understands only ``\\'``. A closing quote must end the word.
-    """
-    args: list[str] = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i].isspace():
-            i += 1
-        if i >= n:
-            return args
-        word: list[str] = []
-        in_dq = in_sq = False
-        while True:
-            if i >= n:
-                if in_dq or in_sq:
-                    raise SplitError("unbalanced quotes")
-                break
-            ch = line[i]
-            if in_dq:
-                if ch == "\\" and i + 1 < n:
-                    nxt = line[i + 1]
-                    hexd = line[i + 2:i + 4]
-                    if nxt == "x" and len(hexd) == 2 and all(c in "0123456789abcdefABCDEF"
-                                                             for c in hexd):
-                        b = int(hexd, 16)  # a byte: bytes >= 0x80 as surrogate escapes
-                        word.append(chr(b) if b < 0x80 else chr(0xDC00 + b))
-                        i += 4
-                        continue
-                    word.append(_DQ_ESCAPES.get(nxt, nxt))
-                    i += 2
-                    continue
-                if ch == '"':
-                    if i + 1 < n and not line[i + 1].isspace():
-                        raise SplitError("closing quote must be followed by a space")
-                    i += 1
-                    break
-                word.append(ch)
-            elif in_sq:
-                if ch == "\\" and line[i + 1:i + 2] == "'":
-                    word.append("'")
-                    i += 2
-                    continue
-                if ch == "'":
-                    if i + 1 < n and not line[i + 1].isspace():
-                        raise SplitError("closing quote must be followed by a space")
-                    i += 1
-                    break
-                word.append(ch)
-            else:
-                if ch.isspace():
-                    break
-                if ch == '"':
-                    in_dq = True
-                elif ch == "'":
-                    in_sq = True
-                else:
-                    word.append(ch)
-            i += 1
-        args.append("".join(word))
-
 
 def to_wire(arg: str) -> bytes:
     """An argument as bytes: ``\\xHH`` escapes become those bytes, the rest UTF-8."""
@@ -164,9 +94,8 @@ def run_repl(target: Target, stdin: TextIO | None = None) -> int:
             except KeyboardInterrupt:
                 click.echo()
                 continue
-            try:
-                args = split_args(line)
-            except SplitError:
+            args = split_text(line)  # redis-cli's splitting (sdssplitargs), codec's
+            if args is None:
                 click.echo("Invalid argument(s)")
                 failed = True
                 continue

@@ -12,7 +12,8 @@ from rich.console import Group, JustifyMethod
 from rich.live import Live
 from rich.table import Table
 
-from .cluster import HelloNode, discover
+from ..codec.nodes import NodeInfo
+from .cluster import discover
 from .conn import Target
 from .ui import console, human_bytes, pairs, text
 
@@ -50,7 +51,7 @@ def _scan_queues(c: redis.Redis) -> list[str]:
     return sorted(names)
 
 
-def _nodes(target: Target, known: list[HelloNode]) -> list[HelloNode]:
+def _nodes(target: Target, known: list[NodeInfo]) -> list[NodeInfo]:
     """The nodes HELLO shows, asking the target first, then any node seen before."""
     try:
         return discover(target)
@@ -71,7 +72,7 @@ def _nodes(target: Target, known: list[HelloNode]) -> list[HelloNode]:
 
 
 def take_sample(target: Target, clients: dict[str, redis.Redis],
-                known: list[HelloNode] | None = None) -> Sample:
+                known: list[NodeInfo] | None = None) -> Sample:
     """Ask every node known by HELLO for INFO, QSCAN and QSTAT.
 
     ``known`` (updated) are the nodes seen so far: when the target stops answering, the
@@ -80,29 +81,29 @@ def take_sample(target: Target, clients: dict[str, redis.Redis],
     s = Sample(t=time.monotonic())
     known = known if known is not None else []
     nodes = _nodes(target, known)
-    listed = {n.addr for n in nodes}
-    gone = [n for n in known if n.addr not in listed]
+    listed = {n.address for n in nodes}
+    gone = [n for n in known if n.address not in listed]
     if nodes:
         known[:] = nodes
     for n in gone:
-        s.nodes.append(NodeSample(n.addr, n.id, None, "not answering"))
+        s.nodes.append(NodeSample(n.address, n.id, None, "not answering"))
     if not nodes and not gone:  # the seed is down and nothing else is known
         s.nodes.append(NodeSample(target.addr, "?", None, "unreachable"))
     for n in nodes:
-        c = clients.get(n.addr)
+        c = clients.get(n.address)
         if c is None:
-            c = clients[n.addr] = target.redis(n.host, n.port, socket_timeout=3,
+            c = clients[n.address] = target.redis(n.host, n.port, socket_timeout=3,
                                                connect_timeout=1)
         try:
             info = c.info()
             for q in _scan_queues(c):
                 st = pairs(c.execute_command("QSTAT", q))
                 if st:
-                    s.qstats[(q, n.addr)] = st
+                    s.qstats[(q, n.address)] = st
         except redis.RedisError as e:
-            s.nodes.append(NodeSample(n.addr, n.id, None, type(e).__name__))
+            s.nodes.append(NodeSample(n.address, n.id, None, type(e).__name__))
             continue
-        s.nodes.append(NodeSample(n.addr, n.id, info))
+        s.nodes.append(NodeSample(n.address, n.id, info))
     return s
 
 
@@ -214,7 +215,7 @@ def command(target: Target, interval: float, once: bool, iterations: int | None,
     counters (QSTAT jobs-in/jobs-out, INFO total_commands_processed) between refreshes.
     """
     clients: dict[str, redis.Redis] = {}
-    known: list[HelloNode] = []
+    known: list[NodeInfo] = []
     out = console()
     # the seed must answer once, or there is nothing to show: a clear error instead
     target.redis(socket_timeout=5).ping()

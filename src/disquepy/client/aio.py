@@ -33,8 +33,8 @@ from .nodes import (
     NodeSpec,
     Topology,
     fmt_addr,
+    parse_address,
     parse_hello,
-    parse_node,
     parse_nodes,
     tls_options,
 )
@@ -381,7 +381,7 @@ class AsyncDisque(Commands):
 
     async def execute_on(self, node: NodeSpec, *args: Any) -> Any:
         """A raw command on one given node (``"host:port"``), without failover."""
-        addr = parse_node(node)
+        addr = parse_address(node)
         try:
             return await self._client_for(addr).execute_command(*args)
         except rexc.ResponseError as e:

@@ -1,41 +1,20 @@
-"""Where the nodes are: ``host:port`` parsing (the one parser of the project), HELLO's
-reply, the client's view of the cluster (:class:`Topology`) and consumer affinity."""
+"""Where the nodes are: node lists (``host:port`` as ``codec.nodes`` parses it), the
+client's view of the cluster (:class:`Topology`) and consumer affinity. HELLO's reply
+and its entries are ``codec.nodes``'s (re-exported here)."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
+from ..codec.nodes import Address, Hello, NodeInfo, parse_address, parse_hello
 from .replies import Job
 
-Address = tuple[str, int]
-NodeSpec = str | tuple[str, int]
+__all__ = ["Address", "Hello", "NodeInfo", "NodeSpec", "parse_address", "parse_hello",
+           "parse_nodes", "fmt_addr", "tls_options", "Topology", "Affinity"]
 
-
-@dataclass(slots=True, frozen=True)
-class NodeInfo:
-    """One node of HELLO's reply (``priority``: lower is better; leaving nodes are high)."""
-
-    id: str
-    host: str
-    port: int
-    priority: int
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(slots=True)
-class Hello:
-    """HELLO's reply: format version, the answering node's ID and every node it knows."""
-
-    version: int
-    my_id: str
-    nodes: list[NodeInfo] = field(default_factory=list)
+NodeSpec = str | Address
 
 
 def tls_options(ssl: bool, ssl_ca_certs: str | None, ssl_certfile: str | None,
@@ -50,21 +29,6 @@ def tls_options(ssl: bool, ssl_ca_certs: str | None, ssl_certfile: str | None,
             "ssl_keyfile": ssl_keyfile, "ssl_check_hostname": ssl_check_hostname}
 
 
-def parse_node(spec: NodeSpec) -> Address:
-    """``"host:port"``, ``"port"``, ``":port"`` or ``(host, port)`` as ``(host, port)``."""
-    if isinstance(spec, tuple):
-        host, port = spec
-        return (host or "127.0.0.1", int(port))
-    s = str(spec).strip()
-    if s.startswith("["):  # [v6]:port
-        host, _, port = s[1:].partition("]:")
-        return (host, int(port))
-    host, sep, port = s.rpartition(":")
-    if not sep:
-        return ("127.0.0.1", int(s)) if s.isdigit() else (s, 7711)
-    return (host or "127.0.0.1", int(port))
-
-
 def parse_nodes(nodes: NodeSpec | Sequence[NodeSpec] | None) -> list[Address]:
     if nodes is None:
         return [("127.0.0.1", 7711)]
@@ -72,7 +36,7 @@ def parse_nodes(nodes: NodeSpec | Sequence[NodeSpec] | None) -> list[Address]:
         nodes = [nodes]
     out: list[Address] = []
     for n in nodes:
-        a = parse_node(n)
+        a = parse_address(n)
         if a not in out:
             out.append(a)
     if not out:
@@ -82,23 +46,6 @@ def parse_nodes(nodes: NodeSpec | Sequence[NodeSpec] | None) -> list[Address]:
 
 def fmt_addr(a: Address) -> str:
     return f"{a[0]}:{a[1]}"
-
-
-def parse_hello(reply: Any, connected: Address | None = None) -> Hello:
-    """HELLO -> :class:`Hello`; a node with an empty address (the answering node, before
-    it learned its own address) gets the address the client reached it on."""
-    version = int(reply[0])
-    my_id = reply[1].decode()
-    nodes = []
-    for n in reply[2:]:
-        nid = n[0].decode()
-        host = n[1].decode()
-        port = int(n[2])
-        if not host and connected is not None and nid == my_id:
-            host = connected[0]
-            port = connected[1]
-        nodes.append(NodeInfo(nid, host, port, int(n[3])))
-    return Hello(version, my_id, nodes)
 
 
 class Topology:

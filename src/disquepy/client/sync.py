@@ -33,8 +33,8 @@ from .nodes import (
     NodeSpec,
     Topology,
     fmt_addr,
+    parse_address,
     parse_hello,
-    parse_node,
     parse_nodes,
     tls_options,
 )
@@ -369,7 +369,7 @@ class Disque(Commands):
     def execute_on(self, node: NodeSpec, *args: Any) -> Any:
         """A raw command on one given node (``"host:port"``), without failover; e.g. a
         WORKING or SHOW for a job on the node that holds it."""
-        addr = parse_node(node)
+        addr = parse_address(node)
         try:
             return self._client_for(addr).execute_command(*args)
         except rexc.ResponseError as e:
@@ -378,7 +378,7 @@ class Disque(Commands):
     def execute_many_on(self, node: NodeSpec, commands: Sequence[Sequence[Any]]) -> list:
         """Raw commands on one given node in one round trip, without failover; replies
         in order, error replies as :class:`ResponseError` instances (not raised)."""
-        p = self._client_for(parse_node(node)).pipeline(transaction=False)
+        p = self._client_for(parse_address(node)).pipeline(transaction=False)
         for args in commands:
             p.execute_command(*args)
         try:

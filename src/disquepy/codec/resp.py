@@ -105,6 +105,7 @@ __all__ = [
     "null_bulk",
     "simple",
     "split_args",
+    "split_text",
 ]
 
 HAVE_HIREDIS = _hiredis is not None
@@ -269,6 +270,23 @@ def split_args(line: bytes) -> list[bytes] | None:
                 cur.append(c)
             i += 1
         args.append(bytes(cur))
+
+
+def split_text(line: str) -> list[str] | None:
+    """``split_args`` for text (a config line, a line typed at the command line's
+    prompt), the one splitter of the project: the line is taken as UTF-8, with
+    ``surrogateescape`` stand-ins as the bytes they stand for, and each argument comes
+    back as text the same way (``"\\xc3\\xa9"`` is "é", a byte that forms no UTF-8
+    its stand-in). None on unbalanced quotes, or a lone surrogate that stands for no
+    byte."""
+    try:
+        raw = line.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return None
+    args = split_args(raw)
+    if args is None:
+        return None
+    return [a.decode("utf-8", "surrogateescape") for a in args]
 
 
 # ---------------------------------------------------------------------------

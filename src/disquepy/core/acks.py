@@ -43,9 +43,9 @@ class Acks:
             node.events_out.append((now, "acked", job.id, job.queue, None))
         if result:
             self._completed_with(job, result, now)
-        node.record_outcome(job, COMPLETED, now)
+        node.store.record_outcome(job, COMPLETED, now)
         if not node.clustered:
-            node.unregister(job)
+            node.store.unregister(job)
             return
         self.cluster_ack(job, now)
 
@@ -57,7 +57,7 @@ class Acks:
         if self.node.clustered:
             self.cluster_start_gc(job, now)
         else:
-            self.node.unregister(job)
+            self.node.store.unregister(job)
 
     def dummy_ack(self, jid: bytes, now: int) -> Job | None:
         """Hold an ACK for a job this node never saw; only useful with other nodes.
@@ -71,7 +71,7 @@ class Acks:
         move(job, ACKED)
         job.flags |= F_DUMMY
         job.confirmed = (node.myid,)
-        node.register(job)
+        node.store.register(job)
         node.mem.evictable[jid] = job
         self.schedule_gc(job, now)
         return job
@@ -86,9 +86,9 @@ class Acks:
                 waiting[0].blocked_add = None
                 self.node.outbox.append((waiting[0], b"+" + job.id + b"\r\n"))
             move(job, ACTIVE)
-        self.node.record_outcome(job, COMPLETED, now)  # (a copy told by SETACK/GOTACK)
+        self.node.store.record_outcome(job, COMPLETED, now)  # (a copy told by SETACK/GOTACK)
         if job.state == QUEUED:
-            self.node.dequeue(job)
+            self.node.store.dequeue(job)
         if not job.delivered and not job.flags & F_DUMMY:
             job.delivered = (self.node.myid,)  # () means "only here" for single-copy jobs
         move(job, ACKED)
@@ -126,7 +126,7 @@ class Acks:
 
     def _gc_done(self, job: Job) -> None:
         self.node.send_to_copies(job, M.DELJOB, job.id)
-        self.node.unregister(job)
+        self.node.store.unregister(job)
 
     def on_setack(self, p: Peer, fields: M.Fields, now: int) -> None:
         jid, may_have = fields[0], fields[1]
@@ -159,7 +159,7 @@ class Acks:
         if job.delivered and all(n in job.confirmed for n in job.delivered):
             self._gc_done(job)
         elif not job.delivered and (known or len(job.confirmed) >= self.node.size):
-            self.node.unregister(job)
+            self.node.store.unregister(job)
 
     def on_deljob(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
@@ -174,17 +174,17 @@ class Acks:
             rest = [n for n in job.delivered if n != self.node.myid and n not in covered]
             if rest:
                 self.node.send(rest, M.DELJOB, job.id, [*covered, *rest])
-            self.node.record_outcome(job, COMPLETED, now)
-        self.node.unregister(job)
+            self.node.store.record_outcome(job, COMPLETED, now)
+        self.node.store.unregister(job)
 
     def _completed_with(self, job: Job, result: bytes, now: int) -> None:
         """Record a completion with the worker's result and send it to the copies
         before the ack's own messages (their outcome is then recorded with it)."""
         node = self.node
-        if job.flags & F_OUTCOME or job.state == WAIT_REPL or not node.outcomes_on:
+        if job.flags & F_OUTCOME or job.state == WAIT_REPL or not node.store.outcomes_on:
             return
         result = result[:node.outcomes.max_detail]
-        node.record_outcome(job, COMPLETED, now, result)
+        node.store.record_outcome(job, COMPLETED, now, result)
         node.send_to_copies(job, M.OUTCOME, job.id, COMPLETED, result)
 
     def fast_ack(self, job: Job, now: int, result: bytes = b"") -> None:
@@ -192,17 +192,17 @@ class Acks:
             self.node.metrics.acked(job.id, job.queue, now)
             if result:
                 self._completed_with(job, result, now)
-            self.node.record_outcome(job, COMPLETED, now)
+            self.node.store.record_outcome(job, COMPLETED, now)
         others = [n for n in job.delivered if n != self.node.myid]
         self.node.send(others, M.DELJOB, job.id, [self.node.myid, *others])
-        self.node.unregister(job)
+        self.node.store.unregister(job)
 
     def fail(self, job: Job, error: bytes, now: int, reason: bytes = DEFAULT_REASON) -> None:
         """FAILJOB: the job failed for good (the worker gave up): its outcome is FAILED
         with the error, on every copy, then it is acknowledged as any finished job."""
         node = self.node
         node.metrics.dead_lettered(job.queue, reason)
-        node.record_outcome(job, FAILED, now, error)
+        node.store.record_outcome(job, FAILED, now, error)
         node.send_to_copies(job, M.OUTCOME, job.id, FAILED, error)
         self.ack(job, now, failed=True)
         if job.state == ACKED:
@@ -212,11 +212,11 @@ class Acks:
         """CANCEL: a job nobody works on ends here and on every copy, as CANCELLED."""
         node = self.node
         node.metrics.count(job.queue, M_CANCELLED)
-        node.record_outcome(job, CANCELLED, now)
+        node.store.record_outcome(job, CANCELLED, now)
         node.send_to_copies(job, M.OUTCOME, job.id, CANCELLED, b"")
         if node.events_on:
             node.events_out.append((now, "deleted", job.id, job.queue, None))
-        node.unregister(job)
+        node.store.unregister(job)
 
     def on_outcome(self, p: Peer, fields: M.Fields, now: int) -> None:
         """A copy's job completed with a result or failed (an ack follows), or was
@@ -225,9 +225,9 @@ class Acks:
         if job is None:
             return
         state, detail = fields[1], fields[2]
-        self.node.record_outcome(job, state, now, detail)
+        self.node.store.record_outcome(job, state, now, detail)
         if state == CANCELLED:
-            self.node.unregister(job)
+            self.node.store.unregister(job)
 
     def fast_ack_unknown(self, jid: bytes) -> None:
         self.node.send(self.node.members.known_peers(), M.DELJOB, jid)

@@ -64,6 +64,12 @@ def noperm(user: str, name: str) -> str:
     return f"NOPERM User {user} has no permissions to run the '{name}' command"
 
 
+def body_too_big(size: int, limit: int) -> str:
+    """ADDJOB of a body over job-max-body-size (disquepy)."""
+    return (f"ERR job body too big: {size} bytes, over job-max-body-size ({limit} bytes; "
+            f"CONFIG SET job-max-body-size raises it)")
+
+
 def wrong_arity(name: str) -> str:
     return f"ERR wrong number of arguments for '{name}' command"
 # consumer groups (bananaq's commands, core/groups.py)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, move
-from .queue import Queue
+from .queue import PAUSED_OUT, Queue
 
 if TYPE_CHECKING:
     from .membership import Peer
@@ -110,7 +110,7 @@ class Federation:
         """YOURJOBS: hand up to ``count`` queued jobs to ``nid``. Answering a request we
         keep half when short (Disque's rule); ``exact`` pushes to a remembered asker."""
         q = self.node.queues.get(qname)
-        if q is None or not q.jobs or q.flags & 2 or q.waiters:
+        if q is None or not q.jobs or q.flags & PAUSED_OUT or q.waiters:
             return 0  # nothing, paused in output, or our own consumers come first
         if self.recent_sources(q, now):
             return 0  # we import this queue ourselves: exporting would ping-pong jobs
@@ -131,11 +131,11 @@ class Federation:
             job.delivered = delivered
             out.append(M.job_to_wire(job, self.node.keys.of.get(job.id)))
             if job.retry == 0:
-                self.node.unregister(job)  # at most once: the copy moves, none stays
+                self.node.store.unregister(job)  # at most once: the copy moves, none stays
             else:
-                job.qtime = now + job.retry * 1000 + self.node.jitter()
+                job.qtime = self.node.store.retry_at(now, job.retry)
                 job.flags |= F_BCAST_WILLQUEUE
-                self.node.schedule(job)
+                self.node.store.schedule(job)
         if out:
             self.node.send([nid], M.YOURJOBS, out)
         return len(out)
@@ -186,7 +186,7 @@ class Federation:
                     continue
                 if job.qtime == 0:
                     job.qtime = now
-                self.node.enqueue(job, now)
+                self.node.store.enqueue(job, now)
 
     def import_sources(self, q: Queue, now: int) -> list[bytes]:
         return [n.encode() for n, t in q.needjobs_responders.items()

@@ -58,6 +58,7 @@ _RANK = (3, 0, 1, 2)  # merge order at equal deadlines: LEASED < REDO < DEAD
 _STATE_BITS = 2
 _DELIV_BITS = 16
 _DELIV_MAX = (1 << _DELIV_BITS) - 1
+_STATE_MASK = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
 _DEADLINE_SHIFT = _STATE_BITS + _DELIV_BITS
 
 EVENT_OVERHEAD = 300  # bytes an event costs besides its body (memory accounting)
@@ -82,7 +83,7 @@ def pack(state: int, deliveries: int, deadline: int) -> int:
 
 
 def claim_state(c: int) -> int:
-    return c & 3
+    return c & _STATE_MASK
 
 
 def claim_deliveries(c: int) -> int:
@@ -97,7 +98,7 @@ def effective(c: int | None, now: int) -> int:
     """What a claim means now: a lease whose deadline passed is a redo."""
     if c is None:
         return AVAILABLE
-    s = c & 3
+    s = c & _STATE_MASK
     if s == LEASED and c >> _DEADLINE_SHIFT <= now:
         return REDO
     return s
@@ -111,12 +112,12 @@ def merge(old: int | None, new: int) -> int:
     the other (REDO over the LEASED it ends, DEAD over the REDO it ends)."""
     if old is None:
         return new
-    if old & 3 == DONE:
+    if old & _STATE_MASK == DONE:
         return old
-    if new & 3 == DONE:
+    if new & _STATE_MASK == DONE:
         return new
-    ko = (old >> _DEADLINE_SHIFT, _RANK[old & 3])
-    kn = (new >> _DEADLINE_SHIFT, _RANK[new & 3])
+    ko = (old >> _DEADLINE_SHIFT, _RANK[old & _STATE_MASK])
+    kn = (new >> _DEADLINE_SHIFT, _RANK[new & _STATE_MASK])
     return new if kn > ko else old
 
 
@@ -422,9 +423,9 @@ class Groups:
         new = e.claims[group] = merge(old, claim)
         if new == old:
             return
-        if new & 3 == LEASED:
+        if new & _STATE_MASK == LEASED:
             self._lease_timer(e.id, group, claim_deadline(new))
-        elif new & 3 == REDO:
+        elif new & _STATE_MASK == REDO:
             q = self.queues.get(e.queue)
             if q is not None:
                 cur = q.cursors.get(group)
@@ -569,7 +570,7 @@ class Groups:
             e = Event(eid, qname, body, ctime, etime, self._nodes(tuple(hs)))
             for g, c in claims:
                 e.claims[self._gname(g)] = c
-                if c & 3 == LEASED:  # (every LEASED claim held has its timer)
+                if c & _STATE_MASK == LEASED:  # (every LEASED claim held has its timer)
                     self._lease_timer(eid, self._gname(g), claim_deadline(c))
             self._store(e, now)
             self._arrived(e, now)
@@ -794,7 +795,7 @@ class Groups:
         if e is None:
             return
         c = e.claims.get(group)
-        if c is None or c & 3 != LEASED or claim_deadline(c) != deadline:
+        if c is None or c & _STATE_MASK != LEASED or claim_deadline(c) != deadline:
             return
         q = self.queues.get(e.queue)
         if self.mine(e):
@@ -1134,7 +1135,7 @@ class Groups:
 
     def info(self) -> list[tuple[str, object]]:
         leases = sum(1 for e in self.events.values() for c in e.claims.values()
-                     if c & 3 == LEASED)
+                     if c & _STATE_MASK == LEASED)
         return [
             ("events", len(self.events)),
             ("event_queues", len(self.queues)),
@@ -1159,7 +1160,7 @@ class Groups:
             return out
         for e in q.order:
             c = e.claims.get(group)
-            if not e.gone and c is not None and c & 3 == DEAD:
+            if not e.gone and c is not None and c & _STATE_MASK == DEAD:
                 out.append((e, claim_deliveries(c)))
         return out
 
@@ -1173,7 +1174,7 @@ class Groups:
             if e is None or q is None or e.queue != qname:
                 continue
             c = e.claims.get(group)
-            if c is None or c & 3 != DEAD:
+            if c is None or c & _STATE_MASK != DEAD:
                 continue
             e.claims[group] = pack(REDO, 0, max(now, claim_deadline(c) + 1))
             self._replicate_claim(e, group)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..codec.nodes import parse_address
 from . import messages as M
 from .ids import new_node_id
 
@@ -364,16 +365,17 @@ class Membership:
             parts = line.split()
             if len(parts) < 3 or len(parts[0]) != 40:
                 continue
-            nid, addr, flags = parts[0], parts[1], parts[2].split(",")
-            ip, _, port = addr.rpartition(":")
-            if not port.isdigit():
+            nid, flags = parts[0], parts[2].split(",")
+            try:  # (no port: a damaged line, skipped)
+                ip, port = parse_address(parts[1], default_host="", default_port=0)
+            except ValueError:
                 continue
             if "myself" in flags:
                 myid = nid
                 self.node.ip = ip
                 self.node.leaving = "leaving" in flags
             elif "handshake" not in flags:
-                p = Peer(nid, ip, int(port), P_LEAVING if "leaving" in flags else 0, now)
+                p = Peer(nid, ip, port, P_LEAVING if "leaving" in flags else 0, now)
                 self.peers[nid] = p
         if myid is not None:
             self.peers.pop(myid, None)

@@ -85,7 +85,7 @@ class Memory:
             if job.state == QUEUED or job.state == WAIT_REPL:
                 continue
             node.stats.jobs_evicted += 1
-            node.unregister(job)
+            node.store.unregister(job)
         if self.used > target:
             node.queues.drop_removable()
 

@@ -1,4 +1,5 @@
-"""The node state machine: jobs, queues, timers and clients of one Disque node.
+"""One Disque node: the composition of its parts (the job store, queues, timers,
+clients, the cluster's modules) and its entry points.
 
 Pure: every entry point takes ``now`` (wall clock, ms) and nothing here reads a clock,
 draws randomness (the RNG is injected) or touches a socket or file. Inputs are client
@@ -25,34 +26,24 @@ from .errors import ReplyError
 from .federation import Federation
 from .groups import Groups
 from .ids import JobIdGenerator, Rng, new_node_id
+from .info import HostFacts, info_reply
 from .job import (
-    ACKED,
-    ACTIVE,
-    F_BCAST_WILLQUEUE,
-    F_DEFERRED,
-    F_DELIVERED,
     F_DUMMY,
-    F_ENQUEUED_ONCE,
-    F_OUTCOME,
-    QUEUED,
     WAIT_REPL,
     Job,
-    move,
 )
-from .jobcodec import COUNTER_TOP
-from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED, JobMetrics
-from .jobmetrics import EXPIRED as M_EXPIRED
+from .jobmetrics import JobMetrics
+from .jobstore import JobStore
 from .jobtable import JobTable
 from .keys import Keys
 from .latency import LatencyMonitor
 from .membership import Membership
-from .memory import CLIENT_OVERHEAD, CRITICAL, HIGH, JOB_OVERHEAD, Memory
-from .outcomes import COMPLETED, EXPIRED, FAILED, Outcomes
+from .memory import CLIENT_OVERHEAD, CRITICAL, Memory
+from .outcomes import Outcomes
 from .outputs import Event, Outputs, ShellRequest
 from .persistence import Persistence
-from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .queues import Queues
-from .replication import WILLQUEUE_ADVANCE_MS, Replication
+from .replication import Replication
 from .slowlog import SlowLog
 
 if TYPE_CHECKING:
@@ -61,8 +52,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 BusHandler = Callable[["Peer", M.Fields, int], None]
-
-AMO_DONE_MAX = 50_000  # at-most-once job IDs remembered after they are gone
 
 # empty, unblocked, unpaused queues are dropped after this idle time; sooner when
 # memory is short (over 75% / over 95% of maxmemory)
@@ -114,6 +103,7 @@ class Node:
         self.port = port if port is not None else config.port
         self.idgen = JobIdGenerator(node_id, rng.getrandbits(160).to_bytes(20, "little"))
         self.jobs = JobTable()
+        self.store = JobStore(self)  # what happens to jobs (jobstore.py)
         self.queues = Queues(self)  # by name, and the consumers blocked on them
         self.awake = AwakeIndex()
         self.clients: dict[int, Client] = {}
@@ -133,10 +123,11 @@ class Node:
         self.slowlog = SlowLog()  # SLOWLOG: fed by command_took with the command below
         self.latency = LatencyMonitor()  # LATENCY: fed by command_took too
         self.last_argv: list[bytes] = []
+        self.max_body = 0  # job-max-body-size (no limit: 2**62), kept here by config_changed
         self.slow_us = -1  # slowlog-log-slower-than and latency-monitor-threshold, kept
         self.latency_ms = 0  # here by config_changed: read on every command
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
-        self.requests: list[tuple[Client | None, ShellRequest]] = []  # (client or None, ShellRequest) for the shell to finish
+        self.requests: list[tuple[Client, ShellRequest]] = []  # (client, ShellRequest) for the shell to finish
         self.logs_out: list[tuple[str, str]] = []  # (level, line) for the server log
         # CLUSTER MEET asks the shell to check the peer's bus first (the server does;
         # the simulator and the test harnesses meet at once)
@@ -196,8 +187,6 @@ class Node:
         # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
         self.events_on = False
         self.events_out: list[Event] = []
-        # IDs of at-most-once jobs delivered here and since forgotten (oldest first)
-        self.amo_done: dict[bytes, None] = {}
 
     # ------------------------------------------------------------ cluster bus
     def shared(self, value: T) -> T:
@@ -474,6 +463,7 @@ class Node:
         """Refresh values derived from the configuration (after CONFIG SET)."""
         self.mem.set_limit(self.config.maxmemory)
         self.slow_us = self.config.slowlog_log_slower_than
+        self.max_body = self.config.job_max_body_size or 1 << 62
         self.latency_ms = self.config.latency_monitor_threshold
         self.outcomes.retention_ms = self.config.job_outcome_retention * 1000
         if self.outcomes.max_bytes != self.config.job_outcome_max_memory:
@@ -492,50 +482,8 @@ class Node:
         self.acl.denied += 1
         return resp.error(errors.noperm(client.user, name))
 
-    # -------------------------------------------------------------- job store
-    def register(self, job: Job) -> bool:
-        """Add a job to the registry; False (nothing changed) if its ID is known."""
-        jid = job.id
-        jobs = self.jobs
-        part = jobs.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]  # JobTable.add
-        if jid in part:
-            return False
-        part[jid] = job
-        jobs.count += 1
-        self.mem.used += JOB_OVERHEAD + len(job.body)
-        return True
-
-    def unregister(self, job: Job) -> None:
-        if self.aof.on:
-            self.aof.deleted(job)
-        self.metrics.gone(job.id)
-        if job.retry == 0 and (job.flags & F_DELIVERED or job.state == ACKED):
-            # an at-most-once job delivered (or acked) here: a late or duplicated
-            # YOURJOBS / REPLJOB must not bring it back to be delivered again
-            amo = self.amo_done
-            amo[job.id] = None
-            if len(amo) > AMO_DONE_MAX:
-                del amo[next(iter(amo))]
-        if self.keys.of:
-            self.keys.job_gone(job)
-        if job.state == WAIT_REPL and job.id in self.repl.waiting:
-            client = self.repl.waiting.pop(job.id)[0]
-            if not client.closed:
-                client.blocked_add = None
-                self.outbox.append((client, resp.error(
-                    "NOREPL job removed (expired?) before the requested replication level "
-                    "was achieved")))
-        if job.state == QUEUED:
-            q = self.queues.by_name.get(job.queue)
-            if q is not None:
-                q.remove(job)
-        self.awake.cancel(job)
-        if job.flags & F_DELIVERED or job.state == ACKED:
-            self.mem.evictable.pop(job.id, None)
-        if self.jobs.remove(job):
-            self.mem.used -= JOB_OVERHEAD + len(job.body)
-
     def jitter(self) -> int:
+        """+-RETRY_JITTER_MS, so that copies on several nodes do not act at once."""
         return int(self.random() * (2 * RETRY_JITTER_MS)) - RETRY_JITTER_MS
 
     def next_ctime(self, now: int) -> int:
@@ -546,269 +494,12 @@ class Node:
         self.last_ctime = t
         return t
 
-    # ------------------------------------------------------ the state machine
-    def enqueue(self, job: Job, now: int, nack: bool = False) -> bool:
-        """ENQUEUE(job): put an active job in its queue. False if it can't be queued:
-        already queued, or an at-most-once job that was queued (or delivered) before."""
-        state = job.state
-        flags = job.flags
-        retry = job.retry
-        if (state in (QUEUED, WAIT_REPL) or job.qtime == 0
-                or (retry == 0 and flags & F_DELIVERED)):
-            return False  # queued already, still being replicated, or at most once
-        requeue = flags & F_ENQUEUED_ONCE
-        deferred = flags & F_DEFERRED  # a NACK ... DELAY ending: counted at the NACK
-        flags &= ~F_DEFERRED
-        if (nack or requeue) and not deferred:
-            # counters saturate below jobcodec's range, so a job stays writable and
-            # loadable (AOF, replication) however often it is re-queued
-            if nack:
-                if job.nacks < COUNTER_TOP:
-                    job.nacks += 1
-            elif job.adeliv < COUNTER_TOP:
-                job.adeliv += 1
-            if self.aof.on:
-                self.aof.created(job)  # the counters moved: a reload must not roll them back
-            self.metrics.requeued(job.id, job.queue, NACKED if nack else REQUEUED, now)
-        elif deferred:
-            self.metrics.requeued(job.id, job.queue, -1, now)  # counted at the NACK
-        if self.events_on:
-            if nack:
-                self.events_out.append((now, "nacked", job.id, job.queue, None))
-            self.events_out.append((now, "queued", job.id, job.queue, None))
-        move(job, QUEUED)
-        if retry:
-            job.flags = flags | F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-            job.qtime = now + retry * 1000 + self.jitter()
-        else:
-            job.flags = flags | F_ENQUEUED_ONCE
-            job.qtime = 0  # at-most-once: never queued again
-        q = self.queues.by_name.get(job.queue)
-        if q is None:
-            q = self.queues.create(job.queue, now)
-        job.queue = q.name  # one name object per queue (jobs created before it existed)
-        q.push(job)
-        q.atime = now
-        self.schedule(job)
-        if self.clustered:
-            if (requeue or nack) and self.repl.has_peers(job):
-                self.repl.broadcast_queued(
-                    job, M.QUEUED_INCR_NACKS if nack or deferred else M.QUEUED_INCR_DELIV)
-            if not q.waiters and self.fed.askers and job.queue in self.fed.askers:
-                self.fed.pushed_to_askers(q, now)
-        if q.waiters and not q.flags & PAUSED_OUT:
-            self.queues.ready.append(q)
-        return True
+    def info(self, section: str, host: HostFacts, now: int) -> bytes:
+        """INFO's reply (the ``Info`` shell request), with the process's facts the shell
+        read for it."""
+        return info_reply(self, section, host, now)
 
-    def record_outcome(self, job: Job, state: int, now: int, detail: bytes = b"") -> None:
-        """Remember how ``job`` ended (JOBSTATUS answers from it once the job is gone).
-        Once per job: a failure recorded first is not overwritten by the ack that
-        follows it; dummy acks and wait-repl jobs (never confirmed) leave nothing."""
-        flags = job.flags
-        if flags & (F_OUTCOME | F_DUMMY) or job.state == WAIT_REPL or not self.outcomes_on:
-            return
-        job.flags = flags | F_OUTCOME
-        done = state == COMPLETED or state == FAILED  # delivered at least once, somewhere
-        attempts = job.nacks + job.adeliv + (1 if done or flags & F_DELIVERED else 0)
-        created = job.ctime // 1_000_000
-        self.outcomes.record_raw(job.id, state, job.queue.decode("latin-1"), attempts,
-                                 created, now, detail)
-        if self.aof.on:
-            self.aof.outcome(job.id, state, job.queue, attempts, created, now,
-                             detail[:self.outcomes.max_detail])
-
-    @property
-    def outcomes_on(self) -> bool:
-        return self.config.job_outcome_retention > 0
-
-    def defer(self, job: Job, now: int, delay: int) -> bool:
-        """NACK ... DELAY (disquepy): a delivered job goes back to its queue ``delay``
-        seconds from now, from this node. Other copies are told WORKING now, and again
-        whenever they announce a re-queue (WILLQUEUE) before the delay ends; they learn
-        of the nack when the job is queued (QUEUED). False, as for ENQUEUE, for a job
-        that is not active or an at-most-once job delivered already."""
-        if job.state != ACTIVE or (job.retry == 0 and job.flags & F_DELIVERED):
-            return False
-        if job.nacks < COUNTER_TOP:
-            job.nacks += 1
-        job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
-        job.qtime = now + delay * 1000
-        self.metrics.count(job.queue, RETRIED)
-        self.metrics.delivered_at.pop(job.id, None)
-        if self.aof.on:
-            self.aof.created(job)
-        if self.events_on:
-            self.events_out.append((now, "nacked", job.id, job.queue, None))
-        if self.clustered and self.repl.has_peers(job):
-            self.repl.broadcast_working(job)
-        self.schedule(job)
-        return True
-
-    def dequeue(self, job: Job) -> bool:
-        """DEQUEUE(job): take a queued job out of its queue, leaving it active."""
-        if job.state != QUEUED:
-            return False
-        q = self.queues.by_name.get(job.queue)
-        if q is not None:
-            q.remove(job)
-        move(job, ACTIVE)
-        self.schedule(job)
-        return True
-
-    def fetch(self, q: Queue, now: int) -> Job:
-        """Pop the oldest job of a non-empty queue for delivery to a client. The
-        re-queue time stays as set at enqueue time: retry counts from queueing."""
-        job = q.jobs.pop()
-        q.jobs_out += 1
-        move(job, ACTIVE)
-        job.flags |= F_DELIVERED
-        if job.retry == 0:
-            self.mem.evictable[job.id] = job
-        q.atime = now
-        self.stats.jobs_delivered += 1
-        self.metrics.delivered(job.id, job.queue, job.ctime // 1_000_000 + job.delay * 1000,
-                               now)
-        if self.events_on:
-            self.events_out.append((now, "delivered", job.id, job.queue,
-                                    (job.nacks, job.adeliv)))
-        return job
-
-    def schedule(self, job: Job) -> None:
-        """Recompute when the job next needs attention: expiry, delay, retry, GC."""
-        state = job.state
-        if state == WAIT_REPL:
-            return  # its replication timer (Replication.tick) stays in charge
-        at = job.ctime // 1_000_000 + job.ttl * 1000  # job.etime (on every job's path)
-        q = job.qtime
-        if q and state != ACKED:
-            if job.flags & F_BCAST_WILLQUEUE:
-                d = job.delivered  # self.repl.has_peers(job), inlined
-                if len(d) > 1 or (d and d[0] != self.myid):
-                    q -= WILLQUEUE_ADVANCE_MS
-            if q < at:
-                at = q
-        self.awake.schedule(job, at)
-
-    def process_job(self, job: Job, now: int) -> None:
-        """A job's timer fired: expire it, queue it (delay / retry) or push qtime."""
-        if job.etime <= now:
-            self.stats.jobs_expired += 1
-            if self.events_on and not job.flags & F_DUMMY:
-                self.events_out.append((now, "expired", job.id, job.queue, None))
-            if job.state != ACKED:
-                self.record_outcome(job, EXPIRED, now)
-                if job.id[2:10] == self.myid[:8].encode():  # counted by its creator
-                    self.metrics.count(job.queue, M_EXPIRED)
-            self.unregister(job)
-            return
-        state = job.state
-        if state == WAIT_REPL:
-            self.repl.tick(job, now)
-            return
-        if state == ACKED:
-            self.acks.start_gc(job, now)
-            if self.jobs.get(job.id) is job:
-                self.acks.schedule_gc(job, now)
-            return
-        if (job.flags & F_BCAST_WILLQUEUE and job.qtime - WILLQUEUE_ADVANCE_MS <= now
-                and state != ACKED):
-            job.flags &= ~F_BCAST_WILLQUEUE
-            if state == ACTIVE:
-                self.repl.send_willqueue(job)
-        if state == ACTIVE and job.qtime and job.qtime <= now:
-            q = self.queues.by_name.get(job.queue)
-            if job.retry and q is not None and q.flags & PAUSED_IN:
-                job.qtime = now + job.retry * 1000 + self.jitter()  # try again later
-            else:
-                self.enqueue(job, now)
-        elif state == QUEUED and job.qtime and job.qtime <= now and job.retry:
-            # still queued, never consumed: push the re-queue time one period on
-            job.flags |= F_BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + self.jitter()
-        self.schedule(job)
-
-    def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
-                   repl: int, timeout: int, is_async: bool, maxlen: int, client: Client,
-                   now: int, idem: bytes | None = None) -> bytes | None:
-        """ADDJOB after its arguments were parsed: the checks that need node state,
-        then a new job, queued at once unless delayed. Returns the reply (None while a
-        synchronous replication is pending). ``idem``: the IDEMPOTENT key, if any."""
-        extrepl = self.clustered and (self.leaving or self.mem.level() >= HIGH)
-        if (repl if extrepl else repl - 1) > self.reachable:
-            if extrepl and repl - 1 == self.reachable:
-                why = "I'm leaving the cluster" if self.leaving else "I'm out of memory"
-                raise ReplyError(f"{errors.NOREPL}, since I'm unable to hold a copy of the "
-                                 f"message for the following reason: {why}")
-            raise ReplyError(errors.NOREPL)
-        q = self.queues.by_name.get(qname)
-        if q is not None:
-            if maxlen and len(q.jobs) >= maxlen:
-                raise ReplyError(errors.MAXLEN)
-            if q.flags & PAUSED_IN:
-                raise ReplyError(errors.PAUSED)
-            qname = q.name  # share the queue's name object instead of holding another
-        jid = self.idgen.next_id(ttl, retry)
-        ctime = now * 1_000_000
-        if ctime <= self.last_ctime:
-            ctime = self.last_ctime + 1
-        self.last_ctime = ctime
-        job = Job(jid, qname, body, ctime, ttl, repl, delay, retry)
-        part = self.jobs.parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)]  # JobTable.add
-        if jid in part:
-            raise ReplyError("ERR Internal error creating the job, check server logs")
-        part[jid] = job
-        self.jobs.count += 1
-        self.mem.used += JOB_OVERHEAD + len(body)
-        self.stats.jobs_added += 1
-        self.metrics.count(qname, ADDED)
-        if idem is not None:
-            self.keys.bind(idem, job)
-        if self.events_on:
-            self.events_out.append((now, "added", jid, qname,
-                                    (ttl, retry, delay, repl, len(body))))
-        if self.clustered and (repl > 1 or extrepl):
-            return self.repl.start(job, client, now, timeout, is_async, extrepl)
-        # the record goes out with the job's queue time set, and before enqueueing,
-        # which may move the job away at once (federation) and log its deletion
-        if delay:
-            move(job, ACTIVE)
-            job.qtime = now + delay * 1000
-            if self.aof.on:
-                self.aof.created(job)
-            self.schedule(job)
-        elif q is None or self.clustered:
-            move(job, ACTIVE)
-            job.qtime = now + retry * 1000  # non-zero: the first enqueue may happen
-            if self.aof.on:
-                self.aof.created(job)
-            self.enqueue(job, now)
-        else:
-            # the hot path, inlined: the first enqueue of a new job in an existing queue
-            move(job, QUEUED)
-            if retry:
-                job.flags = F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-                job.qtime = qt = now + retry * 1000 + self.jitter()
-                et = now + ttl * 1000
-                self.awake.add_new(job, qt if qt < et else et)
-            else:
-                job.flags = F_ENQUEUED_ONCE
-                self.awake.add_new(job, now + ttl * 1000)
-            tail = q.jobs.tail
-            if not tail or ctime > tail[-1].ctime:
-                tail.append(job)
-            else:
-                q.jobs.add(job)
-            q.jobs_in += 1
-            q.atime = now
-            if self.events_on:
-                self.events_out.append((now, "queued", jid, qname, None))
-            if q.waiters and not q.flags & PAUSED_OUT:
-                self.queues.ready.append(q)
-            if self.aof.on:
-                self.aof.created(job)
-        return b"+" + jid + b"\r\n"
-
-    def persistence_info(self, aof_fields: list[tuple[str, object]] | None
+    def persistence_info(self, aof_fields: tuple[tuple[str, object], ...] | None
                          ) -> list[tuple[str, object]]:
         return [
             ("loading", int(self.loading)),
@@ -841,22 +532,17 @@ class Node:
         self.stats = Stats()
         self.cmdstats.clear()
 
-    # ------------------------------------------------------------------- scans
-    def scan_jobs(self, cursor: int, count: int, busyloop: bool,
-                  keep: Callable[[Job], bool]) -> tuple[int, list[Job]]:
-        return self.jobs.scan(cursor, count, busyloop, keep)
-
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; blocked consumers get null."""
         self.queues.reply_blocked(None)
         for job in self.jobs.values():
             if job.state == WAIT_REPL:
-                self.unregister(job)
+                self.store.unregister(job)
             self.awake.cancel(job)
         self.jobs.clear()
         self.queues.clear()
         self.keys.clear()
-        self.amo_done.clear()
+        self.store.amo_done.clear()
         self.groups.flushall()
         self.awake = AwakeIndex()
         self.mem.clear()
@@ -890,7 +576,7 @@ class Node:
         self.now = now
         for job in self.awake.pop_due(now):
             if self.jobs.get(job.id) is job:
-                self.process_job(job, now)
+                self.store.process_job(job, now)
         self.queues.expire_blocked(now)
         if now >= self._next_cron:
             self._next_cron = now + EVICT_CRON_MS

@@ -117,7 +117,7 @@ class Persistence:
         loaded: dict[bytes, JobFields] = {}
         gone_keys: dict[bytes, tuple[bytes, int]] = {}  # idempotency keys of deleted jobs
         store = node.outcomes
-        keep = node.outcomes_on
+        keep = node.store.outcomes_on
         cutoff = now - store.retention_ms
         for _, kind, payload in recs:
             if kind == records.LOADJOB:
@@ -139,7 +139,7 @@ class Persistence:
         for f in loaded.values():
             old = node.jobs.get(f.id)
             if old is not None:
-                node.unregister(old)
+                node.store.unregister(old)
             job = Job(f.id, f.queue, f.body, f.ctime, f.ttl, f.repl, f.delay, f.retry)
             if job.etime <= now:  # its TTL ended while the node was down: expired
                 if keep and job.etime > cutoff and store.get(f.id.decode("latin-1")) is None:
@@ -153,19 +153,19 @@ class Persistence:
             if store.get(f.id.decode("latin-1")) is not None:
                 job.flags |= F_OUTCOME  # it ended: an ack or a delete is on its way
             move(job, ACTIVE)
-            if not node.register(job):
+            if not node.store.register(job):
                 continue
             if f.idem is not None:
                 node.keys.bind(f.idem, job)
             count += 1
             if enqueue and f.state == QUEUED:
                 job.qtime = now  # allowed once more, even for RETRY 0: queues were saved
-                node.enqueue(job, now)
+                node.store.enqueue(job, now)
                 continue
             if f.retry:
                 job.flags |= F_ENQUEUED_ONCE | F_BCAST_WILLQUEUE
-                job.qtime = f.qtime if f.qtime > now else now + f.retry * 1000 + node.jitter()
+                job.qtime = f.qtime if f.qtime > now else node.store.retry_at(now, f.retry)
             else:
                 job.qtime = 0  # at most once: a reload never queues it
-            node.schedule(job)
+            node.store.schedule(job)
         return count

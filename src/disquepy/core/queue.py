@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from .client import Client
     from .job import Job
 
-PAUSED_IN = 1
-PAUSED_OUT = 2
+PAUSED_IN = 1  # Queue.flags: QPAUSE in (no new jobs)
+PAUSED_OUT = 2  # QPAUSE out (no deliveries)
+PAUSED_ALL = PAUSED_IN | PAUSED_OUT  # the pause bits, an index of PAUSE_NAMES
 
 PAUSE_NAMES = (b"none", b"in", b"out", b"all")
 
@@ -176,7 +177,7 @@ class Queue:
 
     @property
     def pause_name(self) -> bytes:
-        return PAUSE_NAMES[self.flags & 3]
+        return PAUSE_NAMES[self.flags & PAUSED_ALL]
 
     def push(self, job: Job) -> None:
         self.jobs.add(job)

@@ -164,7 +164,7 @@ class Queues:
                 b = c.blocked
                 assert b is not None  # a waiter is blocked until unblocked here
                 self.unblock(c, served=True)
-                job = node.fetch(q, now)
+                job = node.store.fetch(q, now)
                 if b.token is not None:
                     node.keys.token_record(b.token, (job.id,), now)
                 node.outbox.append((c, b"*1\r\n" + job_reply(job, b.withcounters)))

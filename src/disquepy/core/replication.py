@@ -14,6 +14,8 @@ from ..codec import resp
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
 from .jobcodec import COUNTER_TOP
+from .jobtable import part_of
+from .queue import PAUSED_IN
 
 if TYPE_CHECKING:
     from .client import Client
@@ -75,7 +77,7 @@ class Replication:
                 self.node.send([self.node.rng.choice(job.confirmed)], M.ENQUEUE, job.id)
             elif job.delivered:
                 self.node.send([self.node.rng.choice(job.delivered)], M.ENQUEUE, job.id)
-            self.node.unregister(job)
+            self.node.store.unregister(job)
             return
         # the record goes out with the job's queue time set, and before enqueueing,
         # which may move the job away at once (federation) and log its deletion
@@ -83,12 +85,12 @@ class Replication:
             job.qtime = now + job.delay * 1000
             if self.node.aof.on:
                 self.node.aof.created(job)
-            self.node.schedule(job)
+            self.node.store.schedule(job)
         else:
             job.qtime = now + job.retry * 1000
             if self.node.aof.on:
                 self.node.aof.created(job)
-            self.node.enqueue(job, now)
+            self.node.store.enqueue(job, now)
 
     def tick(self, job: Job, now: int) -> None:
         """A job still short of copies: give up at the deadline, else one more node."""
@@ -114,7 +116,7 @@ class Replication:
     def failed(self, job: Job, error: str) -> None:
         client, _, _ = self.waiting.pop(job.id, _NOT_WAITING)
         self.node.send_to_copies(job, M.DELJOB, job.id)
-        self.node.unregister(job)
+        self.node.store.unregister(job)
         if client is not None and not client.closed:
             client.blocked_add = None
             self.node.outbox.append((client, resp.error(error)))
@@ -127,7 +129,7 @@ class Replication:
         got: list[bytes] = []
         for j in fields:  # JobFields, decoded and checked by messages.parse
             jid = j.id
-            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
+            job = parts[part_of(jid)].get(jid)  # jobs.get
             if job is not None:
                 job.delivered = self.node.shared(tuple(dict.fromkeys((*job.delivered,
                                                                       *j.delivered))))
@@ -139,7 +141,7 @@ class Replication:
             q = self.node.queues.get(j.queue)
             if q is None:
                 queue = self.node.shared(j.queue)
-            elif q.flags & 1:  # paused in input: refuse new copies
+            elif q.flags & PAUSED_IN:  # refuse new copies
                 continue
             else:
                 queue = q.name
@@ -153,12 +155,12 @@ class Replication:
         shared name object), active, re-queued after ``delay`` + its retry time; None
         (nothing held) for a job known or gone here."""
         jid, ttl, retry = j.id, j.ttl, j.retry
-        if retry == 0 and jid in self.node.amo_done:
+        if retry == 0 and jid in self.node.store.amo_done:
             return None  # an at-most-once job delivered here before: a stale copy
         if j.ctime // 1_000_000 + ttl * 1000 <= now:  # Job.etime
             return None
         job = Job(jid, queue, j.body, j.ctime, ttl, j.repl, delay, retry)
-        if not self.node.register(job):
+        if not self.node.store.register(job):
             return None
         job.nacks = j.nacks
         job.adeliv = j.adeliv
@@ -169,10 +171,10 @@ class Replication:
         move(job, ACTIVE)
         if retry:
             job.flags = F_BCAST_WILLQUEUE
-            job.qtime = now + (delay + retry) * 1000 + self.node.jitter()
+            job.qtime = self.node.store.retry_at(now + delay * 1000, retry)
         if j.idem is not None:
             self.node.keys.bind(j.idem, job)
-        self.node.schedule(job)
+        self.node.store.schedule(job)
         if self.node.aof.on:
             self.node.aof.created(job)
         return job
@@ -181,7 +183,7 @@ class Replication:
         """The sender holds copies of these jobs (one or more IDs per message)."""
         parts = self.node.jobs.parts
         for jid in fields:
-            job = parts[((jid[11] & 0x7F) << 7) | (jid[12] & 0x7F)].get(jid)  # jobs.get
+            job = parts[part_of(jid)].get(jid)  # jobs.get
             if job is not None and job.state == WAIT_REPL:
                 self._got_copy(p, job, now)
 
@@ -207,11 +209,11 @@ class Replication:
         if job is None or job.state != ACTIVE:
             return
         q = self.node.queues.get(job.queue)
-        if q is not None and q.flags & 1:
+        if q is not None and q.flags & PAUSED_IN:
             return
         if job.qtime == 0 and job.retry == 0:
             job.qtime = now  # an at-most-once job's one and only enqueue
-        self.node.enqueue(job, now)
+        self.node.store.enqueue(job, now)
 
     def has_peers(self, job: Job) -> bool:
         d = job.delivered  # distinct node IDs
@@ -251,19 +253,19 @@ class Replication:
         if incr and self.node.aof.on and job.state != WAIT_REPL:
             self.node.aof.created(job)  # keep the counters across a reload
         if job.state == QUEUED and _xor_rank(p.id, job.id) > _xor_rank(self.node.myid, job.id):
-            self.node.dequeue(job)
+            self.node.store.dequeue(job)
         if job.retry:
-            job.qtime = now + job.retry * 1000 + self.node.jitter()
+            job.qtime = self.node.store.retry_at(now, job.retry)
             job.flags |= F_BCAST_WILLQUEUE
-        self.node.schedule(job)
+        self.node.store.schedule(job)
 
     def on_working(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])
         if job is None or job.state == ACKED:
             return
         if job.state == QUEUED:
-            self.node.dequeue(job)
+            self.node.store.dequeue(job)
         if job.retry and job.qtime:
-            job.qtime = now + job.retry * 1000 + self.node.jitter()
+            job.qtime = self.node.store.retry_at(now, job.retry)
             job.flags |= F_BCAST_WILLQUEUE
-        self.node.schedule(job)
+        self.node.store.schedule(job)

@@ -78,7 +78,7 @@ from kombu.utils.json import dumps, loads
 
 from ..client import Disque, NoNodesError, ResponseError
 from ..client.errors import convert_error
-from ..client.nodes import parse_node
+from ..client.nodes import parse_address
 from ..client.priority import PriorityOrder, queue_for, split
 from ..client.replies import parse_jobs
 
@@ -141,7 +141,7 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], bool, dict]:
             opts["username"] = unquote(user)
         if colon:
             opts["password"] = unquote(password)
-    nodes = [parse_node(h) for h in hosts.split(",") if h.strip()]
+    nodes = [parse_address(h) for h in hosts.split(",") if h.strip()]
     return nodes or [("127.0.0.1", DEFAULT_PORT)], scheme.lower() == "disques", opts
 
 

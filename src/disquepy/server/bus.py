@@ -514,8 +514,11 @@ class Bus:
             self.on_claimed(self._claimed)
 
     # ------------------------------------------------------------------ listen
-    async def listen(self, bind_addrs: list[str], port: int) -> None:
-        """Listen on every bind address; on failure close what was opened and raise."""
+    async def listen(self, bind_addrs: list[str], port: int, start_serving: bool = True) -> None:
+        """Listen on every bind address; on failure close what was opened and raise.
+        With ``start_serving=False`` the port is held (bound, listening) but no peer is
+        accepted until :meth:`start_serving`: the node takes its ports before it writes
+        any file, and serves once its identity is loaded."""
         servers = []
         try:
             for addr in bind_addrs:
@@ -527,6 +530,7 @@ class Bus:
                     reuse_address=True,
                     ssl=self.ssl_server,
                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_server else None,
+                    start_serving=start_serving,
                 )
                 servers.append(srv)
         except BaseException:
@@ -534,6 +538,10 @@ class Bus:
                 srv.close()
             raise
         self._servers.extend(servers)
+
+    async def start_serving(self) -> None:
+        for srv in self._servers:
+            await srv.start_serving()
 
     @property
     def addresses(self) -> list[tuple[str, int]]:

@@ -20,8 +20,8 @@ from functools import partial
 from ..codec import resp
 from ..codec.bus import encode_frame
 from ..core.awake import NEVER
-from ..core.commands.server import info_reply
 from ..core.config import ConfigError
+from ..core.info import HostFacts
 from ..core.messages import BATCH
 from ..core.outputs import Shell
 from .log import VERBOSE, log, set_level
@@ -61,7 +61,7 @@ class Driver(Shell):
     def now() -> int:
         return int(time.time() * 1000)
 
-    def host_info(self) -> dict:
+    def host_facts(self) -> HostFacts:
         """Process facts for INFO that only the shell can read."""
         rss = 0
         try:
@@ -71,17 +71,18 @@ class Driver(Shell):
             pass
         t = os.times()
         u = os.uname()
-        return {
-            "pid": os.getpid(),
-            "rss": rss,
-            "cpu_user": t.user,
-            "cpu_sys": t.system,
-            "os": f"{u.sysname} {u.release} {u.machine}",
-            "arch_bits": 64 if sys.maxsize > 2**32 else 32,
-            "multiplexing_api": "uvloop" if "uvloop" in type(self.loop).__module__ else "asyncio",
-            "executable": os.path.abspath(sys.argv[0]),
-            "config_file": self.config_path or "",
-        }
+        return HostFacts(
+            pid=os.getpid(),
+            rss=rss,
+            cpu_user=t.user,
+            cpu_sys=t.system,
+            os=f"{u.sysname} {u.release} {u.machine}",
+            arch_bits=64 if sys.maxsize > 2**32 else 32,
+            multiplexing_api="uvloop" if "uvloop" in type(self.loop).__module__ else "asyncio",
+            executable=os.path.abspath(sys.argv[0]),
+            config_file=self.config_path or "",
+            aof=tuple(self.aof.info()) if self.aof is not None else None,
+        )
 
     # ----------------------------------------------------------- node outputs
     def after_event(self) -> None:
@@ -125,13 +126,6 @@ class Driver(Shell):
         if client.blocked is None:
             conn.resume()
 
-    def finish(self, client, req) -> None:
-        conn = client.conn if client is not None else None
-        reply = self.shell_request(conn, req)
-        if reply is not None and conn is not None and not client.closed:
-            conn.send_replies(reply)
-            conn.resume()
-
     def log(self, level: str, line: str) -> None:
         getattr(log, level)("%s", line)
 
@@ -162,9 +156,16 @@ class Driver(Shell):
         self.events.flush()
         self.loop.call_later(0.2, self._events_tick)
 
+    def deliver_pending(self) -> None:
+        """Carry out what the node produced since the last delivery, now (before a
+        stop closes what those outputs need)."""
+        if self.node.has_outputs():
+            self.deliver(self.node.take_outputs())
+
     def stop_events(self) -> None:
-        if self.node.events_out:
-            self.write_events(self.node.take_outputs().events)
+        """Close the event log, once the events still pending are in it (they come
+        with the node's other outputs, which are delivered too, not dropped)."""
+        self.deliver_pending()
         if self.events is not None:
             self.events.close()
             self.events = None
@@ -214,16 +215,6 @@ class Driver(Shell):
             self.aof.tick()
             self.loop.call_later(1.0, self._aof_tick)
 
-
-    def _bgrewriteaof(self) -> bytes:
-        from .aof import write_snapshot
-
-        if self.aof is None:
-            write_snapshot(self.node, self.aof_path)
-            return resp.simple("Background append only file rewriting started")
-        if not self.aof.start_rewrite():
-            return resp.error("ERR Background append only file rewriting already in progress")
-        return resp.simple("Background append only file rewriting started")
 
     def send_messages(self, per: dict) -> None:
         """One frame per peer (the node grouped its messages so)."""
@@ -374,61 +365,71 @@ class Driver(Shell):
         self.arm()
 
     # --------------------------------------------------------- shell requests
-    def shell_request(self, conn, req) -> bytes | None:
-        """Finish what the core asked the shell to do. Returns the reply, or None
-        when the connection was answered and closed here."""
-        kind = req.kind
-        if kind == "config-rewrite":
-            return self.config_rewrite()
-        if kind == "info":
-            facts = self.host_info()
-            facts["aof"] = self.aof.info() if self.aof is not None else []
-            return info_reply(self.node, req.args[0], facts, self.now())
-        if kind == "config-changed":
-            self.config_changed(req.args[0])
-            return None
-        if kind == "quit":
+    # (Shell.finish dispatches each request to its method here)
+    def answer(self, client, data: bytes) -> None:
+        conn = client.conn
+        if conn is not None:
+            conn.send_replies(data)
+            conn.resume()
+
+    def info(self, section: str) -> bytes:
+        return self.node.info(section, self.host_facts(), self.now())
+
+    def quit(self, client) -> None:
+        conn = client.conn
+        if conn is not None:
             conn.write(resp.OK)
             conn.close()
-            return None
-        if kind == "security-abort":
-            conn.close()
-            now = self.now()
-            if now - self._security_logged > 60_000:  # once a minute at most
-                self._security_logged = now
-                log.warning("Possible SECURITY ATTACK detected. It looks like somebody is "
-                            "sending POST or Host: commands to Disque. This is likely due to "
-                            "an attacker attempting to use Cross Protocol Scripting to "
-                            "compromise your Disque instance. Connection aborted.")
-            return None
-        if kind == "auth-failed":  # answer later; this client's next commands wait
-            delay_ms, error = req.args
-            self.loop.call_later(delay_ms / 1000, self._late_reply, conn, error)
-            return None
-        if kind == "cluster-meet":
-            task = self.loop.create_task(self._meet(conn, *req.args))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            return None
-        if kind == "shutdown":
-            conn.close()
-            self.shutdown(req.args[0] if req.args else "")
-            return None
-        if kind == "debug-sleep":
-            time.sleep(req.args[0])
+
+    def security_abort(self, client) -> None:
+        if client.conn is not None:
+            client.conn.close()
+        now = self.now()
+        if now - self._security_logged > 60_000:  # once a minute at most
+            self._security_logged = now
+            log.warning("Possible SECURITY ATTACK detected. It looks like somebody is "
+                        "sending POST or Host: commands to Disque. This is likely due to "
+                        "an attacker attempting to use Cross Protocol Scripting to "
+                        "compromise your Disque instance. Connection aborted.")
+
+    def auth_failed(self, client, delay_ms: int, error: bytes) -> None:
+        # answered later; this client's next commands wait
+        self.loop.call_later(delay_ms / 1000, self._late_reply, client.conn, error)
+
+    def cluster_meet(self, client, ip: str, port: int) -> None:
+        task = self.loop.create_task(self._meet(client.conn, ip, port))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def shutdown_requested(self, client, how: str) -> None:
+        if client.conn is not None:
+            client.conn.close()
+        self.shutdown(how)
+
+    def debug_sleep(self, seconds: float) -> bytes:
+        time.sleep(seconds)
+        return resp.OK
+
+    def bgrewriteaof(self) -> bytes:
+        from .aof import write_snapshot
+
+        if self.aof is None:
+            write_snapshot(self.node, self.aof_path)
+            return resp.simple("Background append only file rewriting started")
+        if not self.aof.start_rewrite():
+            return resp.error("ERR Background append only file rewriting already in progress")
+        return resp.simple("Background append only file rewriting started")
+
+    def cluster_saveconfig(self) -> bytes:
+        if self.save_nodes_conf():
             return resp.OK
-        if kind == "bgrewriteaof":
-            return self._bgrewriteaof()
-        if kind == "cluster-saveconfig":
-            if self.save_nodes_conf():
-                return resp.OK
-            return resp.error("ERR error saving the cluster node config")
-        if kind == "bus-drop":
-            if self.bus is None:
-                return resp.error("ERR the cluster bus is not running")
-            self.bus.set_drop(req.args[0], req.args[1])
-            return resp.OK
-        return resp.error(f"ERR unsupported request {kind}")
+        return resp.error("ERR error saving the cluster node config")
+
+    def bus_drop(self, node_id: str, on: bool) -> bytes:
+        if self.bus is None:
+            return resp.error("ERR the cluster bus is not running")
+        self.bus.set_drop(node_id, on)
+        return resp.OK
 
     async def _meet(self, conn, ip: str, port: int) -> None:
         """CLUSTER MEET: first one connection to the node's bus, to tell the operator
@@ -473,7 +474,7 @@ class Driver(Shell):
         log.info("CONFIG REWRITE executed with success.")
         return resp.OK
 
-    def config_changed(self, names: list) -> None:
+    def config_changed(self, names) -> None:
         if "client-output-buffer-limit" in names:
             limit = self.config.client_output_buffer_limit
             self.obuf_limit = limit if limit.hard_bytes or limit.soft_bytes else None
@@ -496,6 +497,9 @@ class Driver(Shell):
 
     def shutdown(self, how: str = "") -> None:
         log.warning("User requested shutdown...")
+        # a signal may come between a batch's commands and the delivery of their
+        # outputs: their replies, records and events leave before anything closes
+        self.deliver_pending()
         for srv in self.servers:
             srv.close()
         if self.bus is not None:

@@ -1,4 +1,5 @@
-"""A small RESP2/RESP3 reply parser for the simulated clients."""
+"""A small RESP2/RESP3 reply parser: the one the simulated clients and the in-process
+test harnesses (tests/unit/nodeharness.py) read replies with."""
 
 from __future__ import annotations
 

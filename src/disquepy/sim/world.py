@@ -481,8 +481,10 @@ class _NodeShell(Shell):
             w.trace.reply(w.now, self.i, agent.idx, data)
             agent.on_reply(w, self.i, data)
 
-    def finish(self, client, req) -> None:
+    def answer(self, client, data: bytes) -> None:
+        self.reply(client, data)
+
+    def unsupported(self, req) -> bytes:
         # the workloads send nothing only a shell can finish (CONFIG SET's part aside)
-        if req.kind != "config-changed":
-            self.world.checker.fail("protocol", f"node {self.i} asked the shell for {req.kind}")
-            raise SimAbort
+        self.world.checker.fail("protocol", f"node {self.i} asked the shell for {req!r}")
+        raise SimAbort

@@ -15,6 +15,8 @@ import redis
 from redis.connection import Connection
 from redis.exceptions import ResponseError
 
+from ..codec.nodes import NodeInfo, parse_address, parse_hello
+
 log = logging.getLogger("disquepy.spark")
 
 DEFAULT_NODES = "127.0.0.1:7711"
@@ -109,24 +111,6 @@ def opt_list(opts: dict[str, str], *keys: str) -> list[str]:
     return []
 
 
-def parse_addr(s: str) -> tuple[str, int]:
-    """``host:port`` (or a bare host: port 7711)."""
-    host, _, port = s.strip().rpartition(":")
-    if not host:
-        return s.strip(), 7711
-    return host, int(port)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeAddr:
-    """One cluster node as HELLO describes it."""
-
-    id: str
-    host: str
-    port: int
-    priority: int
-
-
 @dataclass(frozen=True, slots=True)
 class Auth:
     """Whom to AUTH as and how to reach the nodes (picklable, for the executors): the
@@ -166,7 +150,7 @@ def connect(host: str, port: int, auth: Auth | None = None,
                        socket_connect_timeout=10, **(auth or Auth()).redis_options())
 
 
-def discover(opts: dict[str, str]) -> list[NodeAddr]:
+def discover(opts: dict[str, str]) -> list[NodeInfo]:
     """Every node known to the first reachable seed, sorted by node ID.
 
     Nodes reported with priority >= 100 (failing) are left out when others remain.
@@ -175,7 +159,7 @@ def discover(opts: dict[str, str]) -> list[NodeAddr]:
     auth = auth_options(opts)
     errors = []
     for seed in seeds:
-        host, port = parse_addr(seed)
+        host, port = parse_address(seed)
         try:
             c = connect(host, port, auth, timeout=10)
             try:
@@ -185,12 +169,7 @@ def discover(opts: dict[str, str]) -> list[NodeAddr]:
         except (redis.RedisError, OSError) as e:
             errors.append(f"{seed}: {e}")
             continue
-        nodes = []
-        for entry in reply[2:]:
-            nid, nhost, nport, prio = entry[0], entry[1], entry[2], entry[3]
-            nhost = nhost.decode() if isinstance(nhost, bytes) else str(nhost)
-            nodes.append(NodeAddr(nid.decode() if isinstance(nid, bytes) else str(nid),
-                                  nhost or host, int(nport), int(prio)))
+        nodes = parse_hello(reply, (host, port)).nodes
         healthy = [n for n in nodes if n.priority < 100]
         return sorted(healthy or nodes, key=lambda n: n.id)
     raise ConnectionError("no Disque node reachable: " + "; ".join(errors))

@@ -65,10 +65,10 @@ from pyspark.sql.types import StructType
 if TYPE_CHECKING:
     from pyarrow import RecordBatch  # no type hints (pyproject.toml): Any
 
+from ..codec.nodes import NodeInfo
 from ._nodes import (
     GROUP_STREAM_OPTIONS,
     Command,
-    NodeAddr,
     Offset,
     auth_options,
     check_options,
@@ -155,7 +155,7 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if self.max_deliveries is not None and self.max_deliveries < 1:
             raise ValueError("option maxDeliveries: at least 1")
         self.stream_id: str | None = None
-        self.nodes: dict[str, NodeAddr] = {}
+        self.nodes: dict[str, NodeInfo] = {}
         self.available_budget: int | None = None
         self._init_driver_state()
 
@@ -264,7 +264,7 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._stop.set()
 
     # -- the server
-    def _refresh_nodes(self) -> dict[str, NodeAddr]:
+    def _refresh_nodes(self) -> dict[str, NodeInfo]:
         self.nodes = {n.id: n for n in discover(self.opts)}
         return self.nodes
 
@@ -317,7 +317,7 @@ class DisqueGroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                  (self.stream_id or "")[:8], len(out), self.group)
         return out
 
-    def _qget_on(self, node: NodeAddr, queue: str, k: int) -> list[list[Any]]:
+    def _qget_on(self, node: NodeInfo, queue: str, k: int) -> list[list[Any]]:
         """QGET ``k`` times on ``node``: the replies of those that leased an event."""
         try:
             c = connect(node.host, node.port, self.auth)

@@ -124,6 +124,7 @@ if TYPE_CHECKING:
     from pyarrow import RecordBatch  # no type hints (pyproject.toml): Any
     from pyspark import TaskContext
 
+from ..codec.nodes import NodeInfo
 from ._nodes import (
     PROBE_QUEUE,
     READ_OPTIONS,
@@ -132,7 +133,6 @@ from ._nodes import (
     AddJobPacker,
     Auth,
     Command,
-    NodeAddr,
     Offset,
     auth_options,
     check_options,
@@ -260,7 +260,7 @@ def _column_values(batch: RecordBatch, name: str) -> list[bytes]:
     return [b"" if v is None else str(v).encode() for v in values]
 
 
-def _add_all(conn: redis.Redis, node: NodeAddr, cmds: list[bytes], tries: int = 100) -> int:
+def _add_all(conn: redis.Redis, node: NodeInfo, cmds: list[bytes], tries: int = 100) -> int:
     """Send the RESP-encoded ADDJOBs ``cmds`` in one write; resend those answered
     -TRYAGAIN (the same key's first job is still being replicated: a retried task racing
     its predecessor) for up to ~10 s. Any other error fails the task."""
@@ -282,8 +282,8 @@ def _add_all(conn: redis.Redis, node: NodeAddr, cmds: list[bytes], tries: int = 
     raise RuntimeError(f"ADDJOB on {node.host}:{node.port}: still TRYAGAIN after {tries} tries")
 
 
-def write_partition(nodes: list[NodeAddr], spec: _AddJobSpec, key_prefix: str | None,
-                    partition: int, batches: Iterable[RecordBatch]) -> tuple[NodeAddr, int]:
+def write_partition(nodes: list[NodeInfo], spec: _AddJobSpec, key_prefix: str | None,
+                    partition: int, batches: Iterable[RecordBatch]) -> tuple[NodeInfo, int]:
     """Write every row of ``batches`` (Arrow record batches) to the partition's node with
     pipelined ADDJOBs; returns (node, jobs written). Raises on any error reply, so Spark
     retries the task, on the same node, with the same keys.
@@ -442,9 +442,9 @@ class DisqueStreamWriter(DataSourceStreamArrowWriter):
 class NodePartition(InputPartition):
     """One node to scan (batch read)."""
 
-    node: NodeAddr
+    node: NodeInfo
 
-    def __init__(self, node: NodeAddr) -> None:
+    def __init__(self, node: NodeInfo) -> None:
         self.node = node
         self.value = node.id
 
@@ -523,12 +523,12 @@ class BatchPartition(InputPartition):
     """A share of one node's part of a micro-batch: the GETJOBs of ``chunks`` (token,
     COUNT), then a marker job named ``mark`` once they are all fetched."""
 
-    node: NodeAddr
+    node: NodeInfo
     mark: str
     chunks: list[tuple[str, int]]
     queues: list[str] = field(default_factory=list)
 
-    def __init__(self, node: NodeAddr, mark: str, chunks: list[tuple[str, int]],
+    def __init__(self, node: NodeInfo, mark: str, chunks: list[tuple[str, int]],
                  queues: list[str]) -> None:
         self.node, self.mark, self.chunks, self.queues = node, mark, chunks, queues
         self.value = mark
@@ -633,7 +633,7 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.readers = max(1, opt_int(opts, "readerspernode", 2))
         self.working_interval = float(opts.get("workinginterval", "60"))
         self.stream_id: str | None = None
-        self.nodes: dict[str, NodeAddr] = {}
+        self.nodes: dict[str, NodeInfo] = {}
         self.acked: set[tuple[str, int]] = set()
         self.available_budget: int | None = None
         self._lock = threading.Lock()
@@ -660,11 +660,11 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.acked = set()
 
     # -- nodes
-    def _refresh_nodes(self) -> dict[str, NodeAddr]:
+    def _refresh_nodes(self) -> dict[str, NodeInfo]:
         self.nodes = {n.id: n for n in discover(self.opts)}
         return self.nodes
 
-    def _node(self, nid: str) -> NodeAddr | None:
+    def _node(self, nid: str) -> NodeInfo | None:
         if nid not in self.nodes:
             self._refresh_nodes()
         return self.nodes.get(nid)

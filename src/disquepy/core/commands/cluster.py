@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 from ...codec import resp
 from ..errors import ReplyError
+from ..outputs import ClusterMeet, ClusterSaveConfig, ShellRequest
 
 if TYPE_CHECKING:
     from ..client import Client
     from ..node import Node
-    from ..outputs import ShellRequest
 
 _WRONG = "ERR Wrong CLUSTER subcommand or number of arguments"
 
@@ -30,9 +30,7 @@ def cluster(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | 
             except ValueError:
                 raise ReplyError(f"ERR Invalid node address specified: {ip}:{port}") from None
         if node.probe_meet:  # the shell checks the bus first (cluster-secret, TLS)
-            from ..outputs import ShellRequest
-
-            return ShellRequest("cluster-meet", ip, int(port))
+            return ClusterMeet(ip, int(port))
         node.members.meet(ip, int(port), now)
         return resp.OK
     if sub == b"nodes" and n == 2:
@@ -66,7 +64,5 @@ def cluster(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | 
         node.cluster_reset(how == b"hard", now)
         return resp.OK
     if sub == b"saveconfig" and n == 2:
-        from ..outputs import ShellRequest
-
-        return ShellRequest("cluster-saveconfig")
+        return ClusterSaveConfig()
     raise ReplyError(_WRONG)

@@ -42,9 +42,9 @@ def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
     if n == 4:  # the common case: no options, all defaults
         t = argv[3]
         timeout = 0 if t == b"0" else parse_timeout(t)
-        reply: bytes | None = node.create_job(argv[1], argv[2], DEFAULT_TTL, DEFAULT_RETRY, 0,
-                                              node.default_replicate, timeout, False, 0,
-                                              client, now)
+        reply: bytes | None = node.store.create_job(
+            argv[1], argv[2], DEFAULT_TTL, DEFAULT_RETRY, 0, node.default_replicate, timeout,
+            False, 0, client, now)
         return reply
     j = 4
     while j < n:
@@ -98,8 +98,8 @@ def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
         jid = node.keys.lookup(idem, now)
         if jid is not None:
             return b"+" + jid + b"\r\n"
-    reply = node.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout, is_async,
-                            maxlen, client, now, idem)
+    reply = node.store.create_job(argv[1], argv[2], ttl, retry, delay, replicate, timeout,
+                                  is_async, maxlen, client, now, idem)
     return reply
 
 
@@ -143,7 +143,7 @@ def deljob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
         if job is not None:
             if node.events_on and not job.flags & F_DUMMY:
                 node.events_out.append((now, "deleted", jid, job.queue, None))
-            node.unregister(job)
+            node.store.unregister(job)
             deleted += 1
     return resp.integer(deleted)
 
@@ -152,7 +152,7 @@ def _requeue(node: Node, argv: list[bytes], now: int, nack: bool) -> bytes:
     n = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
-        if job is not None and job.state == ACTIVE and node.enqueue(job, now, nack=nack):
+        if job is not None and job.state == ACTIVE and node.store.enqueue(job, now, nack=nack):
             n += 1
     return resp.integer(n)
 
@@ -177,7 +177,7 @@ def nack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     n = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
-        if job is not None and node.defer(job, now, delay):
+        if job is not None and node.store.defer(job, now, delay):
             n += 1
     return resp.integer(n)
 
@@ -186,7 +186,7 @@ def dequeue(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     n = 0
     for jid in job_ids(argv):
         job = node.jobs.get(jid)
-        if job is not None and node.dequeue(job):
+        if job is not None and node.store.dequeue(job):
             n += 1
     return resp.integer(n)
 
@@ -203,11 +203,11 @@ def working(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     if job.state == ACKED:
         return resp.integer(job.retry)  # as Disque: no error, and nothing to postpone
     if job.state == QUEUED:
-        node.dequeue(job)
+        node.store.dequeue(job)
     job.flags |= F_BCAST_WILLQUEUE
     if job.retry and job.qtime:
-        job.qtime = now + job.retry * 1000 + node.jitter()
-    node.schedule(job)
+        job.qtime = node.store.retry_at(now, job.retry)
+    node.store.schedule(job)
     node.repl.broadcast_working(job)
     return resp.integer(job.retry)
 
@@ -246,7 +246,7 @@ def jscan(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
             return False
         return not states or bool(states & (1 << job.state))
 
-    cursor, found = node.scan_jobs(cursor, count, busyloop, keep)
+    cursor, found = node.store.scan(cursor, count, busyloop, keep)
     if reply_all:
         items = [show_reply(node, job, now, client.proto) for job in found]
     else:

@@ -10,7 +10,7 @@ from .. import errors
 from ..client import BlockedGet
 from ..errors import ReplyError
 from ..job import ACKED
-from ..queue import PAUSE_NAMES, PAUSED_IN, PAUSED_OUT, Queue
+from ..queue import PAUSE_NAMES, PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue
 from ..queues import QUEUE_OVERHEAD, job_reply
 from .args import parse_int, parse_scan, parse_timeout
 
@@ -82,7 +82,7 @@ def getjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
         for name in names:
             q = queues[name]
             if q.jobs and not q.flags & PAUSED_OUT:
-                job = node.fetch(q, now)
+                job = node.store.fetch(q, now)
                 out.append(job_reply(job, withcounters))
                 if taken is not None:
                     taken.append(job.id)
@@ -198,4 +198,4 @@ def pause(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
         node.queues.set_pause(q, flags)
     if bcast:
         node.fed.broadcast_pause(name, flags if update else (q.flags if q is not None else 0))
-    return _PAUSE_REPLIES[q.flags & 3 if q is not None else 0]
+    return _PAUSE_REPLIES[q.flags & PAUSED_ALL if q is not None else 0]

@@ -69,7 +69,7 @@ def jobstatus(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     null = resp.null_bulk(client.proto)
     job = node.jobs.get(jid)
     # an acked copy may still be here (waiting for its GC): its outcome says more
-    o = node.outcomes.get_raw(jid) if node.outcomes_on and (
+    o = node.outcomes.get_raw(jid) if node.store.outcomes_on and (
         job is None or job.state == ACKED) else None
     if job is not None and o is None:
         delivered = 1 if job.flags & F_DELIVERED else 0
@@ -130,7 +130,7 @@ def joboutcomes(node: Node, client: Client, argv: list[bytes], now: int) -> byte
         queues.add(v.decode("latin-1"))
 
     cursor, count, busyloop = parse_scan(argv, {b"status": status_opt, b"queue": queue_opt})
-    if not node.outcomes_on:
+    if not node.store.outcomes_on:
         return resp.array([resp.bulk(b"0"), resp.array([])])
     nxt, found = node.outcomes.recent(cursor, count, states, frozenset(queues) or None,
                                       0 if busyloop else OUTCOMES_BUDGET)
@@ -156,7 +156,7 @@ def cancel(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     jid = job_ids(argv)[0]
     job = node.jobs.get(jid)
     if job is None:
-        o = node.outcomes.get_raw(jid) if node.outcomes_on else None
+        o = node.outcomes.get_raw(jid) if node.store.outcomes_on else None
         if o is not None:
             raise ReplyError(f"ERR job already {STATE_NAMES[o.state]}: nothing to cancel")
         raise ReplyError(errors.NOJOB)

@@ -2,7 +2,7 @@
 
 The users and what each may run live in ``core/acl.py``; here a connection logs in
 (``AUTH``, ``HELLO 3 AUTH``), which sets the set of commands it may run once, and a
-failed attempt is answered later by the shell (``auth-failed``: the delay).
+failed attempt is answered later by the shell (``AuthFailed``: the delay).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ...codec import resp
 from .. import acl as aclmod
 from .. import errors
 from ..errors import ReplyError
-from ..outputs import ShellRequest
+from ..outputs import AuthFailed, ShellRequest
 from .args import to_int
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def auth_failed(node: Node, client: Client, name: str, error: str, now: int) -> 
     delay, line = node.acl.auth_failed(name, client.addr, client.auth_fails, now)
     if line is not None:
         node.logs_out.append(("warning", line))
-    return ShellRequest("auth-failed", delay, resp.error(error))
+    return AuthFailed(delay, resp.error(error))
 
 
 def require(node: Node, client: Client, name: str) -> None:
