@@ -7,6 +7,7 @@ import contextlib
 import signal
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -231,24 +232,95 @@ def test_bus_connection_limits(server_factory):
 
 
 def test_connections_in_their_handshake_are_limited(server_factory):
-    """With a cluster-secret, connections that have not proved it yet (they have
-    5 s) are at most cluster-bus-max-unauthenticated at once; more are refused now."""
-    s = server_factory("--cluster-secret", SECRET, "--cluster-bus-max-unauthenticated", "2")
-    silent = [bus_connect(s) for _ in range(2)]
+    """With a cluster-secret, connections that have not proved it yet are at most
+    cluster-bus-max-unauthenticated at once (and -per-ip from one address): one more
+    closes the oldest, so connections left idle cannot keep a node out."""
+    s = server_factory("--cluster-secret", SECRET, "--cluster-bus-max-unauthenticated", "3",
+                       "--cluster-bus-max-unauthenticated-per-ip", "2")
+    first, second = bus_connect(s), bus_connect(s)
     try:
         time.sleep(0.2)
         t = time.monotonic()
-        with bus_connect(s) as extra:
-            assert closed_by_peer(extra, 3)
-        assert time.monotonic() - t < 2  # refused at once, not at the handshake timeout
+        with bus_connect(s) as third:
+            third.settimeout(3)
+            assert third.recv(4) == b"DQBA"  # admitted: the node's hello
+            assert closed_by_peer(first, 2)  # the oldest made room, at once
+            assert time.monotonic() - t < 2
+            assert not closed_by_peer(second, 0.3)
+            # and every connection not authenticated is closed after 3 s
+            assert closed_by_peer(second, 4) and closed_by_peer(third, 1)
     finally:
-        for sk in silent:
+        first.close()
+        second.close()
+    wait_for(lambda: log_lines(s, "closed to make room for a newer connection"))
+    wait_for(lambda: log_lines(s, "no handshake within 3s"))
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["secret", "tls-cluster"])
+def test_idle_connections_do_not_delay_a_restarted_nodes_rejoin(server_factory, tmp_path,
+                                                                tls):
+    """40 idle connections per node kept the bus's unauthenticated slots full and
+    delayed a restarted node's rejoin by 20.9 s. Now a node's own handshake takes
+    the oldest idle connection's slot: its link is up within a second or two, and
+    this holds while the idle ones are renewed as fast as they are closed."""
+    from support import join_cluster
+    from tlscerts import CA
+
+    extra = ["--cluster-secret", SECRET, "--cluster-node-timeout", "1500"]
+    if tls:
+        ca = CA(tmp_path / "certs")
+        names = iter(range(10))
+
+        def make():
+            crt, key = ca.issue(f"node{next(names)}")
+            return server_factory(*extra, "--tls-cluster", "yes", "--tls-cert-file", crt,
+                                  "--tls-key-file", key, "--tls-ca-cert-file",
+                                  str(ca.cert_path))
+    else:
+        def make():
+            return server_factory(*extra)
+    a, b = make(), make()
+    join_cluster([a, b])
+    stop = threading.Event()
+    held: dict[int, list[socket.socket]] = {a.port: [], b.port: []}
+
+    def hold_slots() -> None:  # 40 idle connections to each node, renewed when closed
+        while not stop.is_set():
+            for port, socks in held.items():
+                for sk in list(socks):  # drop those the node closed
+                    try:
+                        if sk.recv(1 << 16) == b"":
+                            raise OSError
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        sk.close()
+                        socks.remove(sk)
+                while len(socks) < 40:
+                    try:
+                        sk = socket.create_connection(("127.0.0.1", port + 10000), timeout=1)
+                    except OSError:
+                        break
+                    sk.setblocking(False)
+                    socks.append(sk)
+            time.sleep(0.02)
+    thread = threading.Thread(target=hold_slots, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1)
+        b.stop()
+        t = time.monotonic()
+        b.start()
+        wait_for(lambda: hello_ok(b.client(), 2) and hello_ok(a.client(), 2), timeout=20,
+                 what="the restarted node to rejoin")
+        took = time.monotonic() - t
+    finally:
+        stop.set()
+        thread.join(5)
+        for sk in held[a.port] + held[b.port]:
             sk.close()
-    wait_for(lambda: log_lines(s, "too many connections in their handshake (2"))
-    time.sleep(0.2)
-    with bus_connect(s) as again:  # the two left: a new one gets the node's hello
-        again.settimeout(3)
-        assert again.recv(4) == b"DQBA"
+    assert took < 6, took  # startup included (the TLS one loads certificates)
+    assert log_lines(a, "closed to make room for a newer connection")
 
 
 def test_garbage_frames_are_logged_once_per_peer(server_factory):

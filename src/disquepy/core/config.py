@@ -1000,6 +1000,15 @@ DIRECTIVES: tuple[Directive, ...] = (
         "tls-ca-cert-file); the node then announces tls-port as its port.",
     ),
     Directive(
+        "tls-cluster-peer-name",
+        _String(omit_empty=True),
+        "",
+        doc="disquepy: which certificates are cluster nodes' with tls-cluster: glob "
+        "patterns, one quoted argument, one of which a peer certificate's common name or "
+        "a DNS name of its subjectAltName must match (e.g. \"node-*\"); empty = any "
+        "certificate signed by tls-ca-cert-file, clients' included.",
+    ),
+    Directive(
         "tls-protocols",
         _TlsProtocols(),
         "TLSv1.2 TLSv1.3",
@@ -1100,7 +1109,15 @@ DIRECTIVES: tuple[Directive, ...] = (
         32,
         error="Invalid cluster-bus-max-unauthenticated value",
         doc="disquepy: most inbound bus connections still in their cluster-secret or "
-        "TLS handshake at once; more are refused until some finish.",
+        "TLS handshake at once; one more closes the oldest.",
+    ),
+    Directive(
+        "cluster-bus-max-unauthenticated-per-ip",
+        _Int(1, INT_MAX),
+        16,
+        error="Invalid cluster-bus-max-unauthenticated-per-ip value",
+        doc="disquepy: most inbound bus connections from one address still in their "
+        "handshakes; one more closes that address's oldest.",
     ),
     # --- append only file -----------------------------------------------
     Directive("appendonly", _BOOL, False, mutable=True, doc="Log jobs to the AOF."),
@@ -1317,6 +1334,7 @@ class Config:
     tls_ca_cert_file: str
     tls_auth_clients: str
     tls_cluster: bool
+    tls_cluster_peer_name: str
     tls_protocols: str
     tls_ciphers: str
     cluster_secret: str
@@ -1330,6 +1348,7 @@ class Config:
     cluster_bus_max_frame: int
     cluster_bus_max_connections: int
     cluster_bus_max_unauthenticated: int
+    cluster_bus_max_unauthenticated_per_ip: int
     delivery_token_ttl: int
     job_outcome_retention: int
     job_outcome_max_memory: int

@@ -85,6 +85,13 @@ class Membership:
         off = self.node.config.cluster_port_offset
         return {p.id: (p.ip, p.port + off) for p in self.peers.values() if p.ip}
 
+    def expected_id(self, nid: str) -> str | None:
+        """The node ID the peer at the end of our link to ``nid`` must prove it has
+        (the bus's handshake checks it): ``nid`` itself, or None for a node still
+        being met (its entry may hold a placeholder ID, as CLUSTER MEET by address)."""
+        p = self.peers.get(nid)
+        return None if p is None or p.flags & P_HANDSHAKE else nid
+
     def ping(self, p: Peer, mtype: int = M.PING) -> None:
         """PING or PONG to one peer: gossip, plus the address we reach it at (so a
         node that only ever MEETs others still learns its own address)."""

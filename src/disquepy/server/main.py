@@ -283,8 +283,11 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
               max_frame=cfg.cluster_bus_max_frame,
               max_connections=cfg.cluster_bus_max_connections,
               max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
+              max_unauthenticated_per_ip=cfg.cluster_bus_max_unauthenticated_per_ip,
               room=lambda: int(min(node.mem.limit, 1 << 62)) - node.mem.used,
-              on_claimed=node.set_bus_buffer)
+              on_claimed=node.set_bus_buffer,
+              myid=lambda: node.myid, expected_id=node.members.expected_id,
+              peer_names=cfg.tls_cluster_peer_name.split())
     bus_port = node.port + cfg.cluster_port_offset
     try:
         await bus.listen(cfg.bind, bus_port)
