@@ -135,13 +135,16 @@ def bus_connect(s, timeout: float = 5.0) -> socket.socket:
             time.sleep(0.05)
 
 
-def closed_by_peer(sk: socket.socket, within: float = 3.0) -> bool:
+def closed_by_peer(sk: socket.socket, within: float = 3.0,
+                   into: bytearray | None = None) -> bool:
     """True once the node closed ``sk`` (EOF or reset), False if still open after
-    ``within`` seconds. What the node sent first (a handshake hello) is skipped."""
+    ``within`` seconds. What the node sent (a handshake hello) is skipped, or added
+    to ``into``."""
     sk.settimeout(within)
     try:
-        while sk.recv(65536):
-            pass
+        while chunk := sk.recv(65536):
+            if into is not None:
+                into += chunk
     except TimeoutError:
         return False
     except OSError:

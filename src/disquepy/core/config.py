@@ -1119,6 +1119,33 @@ DIRECTIVES: tuple[Directive, ...] = (
         doc="disquepy: most inbound bus connections from one address still in their "
         "handshakes; one more closes that address's oldest.",
     ),
+    Directive(
+        "client-max-unauthenticated",
+        _Int(1, INT_MAX),
+        512,
+        mutable=True,
+        error="Invalid client-max-unauthenticated value",
+        doc="disquepy: most client connections at once still in their TLS handshake or, "
+        "when a password is required, not authenticated yet; one more closes the oldest.",
+    ),
+    Directive(
+        "client-max-unauthenticated-per-ip",
+        _Int(1, INT_MAX),
+        64,
+        mutable=True,
+        error="Invalid client-max-unauthenticated-per-ip value",
+        doc="disquepy: the same per source address; one more closes that address's "
+        "oldest.",
+    ),
+    Directive(
+        "client-auth-timeout",
+        _Int(1, 3600),
+        10,
+        mutable=True,
+        error="Invalid client-auth-timeout value",
+        doc="disquepy: seconds a client connection has for its TLS handshake and, when a "
+        "password is required, its AUTH; then it is closed.",
+    ),
     # --- append only file -----------------------------------------------
     Directive("appendonly", _BOOL, False, mutable=True, doc="Log jobs to the AOF."),
     Directive(
@@ -1349,6 +1376,9 @@ class Config:
     cluster_bus_max_connections: int
     cluster_bus_max_unauthenticated: int
     cluster_bus_max_unauthenticated_per_ip: int
+    client_max_unauthenticated: int
+    client_max_unauthenticated_per_ip: int
+    client_auth_timeout: int
     delivery_token_ttl: int
     job_outcome_retention: int
     job_outcome_max_memory: int
