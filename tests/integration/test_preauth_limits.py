@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import threading
 import time
 
 import pytest
@@ -195,3 +196,44 @@ def test_open_files_limit_fits_maxclients_and_the_bus(tmp_path, nofile, lines):
         assert row.split()[3] == ("12080" if nofile == "1024:20000" else "1024")
     finally:
         s.kill()
+
+
+def test_auth_by_reconnecting_is_slowed_per_address(server_factory):
+    """Reconnecting for each try reached 1,875 AUTH tries a second (the delay was per
+    connection). Failures are now counted per address: past 10, the address gets one
+    password checked per delay (100 ms doubling to 5 s), whatever connection it uses."""
+    s = server_factory("--requirepass", PW)
+    c = s.client(password=PW)
+    stop = time.monotonic() + 3
+    attempts = [0]
+
+    def attacker() -> None:
+        while time.monotonic() < stop:
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", s.port), timeout=1) as sk:
+                sk.sendall(request(b"AUTH", b"guess"))
+                attempts[0] += 1
+                sk.settimeout(0.02)
+                with contextlib.suppress(OSError):
+                    sk.recv(100)
+    threads = [threading.Thread(target=attacker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    checked = int(c.info("stats")["acl_access_denied_auth"])
+    assert attempts[0] > 200  # tried hard...
+    assert checked <= 20, checked  # ... got 10 free tries and then about one per delay
+    # the right password from another address is checked at once; from this one, in turn
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10,
+                                  source_address=("127.0.0.2", 0)) as sk:
+        t = time.monotonic()
+        sk.sendall(request(b"AUTH", PW.encode()))
+        assert sk.recv(100) == b"+OK\r\n" and time.monotonic() - t < 1
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sk:
+        sk.sendall(request(b"AUTH", PW.encode()) + b"PING\r\n")
+        sk.settimeout(10)
+        got = b""
+        while not got.endswith(b"+PONG\r\n"):
+            got += sk.recv(100)
+        assert got == b"+OK\r\n+PONG\r\n"

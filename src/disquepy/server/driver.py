@@ -405,6 +405,10 @@ class Driver(Shell):
             delay_ms, error = req.args
             self.loop.call_later(delay_ms / 1000, self._late_reply, conn, error)
             return None
+        if kind == "auth-wait":  # too many failed AUTHs from the address: run it later
+            delay_ms, argv = req.args
+            self.loop.call_later(delay_ms / 1000, self._run_later, conn, argv)
+            return None
         if kind == "cluster-meet":
             task = self.loop.create_task(self._meet(conn, *req.args))
             self._tasks.add(task)
@@ -446,6 +450,15 @@ class Driver(Shell):
             log.warning("CLUSTER MEET %s:%d refused: %s", ip, port, why)
             reply = resp.error(f"ERR CLUSTER MEET {ip}:{port} failed: {why}")
         self._late_reply(conn, reply)
+
+    def _run_later(self, conn, argv: list[bytes]) -> None:
+        """Run a command the core put off (auth-wait) for a client still there."""
+        if conn is None or conn.closing or conn.client is None:
+            return
+        reply = self.node.execute(conn.client, argv, self.now())
+        if reply is not None:
+            self._late_reply(conn, reply)
+        self.after_event()
 
     @staticmethod
     def _late_reply(conn, data: bytes) -> None:

@@ -335,6 +335,8 @@ class ClientProtocol(asyncio.Protocol):
     def resume(self) -> None:
         """This client's pending reply was sent: go on with its pipeline."""
         self.waiting = False
+        if self.unauth and self.client.authed:  # an AUTH answered later succeeded
+            self.authenticated()
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
