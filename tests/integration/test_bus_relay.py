@@ -332,3 +332,13 @@ def test_a_certificate_that_is_not_a_nodes_cannot_join_the_bus(server_factory, t
         stop.set()
         thread.join(5)
     assert jobs_left((a, b), jids) == before
+
+
+def test_a_node_warns_when_clients_certificates_could_join_the_bus(server_factory, tmp_path):
+    ca = CA(tmp_path / "certs")
+    warning = "Any certificate signed by tls-ca-cert-file can join the cluster bus"
+    make = tls_factory(server_factory, ca)
+    open_bus = make()
+    wait_for(lambda: warning in open_bus.log(), what="the warning")
+    named = tls_factory(server_factory, ca, "--tls-cluster-peer-name", "node-*")()
+    assert named.client().ping() and warning not in named.log()

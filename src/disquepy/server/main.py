@@ -393,6 +393,11 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     if secret is None and not cfg.tls_cluster:
         log.info("The cluster bus is not authenticated (no cluster-secret, no tls-cluster): "
                  "only trusted hosts must reach port %d", bus_port)
+    elif (secret is None and cfg.tls_cluster and not cfg.tls_cluster_peer_name
+          and cfg.tls_port and cfg.tls_auth_clients != "no"):
+        log.warning("Any certificate signed by tls-ca-cert-file can join the cluster bus, "
+                    "clients' included: set tls-cluster-peer-name (the nodes' certificate "
+                    "names) or a cluster-secret")
     for port, ctx in listeners:
         log.info("The server is now ready to accept %sconnections on port %d",
                  "TLS " if ctx else "", port)
