@@ -222,6 +222,10 @@ def test_a_forged_altered_replayed_or_reordered_record_is_refused():
             u.feed(wire)
     u = Unsealer(KEY)
     assert u.feed(one + two) == b"onetwo"
+    u = Unsealer(KEY)  # one whole record a read: the fast path, in order only
+    assert u.feed(one) == b"one" and u.feed(two) == b"two"
+    with pytest.raises(RecordError):
+        u.feed(two)
 
 
 def test_record_lengths_are_bounded():
