@@ -41,7 +41,8 @@ def test_nodes_with_the_same_secret_converge_and_handshake_once_per_link(server_
         wait_for(lambda c=c: hello_ok(c, 3), what="the cluster to converge")
 
     def handshakes() -> int:
-        return sum(s.log().count("Cluster bus connection from 127.0.0.1 authenticated")
+        return sum(len(re.findall(r"Cluster bus connection from 127\.0\.0\.1 \(node \w{8}\) "
+                                  r"authenticated", s.log()))
                    for s in servers)
 
     # a MEET first links to a placeholder id, then to the real one: let links settle
@@ -88,7 +89,7 @@ def test_a_node_without_the_secret_is_refused_and_its_meet_fails(server_factory)
     frame = encode_frame([M.PING, bytes.fromhex(myid(o)), 0, "127.0.0.1", 1, []])
     for _ in range(20):
         answer = raw(bus_port, frame, timeout=2)  # its handshake hello, then it closes
-        assert answer[:5] == b"DQBA\x01" and len(answer) == 37
+        assert answer[:6] == b"DQBA\x02A" and len(answer) == 78
     wait_for(lambda: "Refused cluster bus connection from 127.0.0.1: no cluster-secret "
              "handshake" in guarded.log(), what="the refusal in the guarded node's log")
     time.sleep(1)

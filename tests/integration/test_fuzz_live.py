@@ -268,3 +268,67 @@ def test_a_live_node_survives_malformed_input(server_factory):
         with open(report, "w") as f:
             json.dump(dict(live.counts), f)
     print("live fuzz cases:", dict(live.counts))
+
+
+# ----------------------------------------------------- the cluster-secret handshake
+SECRET = "fuzz-live-secret-0123456789"
+
+
+def handshake_case(rng: random.Random, hello: bytes) -> bytes:
+    """What a peer sends after the node's ``hello``: a forged or mutated connector
+    handshake, or (knowing the secret) a real one followed by records forged,
+    mutated, or sealed right around garbage frames."""
+    from disquepy.server.busauth import Handshake, Sealer
+
+    me = f"{rng.getrandbits(160):040x}"
+    kind = rng.randrange(6)
+    secret = SECRET.encode() if kind >= 3 else b"a wrong secret, 16+ chars"
+    hs = Handshake(secret, True, me)
+    proof = hs.feed(hello)
+    out = hs.hello() + proof
+    if kind == 0:  # mutated anywhere
+        return mutate(rng, out)
+    if kind == 1:  # the node's own hello back, or an old version's
+        return rng.choice([hello, hello[:5] + b"C" + hello[6:], b"DQBA\x01" + b"n" * 32])
+    if kind == 2:  # a wrong secret, then frames as if it had worked
+        return out + bus_frames(rng)
+    sealer = Sealer(hs.frame_key)
+    frames = bus_frames(rng)
+    if kind == 3:  # the right secret, frames without their MAC
+        return out + frames
+    records = b"".join(bytes(p) for p in sealer.seal(frames))
+    if kind == 4:  # sealed records, then mutated
+        return out + mutate(rng, records)
+    return out + records  # sealed right: the frames reach the decoder
+
+
+def test_a_live_node_survives_forged_bus_handshakes(server_factory):
+    """The bus of a node with a cluster-secret under forged, mutated, reflected and
+    old-version handshakes, and, from a peer knowing the secret, records forged or
+    carrying garbage frames: the node answers and keeps its jobs after every case."""
+    s = server_factory(*LIMITS, "--cluster-secret", SECRET)
+    live = Live(s)
+    rng = random.Random(int(os.environ.get("DISQUEPY_FUZZ_SEED", "26")))
+    for i in range(CASES):
+        with socket.create_connection(("127.0.0.1", live.bus), timeout=5) as sk:
+            hello = b""
+            while len(hello) < 78:
+                chunk = sk.recv(78 - len(hello))
+                assert chunk, "the node closed before its hello"
+                hello += chunk
+            with contextlib.suppress(OSError):
+                sk.sendall(handshake_case(rng, hello))
+                sk.settimeout(0.05)
+                while sk.recv(1 << 16):
+                    pass
+        live.check(f"bus-handshake-random:{i}")
+    assert "Traceback" not in s.log()
+    report = os.environ.get("DISQUEPY_FUZZ_REPORT")
+    if report:  # beside the cases of the test above
+        counts = {}
+        with contextlib.suppress(OSError, ValueError), open(report) as f:
+            counts = json.load(f)
+        counts.update(live.counts)
+        with open(report, "w") as f:
+            json.dump(counts, f)
+    print("live fuzz cases:", dict(live.counts))

@@ -27,6 +27,7 @@ KINDS = {
     outputs.Quit(): ("quit", ("C",)),
     outputs.SecurityAbort(): ("security_abort", ("C",)),
     outputs.AuthFailed(100, b"-ERR no\r\n"): ("auth_failed", ("C", 100, b"-ERR no\r\n")),
+    outputs.AuthWait(200, (b"AUTH", b"pw")): ("auth_wait", ("C", 200, (b"AUTH", b"pw"))),
     outputs.DebugSleep(0.5): ("debug_sleep", (0.5,)),
     outputs.BusDrop("*", True): ("bus_drop", ("*", True)),
 }

@@ -27,6 +27,11 @@ static PyObject *expected_dollar;      /* resp._expected_dollar(byte) -> Protoco
 #define E_BIG_MBULK "Protocol error: too big mbulk count string"
 #define E_BIG_BULK "Protocol error: too big bulk count string"
 #define E_QBUF "client reached max query buffer length"
+#define E_UNAUTH_MBULK "Protocol error: unauthenticated multibulk length"
+#define E_UNAUTH_BULK "Protocol error: unauthenticated bulk length"
+/* Redis 7's limits on a request from a client that must AUTH first */
+#define UNAUTH_MAX_MBULK 10
+#define UNAUTH_MAX_BULK 16384
 
 /* a buffer this big is given back to the allocator once drained */
 #define KEEP_CAPACITY (16 * 1024)
@@ -51,6 +56,8 @@ typedef struct {
     Py_ssize_t max_inline;
     long long max_mbulk;
     long long qb_limit;
+    long long lim_bulk;  /* the limits in force: the max_* ones, lower before AUTH */
+    long long lim_mbulk;
 } Reader;
 
 /* Keep the class and message of `exc` (a new reference, consumed) as the reader's
@@ -245,6 +252,8 @@ parse(Reader *r)
         long long count;
         if (!str2ll(buf + pos + 1, nl - pos - 1, &count) || count > r->max_mbulk)
             return fail(r, ProtocolError, E_MBULK_LEN);
+        if (count > r->lim_mbulk)
+            return fail(r, ProtocolError, E_UNAUTH_MBULK);
         pos = nl + 2;
         if (count <= 0) {
             r->pos = pos;
@@ -284,8 +293,9 @@ parse(Reader *r)
                     return fail(r, ProtocolError, E_BULK_LEN);
                 v = v * 10 + d; /* at most 19 digits: no overflow */
             }
-            if (v > (unsigned long long)r->max_bulk)
-                return fail(r, ProtocolError, E_BULK_LEN);
+            if (v > (unsigned long long)r->lim_bulk)
+                return fail(r, ProtocolError,
+                            v > (unsigned long long)r->max_bulk ? E_BULK_LEN : E_UNAUTH_BULK);
             bulklen = (Py_ssize_t)v;
             pos = nl + 2;
         }
@@ -426,6 +436,8 @@ Reader_init(Reader *r, PyObject *args, PyObject *kwds)
     r->max_inline = max_inline;
     r->max_mbulk = max_mbulk;
     r->qb_limit = qb_limit;
+    r->lim_bulk = max_bulk;
+    r->lim_mbulk = max_mbulk;
     r->bulklen = -1;
     return 0;
 }
@@ -440,10 +452,23 @@ Reader_dealloc(Reader *r)
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
+static PyObject *
+Reader_set_unauthenticated(Reader *r, PyObject *on)
+{
+    int yes = PyObject_IsTrue(on);
+    if (yes < 0)
+        return NULL;
+    r->lim_bulk = yes && r->max_bulk > UNAUTH_MAX_BULK ? UNAUTH_MAX_BULK : r->max_bulk;
+    r->lim_mbulk = yes && r->max_mbulk > UNAUTH_MAX_MBULK ? UNAUTH_MAX_MBULK : r->max_mbulk;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Reader_methods[] = {
     {"feed", (PyCFunction)Reader_feed, METH_O, "Append bytes read from the client."},
     {"gets", (PyCFunction)Reader_gets, METH_NOARGS,
      "The next command's arguments, or False if more data is needed."},
+    {"set_unauthenticated", (PyCFunction)Reader_set_unauthenticated, METH_O,
+     "Apply (True) or lift Redis's limits for a client that must AUTH first."},
     {NULL, NULL, 0, NULL},
 };
 

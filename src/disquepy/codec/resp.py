@@ -131,6 +131,11 @@ _E_QUOTES = "Protocol error: unbalanced quotes in request"
 _E_BIG_INLINE = "Protocol error: too big inline request"
 _E_BIG_MBULK = "Protocol error: too big mbulk count string"
 _E_BIG_BULK = "Protocol error: too big bulk count string"
+_E_UNAUTH_MBULK = "Protocol error: unauthenticated multibulk length"
+_E_UNAUTH_BULK = "Protocol error: unauthenticated bulk length"
+# Redis 7's limits on a request from a client that must AUTH first (set_unauthenticated)
+UNAUTH_MAX_MULTIBULK = 10
+UNAUTH_MAX_BULK = 16384
 
 
 class ProtocolError(Exception):
@@ -312,6 +317,8 @@ class PyRequestReader:
         "_max_inline",
         "_max_mbulk",
         "_qb_limit",
+        "_lim_bulk",  # the limits in force: the max_* ones, lower before AUTH
+        "_lim_mbulk",
     )
 
     def __init__(
@@ -332,10 +339,20 @@ class PyRequestReader:
         self._max_inline = max_inline
         self._max_mbulk = max_multibulk
         self._qb_limit = query_buffer_limit
+        self._lim_bulk = max_bulk_len
+        self._lim_mbulk = max_multibulk
 
     def __len__(self) -> int:
         """Number of buffered bytes not yet parsed."""
         return len(self._buf) - self._pos
+
+    def set_unauthenticated(self, on: bool) -> None:
+        """Apply (or lift) Redis's limits for a client that must AUTH first: past
+        ``UNAUTH_MAX_MULTIBULK`` arguments or ``UNAUTH_MAX_BULK`` bytes in one, the
+        request is a protocol error (``unauthenticated multibulk length`` / ``bulk
+        length``). For the requests parsed after this call."""
+        self._lim_bulk = min(self._max_bulk, UNAUTH_MAX_BULK) if on else self._max_bulk
+        self._lim_mbulk = min(self._max_mbulk, UNAUTH_MAX_MULTIBULK) if on else self._max_mbulk
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes read from the client.
@@ -411,8 +428,9 @@ class PyRequestReader:
             if nl + 1 >= end:  # Redis wants one byte after '\r' (unchecked)
                 return None
             count = _str2ll(buf[pos + 1 : nl])
-            if count is None or count > self._max_mbulk:
-                raise ProtocolError(_E_MBULK_LEN)
+            if count is None or count > self._lim_mbulk:
+                raise ProtocolError(_E_MBULK_LEN if count is None or count > self._max_mbulk
+                                    else _E_UNAUTH_MBULK)
             pos = nl + 2
             if count <= 0:
                 self._pos = pos
@@ -421,7 +439,7 @@ class PyRequestReader:
             args = self._args = []
             bulklen = -1
 
-        maxbulk = self._max_bulk
+        maxbulk = self._lim_bulk
         maxl = self._max_inline
         find = buf.find
         while left:
@@ -458,7 +476,8 @@ class PyRequestReader:
                         raise ProtocolError(_E_BULK_LEN)
                     bulklen = int(s)
                 if bulklen > maxbulk:
-                    raise ProtocolError(_E_BULK_LEN)
+                    raise ProtocolError(_E_BULK_LEN if bulklen > self._max_bulk
+                                        else _E_UNAUTH_BULK)
                 pos = nl + 2
             if end - pos < bulklen + 2:  # payload + 2 (unchecked) bytes
                 break
@@ -588,7 +607,7 @@ class HiredisRequestReader(PyRequestReader):
             except _hiredis.ProtocolError:
                 req = None
             if type(req) is list and req:
-                end = _check_at(d, req, dpos, self._max_mbulk, self._max_bulk)
+                end = _check_at(d, req, dpos, self._lim_mbulk, self._lim_bulk)
                 if end:
                     self._dpos = end
                     if end == len(d):
@@ -646,7 +665,7 @@ class HiredisRequestReader(PyRequestReader):
                 self._mark = 0
 
     def _check(self, req: list[Any], pos: int) -> int:
-        return _check_at(self._buf, req, pos, self._max_mbulk, self._max_bulk)
+        return _check_at(self._buf, req, pos, self._lim_mbulk, self._lim_bulk)
 
 
 def _check_at(buf: Any, req: list[Any], pos: int, max_mbulk: int, max_bulk: int) -> int:

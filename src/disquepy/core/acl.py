@@ -38,6 +38,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from .authlimit import AuthThrottle
+
 READ = frozenset({
     "show", "qlen", "qstat", "qpeek", "qscan", "jscan", "jobstatus", "info", "hello",
     "ping", "echo", "time", "command", "select", "quit", "auth",
@@ -200,7 +202,7 @@ class Acl:
     """The users of a node, and the bookkeeping of failed AUTH attempts."""
 
     __slots__ = ("users", "known", "before_auth", "cache", "default_state", "fails",
-                 "denied", "logged_at", "unlogged")
+                 "denied", "logged_at", "unlogged", "throttle")
 
     def __init__(self, known: frozenset[str], before_auth: frozenset[str]) -> None:
         self.known = known  # every command name the node has
@@ -214,6 +216,7 @@ class Acl:
         self.denied = 0  # commands refused with NOPERM (INFO)
         self.logged_at = -(1 << 62)
         self.unlogged = 0  # failures not logged since the last line
+        self.throttle = AuthThrottle()  # failures per source address (core/authlimit.py)
         self.configure([], None)
 
     def configure(self, lines: list[list[str]], requirepass: str | None) -> None:

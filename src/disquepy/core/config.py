@@ -152,6 +152,7 @@ class Config:
     tls_ca_cert_file: str
     tls_auth_clients: str
     tls_cluster: bool
+    tls_cluster_peer_name: str
     tls_protocols: str
     tls_ciphers: str
     cluster_secret: str
@@ -166,6 +167,10 @@ class Config:
     cluster_bus_max_frame: int
     cluster_bus_max_connections: int
     cluster_bus_max_unauthenticated: int
+    cluster_bus_max_unauthenticated_per_ip: int
+    client_max_unauthenticated: int
+    client_max_unauthenticated_per_ip: int
+    client_auth_timeout: int
     delivery_token_ttl: int
     job_outcome_retention: int
     job_outcome_max_memory: int

@@ -277,6 +277,15 @@ DIRECTIVES: tuple[Directive, ...] = (
         "tls-ca-cert-file); the node then announces tls-port as its port.",
     ),
     Directive(
+        "tls-cluster-peer-name",
+        StringType(omit_empty=True),
+        "",
+        doc="disquepy: which certificates are cluster nodes' with tls-cluster: glob "
+        "patterns, one quoted argument, one of which a peer certificate's common name or "
+        "a DNS name of its subjectAltName must match (e.g. \"node-*\"); empty = any "
+        "certificate signed by tls-ca-cert-file, clients' included.",
+    ),
+    Directive(
         "tls-protocols",
         TlsProtocolsType(),
         "TLSv1.2 TLSv1.3",
@@ -388,7 +397,42 @@ DIRECTIVES: tuple[Directive, ...] = (
         32,
         error="Invalid cluster-bus-max-unauthenticated value",
         doc="disquepy: most inbound bus connections still in their cluster-secret or "
-        "TLS handshake at once; more are refused until some finish.",
+        "TLS handshake at once; one more closes the oldest.",
+    ),
+    Directive(
+        "cluster-bus-max-unauthenticated-per-ip",
+        IntType(1, INT_MAX),
+        16,
+        error="Invalid cluster-bus-max-unauthenticated-per-ip value",
+        doc="disquepy: most inbound bus connections from one address still in their "
+        "handshakes; one more closes that address's oldest.",
+    ),
+    Directive(
+        "client-max-unauthenticated",
+        IntType(1, INT_MAX),
+        512,
+        mutable=True,
+        error="Invalid client-max-unauthenticated value",
+        doc="disquepy: most client connections at once still in their TLS handshake or, "
+        "when a password is required, not authenticated yet; one more closes the oldest.",
+    ),
+    Directive(
+        "client-max-unauthenticated-per-ip",
+        IntType(1, INT_MAX),
+        64,
+        mutable=True,
+        error="Invalid client-max-unauthenticated-per-ip value",
+        doc="disquepy: the same per source address; one more closes that address's "
+        "oldest.",
+    ),
+    Directive(
+        "client-auth-timeout",
+        IntType(1, 3600),
+        10,
+        mutable=True,
+        error="Invalid client-auth-timeout value",
+        doc="disquepy: seconds a client connection has for its TLS handshake and, when a "
+        "password is required, its AUTH; then it is closed.",
     ),
     # --- append only file -----------------------------------------------
     Directive("appendonly", _BOOL, False, mutable=True, doc="Log jobs to the AOF."),

@@ -119,6 +119,16 @@ class AuthFailed(ShellRequest):
 
 
 @dataclass(frozen=True, slots=True)
+class AuthWait(ShellRequest):
+    """An AUTH (or HELLO ... AUTH) from an address with too many recent failures
+    (core/authlimit.py): the shell runs ``argv`` again for the client after
+    ``delay_ms``; the client's later commands wait."""
+
+    delay_ms: int
+    argv: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DebugSleep(ShellRequest):
     """DEBUG SLEEP: the whole process sleeps (as Redis's does)."""
 
@@ -211,6 +221,8 @@ class Shell:
                 reply = self.security_abort(client)
             case AuthFailed(delay_ms, error):
                 reply = self.auth_failed(client, delay_ms, error)
+            case AuthWait(delay_ms, argv):
+                reply = self.auth_wait(client, delay_ms, argv)
             case ClusterMeet(ip, port):
                 reply = self.cluster_meet(client, ip, port)
             case Shutdown(how):
@@ -278,6 +290,9 @@ class Shell:
 
     def auth_failed(self, client: Client, delay_ms: int, error: bytes) -> bytes | None:
         return self.unsupported(AuthFailed(delay_ms, error))
+
+    def auth_wait(self, client: Client, delay_ms: int, argv: tuple[bytes, ...]) -> bytes | None:
+        return self.unsupported(AuthWait(delay_ms, argv))
 
     def cluster_meet(self, client: Client, ip: str, port: int) -> bytes | None:
         return self.unsupported(ClusterMeet(ip, port))

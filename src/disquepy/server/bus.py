@@ -29,20 +29,26 @@ Inbound
     line per peer address every ``REFUSAL_LOG_INTERVAL``; a peer can never make the
     reader hold more than ``max_frame`` + 4 bytes, nor more of a frame than the node
     has memory left for (``room``). At most ``max_connections`` inbound connections
-    are open at once, and at most ``max_unauthenticated`` of them in their
-    cluster-secret handshake: more are refused (and logged) as they arrive.
+    are open at once. Those not authenticated yet (in their TLS handshake, or their
+    cluster-secret one) are also counted in a ``limits.Pending``: at most
+    ``max_unauthenticated`` of them, ``max_unauthenticated_per_ip`` per address; one
+    more closes the oldest (logged), and each has ``HANDSHAKE_TIMEOUT`` seconds.
 
-Authentication (``secret``, the ``cluster-secret`` directive)
-    Before any frame, both ends of a connection run ``Handshake``: each sends
-    ``HELLO`` = ``b"DQBA"``, version byte 1, a 32-byte random nonce; the connecting
-    side then sends ``HMAC-SHA256(secret, b"disquepy bus v1 connector" + Nc + Ns)``,
-    and the accepting side, once that checks out, answers with the same over
-    ``b"disquepy bus v1 acceptor"``. Only then does the acceptor read frames and the
-    connector call its link up (frames queue meanwhile). Anything else (a frame
-    without a handshake, another magic or version, a wrong MAC, bytes past the
-    handshake, ``HANDSHAKE_TIMEOUT`` passing) closes the connection, with one
-    rate-limited warning line. The format is documented in docs/SECURITY.md.
-    ``ssl_server`` / ``ssl_client`` (``tls-cluster``) run the same over TLS.
+Authentication (``secret``: ``cluster-secret``; ``ssl_server``/``ssl_client``:
+``tls-cluster``)
+    With a secret, both ends of a connection run ``busauth.Handshake`` (version 2)
+    before any frame: each proves the secret over both nonces, both node IDs and the
+    direction, and over the TLS channel's ``tls-unique`` when there is TLS. The
+    connector checks that the node it reached is the node it meant (``expected_id``:
+    None for a node being met by address). On plain TCP the frames then travel in
+    MAC'd records (``busauth.Sealer``/``Unsealer``); over TLS, TLS protects them.
+    With TLS, ``peer_names`` (``tls-cluster-peer-name``) are glob patterns one of
+    which the peer certificate's common name or a DNS name of its subjectAltName must
+    match, checked by both ends: a certificate of the same CA issued to a client is
+    not a node's. Anything else (a frame without a handshake, another magic or
+    version, a wrong MAC, a relayed or reflected handshake, bytes past the handshake,
+    ``HANDSHAKE_TIMEOUT`` passing) closes the connection, with one rate-limited
+    warning line. The formats are documented in docs/SECURITY.md.
 
 Fault injection
     ``set_drop(node_id, True)`` silently drops frames sent to that node and frames
@@ -54,15 +60,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
-import os
 import random
 import ssl
+from asyncio import sslproto
 from collections import deque
 from collections.abc import Callable, Iterable
 
 from ..codec.bus import MAX_FRAME, BusProtocolError, FrameReader
+from ..core.config import glob_match
+from .busauth import (
+    MAGIC,
+    Handshake,
+    HandshakeError,
+    RecordError,
+    Sealer,
+    Unsealer,
+)
+from .limits import Pending
 from .log import VERBOSE, RateLimited
 from .sockopts import keepalive
 from .tls import describe as describe_tls_error
@@ -86,16 +100,18 @@ WRITE_HIGH_WATER = 1 << 20
 # TCP keepalive: probe an idle link after this many seconds (as Redis's tcp-keepalive)
 KEEPALIVE_IDLE = 60
 LISTEN_BACKLOG = 511
-# a connection that has not completed the cluster-secret handshake by then is closed
-HANDSHAKE_TIMEOUT = 5.0
+# a connection that has not completed its TLS and cluster-secret handshakes by then is
+# closed (both take a round trip or two: milliseconds)
+HANDSHAKE_TIMEOUT = 3.0
 # at most one log line per peer address and kind of refusal in this many seconds
 REFUSAL_LOG_INTERVAL = 10.0
-# defaults of cluster-bus-max-connections and cluster-bus-max-unauthenticated
+# defaults of cluster-bus-max-connections, -max-unauthenticated and -per-ip
 MAX_CONNECTIONS = 1024
 MAX_UNAUTHENTICATED = 32
-# a connection holding more than this of a frame not yet complete is checked against
-# the memory the node has left (Bus.room)
-_BUDGET_CHECK_AT = 1 << 20
+MAX_UNAUTHENTICATED_PER_IP = 16
+# a connection holding more than this of a frame not yet complete has the frame's
+# announced size counted against the memory the node has left (Bus.room)
+_BUDGET_CHECK_AT = 1 << 14
 # CLUSTER MEET's probe without a secret: a node with one sends its handshake at once;
 # a node without one sends nothing, so this long with nothing received means "none"
 PROBE_QUIET = 0.25
@@ -112,82 +128,36 @@ def _tune_socket(transport) -> None:
     keepalive(transport, KEEPALIVE_IDLE, nodelay=True)
 
 
-# ---------------------------------------------------------------- handshake
-HS_MAGIC = b"DQBA"  # as a frame length it is > 1 GiB: a node without a secret refuses it
-HS_VERSION = 1
-HS_NONCE = 32
-HS_MAC = 32
-HS_HELLO = len(HS_MAGIC) + 1 + HS_NONCE
-_LABEL_CONNECTOR = b"disquepy bus v1 connector"
-_LABEL_ACCEPTOR = b"disquepy bus v1 acceptor"
+def certificate_names(cert: dict) -> list[str]:
+    """The names a peer certificate (``getpeercert()``) goes by: its subject's common
+    names, then the DNS names of its subjectAltName."""
+    names = [value for rdn in cert.get("subject", ()) for key, value in rdn
+             if key == "commonName"]
+    names += [value for kind, value in cert.get("subjectAltName", ()) if kind == "DNS"]
+    return names
 
 
-class HandshakeError(Exception):
-    """The peer failed the cluster-secret handshake; ``str()`` says how."""
+def check_peer_certificate(transport, patterns: list[str]) -> str | None:
+    """Why the TLS peer of ``transport`` is not a cluster node (None: it is one): its
+    certificate must have a name matching one of ``patterns`` (tls-cluster-peer-name;
+    none: any certificate of the CA)."""
+    if not patterns:
+        return None
+    cert = transport.get_extra_info("peercert") or {}
+    names = certificate_names(cert)
+    if any(glob_match(p, n) for p in patterns for n in names):
+        return None
+    shown = ", ".join(names[:4]) or "none"
+    return (f"its certificate ({shown}) matches no tls-cluster-peer-name: not a cluster "
+            "node's")
 
 
-class Handshake:
-    """The cluster-secret challenge-response of one connection (pure: bytes in, bytes
-    out). ``hello()`` is sent first by both sides; ``feed(data)`` returns the bytes to
-    send next and, once the peer is proven, sets ``done`` and returns the bytes that
-    followed the handshake in ``data`` as ``rest``. Raises ``HandshakeError``."""
-
-    __slots__ = ("secret", "connector", "nonce", "peer_nonce", "buf", "done", "rest")
-
-    def __init__(self, secret: bytes, connector: bool, nonce: bytes | None = None) -> None:
-        self.secret = secret
-        self.connector = connector
-        self.nonce = nonce or os.urandom(HS_NONCE)
-        self.peer_nonce: bytes | None = None
-        self.buf = bytearray()
-        self.done = False
-        self.rest = b""
-
-    def hello(self) -> bytes:
-        return HS_MAGIC + bytes([HS_VERSION]) + self.nonce
-
-    def _mac(self, label: bytes) -> bytes:
-        nc, ns = (self.nonce, self.peer_nonce) if self.connector else (self.peer_nonce,
-                                                                      self.nonce)
-        return hmac.new(self.secret, label + nc + ns, hashlib.sha256).digest()
-
-    def feed(self, data: bytes) -> bytes:
-        buf = self.buf
-        buf += data
-        out = b""
-        if self.peer_nonce is None:
-            if len(buf) < len(HS_MAGIC) + 1:
-                if not HS_MAGIC.startswith(bytes(buf[:4])):
-                    raise HandshakeError("no cluster-secret handshake (is cluster-secret "
-                                         "set on that node?)")
-                return out
-            if bytes(buf[:4]) != HS_MAGIC:
-                raise HandshakeError("no cluster-secret handshake (is cluster-secret set "
-                                     "on that node?)")
-            if buf[4] != HS_VERSION:
-                raise HandshakeError(f"unsupported handshake version {buf[4]}")
-            if len(buf) < HS_HELLO:
-                return out
-            self.peer_nonce = bytes(buf[5:HS_HELLO])
-            if self.peer_nonce == self.nonce:
-                raise HandshakeError("the peer echoed our nonce")
-            del buf[:HS_HELLO]
-            if self.connector:
-                out = self._mac(_LABEL_CONNECTOR)
-        if len(buf) < HS_MAC:
-            return out
-        mine, theirs = ((_LABEL_ACCEPTOR, None) if self.connector
-                        else (_LABEL_CONNECTOR, _LABEL_ACCEPTOR))
-        if not hmac.compare_digest(bytes(buf[:HS_MAC]), self._mac(mine)):
-            raise HandshakeError("wrong cluster-secret")
-        if theirs is not None:
-            out += self._mac(theirs)
-        self.rest = bytes(buf[HS_MAC:])
-        buf.clear()
-        self.done = True
-        return out
-
-
+def channel_binding(transport) -> bytes:
+    """The TLS channel's ``tls-unique`` (empty on plain TCP)."""
+    sslobj = transport.get_extra_info("ssl_object")
+    if sslobj is None:
+        return b""
+    return sslobj.get_channel_binding("tls-unique") or b""
 class _Link:
     """The outbound link to one peer."""
 
@@ -209,6 +179,7 @@ class _Link:
         "attempts",
         "overflowing",
         "dropped",
+        "sealer",
     )
 
     def __init__(self, node_id: str, addr: tuple[str, int]) -> None:
@@ -229,6 +200,7 @@ class _Link:
         self.attempts = 0
         self.overflowing = False  # logged once until the queue drains
         self.dropped = 0
+        self.sealer: Sealer | None = None  # cluster-secret on plain TCP: MAC'd records
 
 
 class _OutProtocol(asyncio.Protocol):
@@ -268,7 +240,11 @@ class _OutProtocol(asyncio.Protocol):
             if self.timer is not None:
                 self.timer.cancel()
                 self.timer = None
-            self.bus._link_up(self.link)
+            link = self.link
+            if link.transport is not None and link.transport.get_extra_info(
+                    "ssl_object") is None:
+                link.sealer = Sealer(hs.frame_key)
+            self.bus._link_up(link)
 
     def pause_writing(self) -> None:
         link = self.link
@@ -285,14 +261,54 @@ class _OutProtocol(asyncio.Protocol):
                 self.bus._write_out(link)
 
 
+def _ssl_protocol(loop: asyncio.AbstractEventLoop) -> type:
+    """The TLS protocol of ``loop``'s kind: uvloop's (what its TLS listeners use, in
+    Cython; the stdlib's pure-Python one cost the bus over TLS ~15% of its jobs a
+    second) or asyncio's."""
+    try:
+        from uvloop.loop import Loop, SSLProtocol
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return sslproto.SSLProtocol
+    return SSLProtocol if isinstance(loop, Loop) else sslproto.SSLProtocol
+
+
+class _TlsAccept(asyncio.Protocol):
+    """An inbound bus connection over TLS, until its handshake is done: counted as
+    not authenticated from the moment it is accepted (a TLS listener shows a
+    connection only once its handshake completed, and loop.start_tls comes too late:
+    uvloop reads the ClientHello into the plain protocol first), then handed to its
+    _InProtocol."""
+
+    __slots__ = ("bus",)
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    def connection_made(self, raw) -> None:
+        bus = self.bus
+        app = _InProtocol(bus)
+        if not app.admit(raw):
+            return
+        loop = bus.loop
+        waiter = loop.create_future()
+        tls = _ssl_protocol(loop)(loop, app, bus.ssl_server, waiter, server_side=True,
+                                  ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        app.raw = raw
+        raw.set_protocol(tls)
+        tls.connection_made(raw)
+        waiter.add_done_callback(app.tls_done)
+
+
 class _InProtocol(asyncio.Protocol):
     """One connection a peer opened to us: frames in, nothing out."""
 
-    __slots__ = ("bus", "transport", "reader", "ip", "closing", "hs", "timer", "first", "claim")
+    __slots__ = ("bus", "transport", "raw", "reader", "ip", "closing", "hs", "timer",
+                 "first", "claim", "unsealer", "pending")
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self.transport = None
+        self.raw = None  # the TCP transport under TLS, while its handshake runs
         self.reader = FrameReader(bus.max_frame)
         self.ip = "?"
         self.closing = False
@@ -300,34 +316,70 @@ class _InProtocol(asyncio.Protocol):
         self.timer = None
         self.first = True  # no byte received yet
         self.claim = 0  # bytes of the big frame being received, counted in bus._claimed
+        self.unsealer: Unsealer | None = None  # cluster-secret on plain TCP
+        self.pending = False  # in bus.pending (not authenticated yet)
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        peer = transport.get_extra_info("peername")
-        self.ip = peer[0] if peer else "?"
+    def admit(self, raw) -> bool:
+        """The connection was accepted: count it (False: refused and closed)."""
         bus = self.bus
+        peer = raw.get_extra_info("peername")
+        self.ip = peer[0] if peer else "?"
         if bus._closed:
-            self.close()
-            return
-        _tune_socket(transport)
+            raw.close()
+            return False
+        _tune_socket(raw)
         if len(bus._inbound) >= bus.max_connections:
+            self.transport = raw
             self.refuse(f"too many cluster bus connections ({bus.max_connections}, "
                         "cluster-bus-max-connections)", "limit")
-            return
-        if bus.secret is not None and bus._pending >= bus.max_unauthenticated:
-            self.refuse(f"too many connections in their handshake ({bus.max_unauthenticated},"
-                        " cluster-bus-max-unauthenticated)", "limit")
-            return
+            return False
         bus._inbound.add(self)
-        bus.log.debug(
-            "Accepting cluster node connection from %s:%s", self.ip, peer[1] if peer else "?"
-        )
-        if bus.secret is not None:
-            bus._pending += 1
-            self.hs = Handshake(bus.secret, connector=False)
-            transport.write(self.hs.hello())
+        bus.log.debug("Accepting cluster node connection from %s:%s", self.ip,
+                      peer[1] if peer else "?")
+        if bus.secret is not None or bus.ssl_server is not None:
+            self.pending = True
+            for old in bus.pending.add(self, self.ip):
+                old.pending = False
+                old.refuse("closed to make room for a newer connection (more than "
+                           f"{bus.max_unauthenticated} not authenticated, or "
+                           f"{bus.max_unauthenticated_per_ip} from {old.ip}: "
+                           "cluster-bus-max-unauthenticated[-per-ip])", "evicted")
             self.timer = bus.loop.call_later(HANDSHAKE_TIMEOUT, self.refuse,
                                              f"no handshake within {HANDSHAKE_TIMEOUT:g}s")
+        return True
+
+    def tls_done(self, waiter: asyncio.Future) -> None:
+        """The TLS handshake ended (its callbacks run after connection_made, which
+        is called only when it succeeded): on failure, log, count and forget it."""
+        if self.transport is not None:
+            return
+        if not self.closing:
+            e = None if waiter.cancelled() else waiter.exception()
+            self.refuse("TLS handshake failed: " + (describe_tls_error(e) if e is not None
+                                                    else "connection closed"))
+        self.authenticated()
+        self.bus._inbound.discard(self)
+
+    def connection_made(self, transport) -> None:
+        if self.raw is None and not self.admit(transport):  # plain TCP: just accepted
+            return
+        self.transport = transport
+        self.raw = None
+        bus = self.bus
+        if self.closing:
+            transport.close()
+            return
+        if bus.ssl_server is not None:
+            why = check_peer_certificate(transport, bus.peer_names)
+            if why is not None:
+                self.refuse(why, "certificate")
+                return
+        if bus.secret is not None:
+            self.hs = Handshake(bus.secret, connector=False, myid=bus.myid(),
+                                binding=channel_binding(transport))
+            transport.write(self.hs.hello())
+        else:
+            self.authenticated()
 
     def refuse(self, reason: str, kind: str | None = None) -> None:
         """Close an inbound connection that failed the handshake or a limit, logging
@@ -340,18 +392,20 @@ class _InProtocol(asyncio.Protocol):
                              "Refused cluster bus connection from %s: %s", self.ip, reason)
         self.close()
 
-    def handshake_over(self) -> None:
-        if self.hs is not None:
-            self.hs = None
-            self.bus._pending -= 1
-
-    def connection_lost(self, exc) -> None:
+    def authenticated(self) -> None:
+        """Out of the handshake (done, or failed): no longer counted as pending."""
+        self.hs = None
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if self.pending:
+            self.pending = False
+            self.bus.pending.remove(self)
+
+    def connection_lost(self, exc) -> None:
         if self.hs is not None and not self.closing:
             self.refuse("connection closed during the cluster-secret handshake")
-        self.handshake_over()
+        self.authenticated()
         self.close()
         self.bus._inbound.discard(self)
         self.transport = None
@@ -363,7 +417,7 @@ class _InProtocol(asyncio.Protocol):
         bus._bytes_in += len(data)
         if self.first:
             self.first = False
-            if self.hs is None and data[:4] == HS_MAGIC:
+            if self.hs is None and data[:4] == MAGIC:
                 self.refuse("the peer uses a cluster-secret and this node has none")
                 return
         if self.hs is not None:
@@ -377,12 +431,21 @@ class _InProtocol(asyncio.Protocol):
                 self.transport.write(reply)
             if not hs.done:
                 return
-            self.handshake_over()
-            self.timer.cancel()
-            self.timer = None
+            self.authenticated()
             bus._authenticated_in += 1
-            bus.log.log(VERBOSE, "Cluster bus connection from %s authenticated", self.ip)
+            bus.log.log(VERBOSE, "Cluster bus connection from %s (node %.8s) authenticated",
+                        self.ip, hs.peer_id)
+            if self.transport.get_extra_info("ssl_object") is None:
+                self.unsealer = Unsealer(hs.frame_key)
             data = hs.rest
+            if not data:
+                return
+        if self.unsealer is not None:
+            try:
+                data = self.unsealer.feed(data)
+            except RecordError as e:
+                self.garbage(str(e), "mac")
+                return
             if not data:
                 return
         reader = self.reader
@@ -435,8 +498,9 @@ class _InProtocol(asyncio.Protocol):
             self.claim = 0
         if not self.closing:
             self.closing = True
-            if self.transport is not None:
-                self.transport.close()
+            t = self.transport or self.raw
+            if t is not None:
+                t.close()
 
 
 class Bus:
@@ -459,8 +523,12 @@ class Bus:
         ssl_client: ssl.SSLContext | None = None,
         max_connections: int = MAX_CONNECTIONS,
         max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        max_unauthenticated_per_ip: int = MAX_UNAUTHENTICATED_PER_IP,
         room: Callable[[], int] | None = None,
         on_claimed: Callable[[int], None] | None = None,
+        myid: Callable[[], str] = lambda: "0" * 40,
+        expected_id: Callable[[str], str | None] = lambda node_id: node_id,
+        peer_names: list[str] | None = None,
     ) -> None:
         self.on_frame = on_frame
         self.on_link = on_link
@@ -476,10 +544,17 @@ class Bus:
         self.ssl_client = ssl_client  # ... and outbound ones
         self.max_connections = max_connections  # inbound, at once
         self.max_unauthenticated = max_unauthenticated  # inbound, in their handshake
+        self.max_unauthenticated_per_ip = max_unauthenticated_per_ip
+        self.pending: Pending[_InProtocol] = Pending(max_unauthenticated,
+                                                     max_unauthenticated_per_ip)
+        self.myid = myid  # this node's ID (it changes with CLUSTER RESET HARD)
+        # the node ID a link's peer must have: itself, or None for a node being met by
+        # address (CLUSTER MEET), whose ID is not known yet
+        self.expected_id = expected_id
+        self.peer_names = peer_names or []  # tls-cluster-peer-name
         # bytes the node can still take (maxmemory - used_memory): a frame arriving
         # in parts must fit, or its connection is closed before it is all buffered
         self.room = room or (lambda: 1 << 62)
-        self._pending = 0  # inbound connections in their cluster-secret handshake
         self._claimed = 0  # bytes of the big frames arriving, all connections together
         self.on_claimed = on_claimed  # told the new total (the node counts it as used)
         self.refusals = RateLimited(log, REFUSAL_LOG_INTERVAL)
@@ -521,15 +596,16 @@ class Bus:
         any file, and serves once its identity is loaded."""
         servers = []
         try:
+            # with TLS, _TlsAccept runs the handshake, so that the connections still
+            # in it are counted (and can be closed) as not authenticated yet
+            factory = _TlsAccept if self.ssl_server is not None else _InProtocol
             for addr in bind_addrs:
                 srv = await self.loop.create_server(
-                    lambda: _InProtocol(self),
+                    lambda: factory(self),
                     addr,
                     port,
                     backlog=self.backlog,
                     reuse_address=True,
-                    ssl=self.ssl_server,
-                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_server else None,
                     start_serving=start_serving,
                 )
                 servers.append(srv)
@@ -678,8 +754,16 @@ class Bus:
         with contextlib.suppress(AttributeError, ValueError, NotImplementedError):
             transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         link.transport = transport
+        link.sealer = None
+        if self.ssl_client is not None:
+            why = check_peer_certificate(transport, self.peer_names)
+            if why is not None:
+                self._handshake_failed(proto, why)
+                return
         if self.secret is not None:  # up only once the peer proved the secret
-            proto.hs = Handshake(self.secret, connector=True)
+            proto.hs = Handshake(self.secret, connector=True, myid=self.myid(),
+                                 expect=self.expected_id(link.node_id),
+                                 binding=channel_binding(transport))
             transport.write(proto.hs.hello())
             proto.timer = self.loop.call_later(
                 HANDSHAKE_TIMEOUT, self._handshake_failed, proto,
@@ -826,7 +910,10 @@ class Bus:
         try:
             if t is None or t.is_closing():
                 raise RuntimeError("transport closed")
-            if n == 1:
+            sealer = link.sealer
+            if sealer is not None:
+                t.writelines(sealer.seal(q[0] if n == 1 else b"".join(q)))
+            elif n == 1:
                 t.write(q[0])
             else:
                 t.writelines(q)
@@ -881,6 +968,7 @@ class Bus:
             "links": len(self._links),
             "links_up": sum(1 for lk in links if lk.state is _UP),
             "inbound_connections": len(self._inbound),
+            "unauthenticated_inbound": len(self.pending),
             "queued_frames": sum(len(lk.queue) for lk in links),
             "queued_bytes": sum(lk.qbytes for lk in links),
             "dropped_injected_out": self._dropped_out,
@@ -933,16 +1021,26 @@ class Bus:
             return f"TLS with that node failed: {describe_tls_error(e)}"
         except (TimeoutError, OSError):
             return None
-        hs = Handshake(self.secret, connector=True) if self.secret is not None else None
+        closed = "that node closed the connection"
+        if self.ssl_client is not None:
+            closed += " (does its tls-cluster-peer-name match this node's certificate?)"
+            why = check_peer_certificate(writer.transport, self.peer_names)
+            if why is not None:
+                writer.close()
+                return f"that node is refused: {why}"
+        hs = None
+        if self.secret is not None:
+            hs = Handshake(self.secret, connector=True, myid=self.myid(),
+                           binding=channel_binding(writer.transport))
         try:
             if hs is None:
                 try:
-                    data = await asyncio.wait_for(reader.read(HS_HELLO), PROBE_QUIET)
+                    data = await asyncio.wait_for(reader.read(64), PROBE_QUIET)
                 except TimeoutError:
                     return None  # quiet: no secret there either
-                if data[:4] == HS_MAGIC:
+                if data[:4] == MAGIC:
                     return "that node uses a cluster-secret and this node has none"
-                return "that node closed the connection" if not data else None
+                return closed if not data else None
             writer.write(hs.hello())
             deadline = self.loop.time() + HANDSHAKE_TIMEOUT
             while not hs.done:
@@ -950,8 +1048,12 @@ class Bus:
                                               max(0.0, deadline - self.loop.time()))
                 if not data:
                     if hs.peer_nonce is None:
-                        return ("that node has no cluster-secret (it refused this node's "
-                                "handshake)")
+                        why = ("that node has no cluster-secret (it refused this node's "
+                               "handshake)")
+                        if self.ssl_client is not None:
+                            why += (", or its tls-cluster-peer-name does not match this "
+                                    "node's certificate")
+                        return why
                     return "wrong cluster-secret (that node refused this node's)"
                 reply = hs.feed(data)
                 if reply:
@@ -975,4 +1077,4 @@ class Bus:
         self._servers.clear()
 
 
-__all__ = ["Bus", "Handshake", "HandshakeError", "BACKOFF_MIN", "BACKOFF_MAX", "SEND_QUEUE_MAX_BYTES", "SEND_QUEUE_MAX_FRAMES"]
+__all__ = ["Bus", "BACKOFF_MIN", "BACKOFF_MAX", "SEND_QUEUE_MAX_BYTES", "SEND_QUEUE_MAX_FRAMES"]

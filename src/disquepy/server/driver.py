@@ -396,6 +396,10 @@ class Driver(Shell):
         # answered later; this client's next commands wait
         self.loop.call_later(delay_ms / 1000, self._late_reply, client.conn, error)
 
+    def auth_wait(self, client, delay_ms: int, argv: tuple[bytes, ...]) -> None:
+        # too many failed AUTHs from the address: run it later; its next commands wait
+        self.loop.call_later(delay_ms / 1000, self._run_later, client.conn, list(argv))
+
     def cluster_meet(self, client, ip: str, port: int) -> None:
         task = self.loop.create_task(self._meet(client.conn, ip, port))
         self._tasks.add(task)
@@ -447,6 +451,15 @@ class Driver(Shell):
             log.warning("CLUSTER MEET %s:%d refused: %s", ip, port, why)
             reply = resp.error(f"ERR CLUSTER MEET {ip}:{port} failed: {why}")
         self._late_reply(conn, reply)
+
+    def _run_later(self, conn, argv: list[bytes]) -> None:
+        """Run a command the core put off (AuthWait) for a client still there."""
+        if conn is None or conn.closing or conn.client is None:
+            return
+        reply = self.node.execute(conn.client, argv, self.now())
+        if reply is not None:
+            self._late_reply(conn, reply)
+        self.after_event()
 
     @staticmethod
     def _late_reply(conn, data: bytes) -> None:

@@ -18,6 +18,7 @@ from ..core.node import Node
 from . import log as logmod
 from . import tls
 from .driver import Driver
+from .limits import ClientGate
 from .log import log
 from .protocol import ClientProtocol
 
@@ -186,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     except tls.TlsConfigError as e:
         log.warning("Failed to configure TLS: %s", e)
         return 1
+    if not adjust_open_files_limit(cfg):
+        return 1
     if cfg.daemonize:
         daemonize()
     pidfile = write_pidfile(cfg.pidfile) if cfg.daemonize else None
@@ -201,6 +204,60 @@ def main(argv: list[str] | None = None) -> int:
         if pidfile is not None:
             with contextlib.suppress(OSError):
                 os.unlink(pidfile)
+
+
+# descriptors kept for the node's own files (AOF, logs, listeners, nodes.conf), as
+# Redis's CONFIG_MIN_RESERVED_FDS
+RESERVED_FDS = 32
+
+
+def adjust_open_files_limit(cfg: Config) -> bool:
+    """Raise RLIMIT_NOFILE to fit maxclients plus the cluster bus (inbound connections
+    and as many links out) plus RESERVED_FDS, as Redis does at start; past what the
+    system allows, lower maxclients to fit (logged). False: not even one client fits."""
+    import resource
+
+    bus = 2 * cfg.cluster_bus_max_connections
+    want = cfg.maxclients + RESERVED_FDS + bus
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return True
+    error = None
+    best = soft
+    for limits in ((want, max(want, hard) if hard != resource.RLIM_INFINITY else hard),
+                   (min(want, hard) if hard != resource.RLIM_INFINITY else want, hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        except (ValueError, OSError) as e:
+            error = error or e
+            continue
+        best = limits[0]
+        break
+    if best >= want:
+        log.info("Increased maximum number of open files to %d (it was originally set to %d).",
+                 want, soft)
+        return True
+    reason = getattr(error, "strerror", None) or str(error or "the hard limit is lower")
+    # what is left is shared: at most a quarter for the bus, the rest for clients
+    links = max(1, min(cfg.cluster_bus_max_connections, (best - RESERVED_FDS) // 8))
+    fit = best - RESERVED_FDS - 2 * links
+    if fit < 1:
+        log.warning("Your current 'ulimit -n' of %d is not enough for the server to start. "
+                    "Please increase your open file limit to at least %d. Exiting.", soft, want)
+        return False
+    log.warning("You requested maxclients of %d requiring at least %d max file descriptors.",
+                cfg.maxclients, want)
+    log.warning("Server can't set maximum open files to %d because of OS error: %s.", want,
+                reason)
+    log.warning("Current maximum open files is %d. maxclients has been reduced to %d to "
+                "compensate for low ulimit. If you need higher maxclients increase 'ulimit -n'.",
+                best, fit)
+    cfg.maxclients = fit
+    if links < cfg.cluster_bus_max_connections:
+        log.warning("cluster-bus-max-connections has been reduced to %d to compensate for "
+                    "low ulimit.", links)
+        cfg.cluster_bus_max_connections = links
+    return True
 
 
 def daemonize() -> None:
@@ -278,8 +335,11 @@ async def _listen(cfg: Config, node: Node, driver: Driver, bus_tls_in, bus_tls_o
               max_frame=cfg.cluster_bus_max_frame,
               max_connections=cfg.cluster_bus_max_connections,
               max_unauthenticated=cfg.cluster_bus_max_unauthenticated,
+              max_unauthenticated_per_ip=cfg.cluster_bus_max_unauthenticated_per_ip,
               room=lambda: int(min(node.mem.limit, 1 << 62)) - node.mem.used,
-              on_claimed=node.set_bus_buffer)
+              on_claimed=node.set_bus_buffer,
+              myid=lambda: node.myid, expected_id=node.members.expected_id,
+              peer_names=cfg.tls_cluster_peer_name.split())
     bus_port = node.port + cfg.cluster_port_offset
     try:
         await bus.listen(cfg.bind, bus_port, start_serving=False)
@@ -293,12 +353,13 @@ async def _listen(cfg: Config, node: Node, driver: Driver, bus_tls_in, bus_tls_o
     if cfg.tls_port:
         listeners.append((cfg.tls_port, client_tls))
     tls_refusals = logmod.RateLimited(log)
+    gate = ClientGate(cfg, node, loop)
 
     def factory(ctx):
         if ctx is None:
-            return lambda: ClientProtocol(driver)
-        return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver), loop,
-                                             tls_refusals, driver.batch)
+            return lambda: ClientProtocol(driver, gate)
+        return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver, gate), loop,
+                                             tls_refusals, driver.batch, gate)
 
     try:
         for port, ctx in listeners:
@@ -389,6 +450,11 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     if not cfg.cluster_secret and not cfg.tls_cluster:
         log.info("The cluster bus is not authenticated (no cluster-secret, no tls-cluster): "
                  "only trusted hosts must reach port %d", node.port + cfg.cluster_port_offset)
+    elif (not cfg.cluster_secret and cfg.tls_cluster and not cfg.tls_cluster_peer_name
+          and cfg.tls_port and cfg.tls_auth_clients != "no"):
+        log.warning("Any certificate signed by tls-ca-cert-file can join the cluster bus, "
+                    "clients' included: set tls-cluster-peer-name (the nodes' certificate "
+                    "names) or a cluster-secret")
     for port in ([cfg.port] if cfg.port or not cfg.tls_port else []):
         log.info("The server is now ready to accept connections on port %d", port)
     if cfg.tls_port:

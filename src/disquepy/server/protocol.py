@@ -20,11 +20,15 @@ from __future__ import annotations
 import asyncio
 from time import perf_counter_ns as _ns
 from time import time as _time
+from typing import TYPE_CHECKING
 
 from ..codec import resp
 from ..codec.resp import ProtocolError, QueryBufferLimitError
-from .log import log
+from .log import VERBOSE, log
 from .sockopts import keepalive
+
+if TYPE_CHECKING:
+    from .limits import ClientGate
 
 # a client with this many unparsed bytes buffered while blocked stops being read
 _PAUSE_READING_AT = 1 << 20
@@ -139,10 +143,15 @@ class ClientBatch:
 
 class ClientProtocol(asyncio.Protocol):
     __slots__ = ("driver", "node", "batch", "transport", "reader", "client", "paused",
-                 "closing", "waiting", "soft_since", "queued", "out", "out_queued")
+                 "closing", "waiting", "soft_since", "queued", "out", "out_queued", "gate",
+                 "slot", "unauth", "ip")
 
-    def __init__(self, driver) -> None:
+    def __init__(self, driver, gate: ClientGate | None = None) -> None:
         self.driver = driver
+        self.gate = gate
+        self.slot = None  # while not authenticated: this connection's entry in the gate
+        self.unauth = False  # the reader applies the limits before AUTH
+        self.ip = "?"
         self.node = driver.node
         self.batch: ClientBatch = driver.batch
         self.transport = None
@@ -167,20 +176,59 @@ class ClientProtocol(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.ip = peer[0] if peer else "?"
         now = self.driver.now()
-        if len(self.node.clients) >= self.driver.config.maxclients:
-            self.node.stats.rejected_connections += 1
+        gate = self.gate
+        if (gate.full(self.ip) if gate is not None
+                else len(self.node.clients) >= self.driver.config.maxclients):
+            if gate is None:
+                self.node.stats.rejected_connections += 1
+            else:
+                gate.release(transport)  # a TLS connection, counted in its handshake
             transport.write(resp.error("ERR max number of clients reached"))
             transport.close()
             self.closing = True
             return
-        self.client = self.node.new_client(self, addr, now)
+        self.client = client = self.node.new_client(self, addr, now)
         if self.driver.config.tcp_keepalive > 0:  # CONFIG SET: for connections after it
             keepalive(transport, self.driver.config.tcp_keepalive)
+        if gate is not None:  # a TLS connection is in the gate since its handshake
+            self.slot = transport if transport in gate.pending else self
+            if client.authed:
+                gate.release(self.slot)
+                self.slot = None
+            elif self.slot is self:
+                gate.admit(self)
+        if not client.authed:  # Redis's limits on what may come before AUTH
+            self.unauth = True
+            self.reader.set_unauthenticated(True)
         log.debug("Accepted %s", addr)
+
+    def authenticated(self) -> None:
+        """The client authenticated (or needs no password any more): lift the limits
+        on its requests, and it no longer counts as not authenticated."""
+        self.unauth = False
+        self.reader.set_unauthenticated(False)
+        if self.slot is not None:
+            self.gate.release(self.slot)
+            self.slot = None
+
+    def expire(self, seconds: int | None) -> None:
+        """The gate closes this connection: not authenticated within ``seconds``, or
+        (None) to make room for a newer one."""
+        if seconds is not None:
+            self.gate.refusals.log(VERBOSE, ("timeout", self.ip), "Closing a client "
+                                   "connection from %s: not authenticated within %d s "
+                                   "(client-auth-timeout)", self.ip, seconds)
+        self.slot = None
+        self.closing = True
+        self.transport.abort()
 
     def connection_lost(self, exc) -> None:
         self.closing = True
+        if self.slot is not None:
+            self.gate.release(self.slot)
+            self.slot = None
         client = self.client
         if client is not None:
             self.node.client_closed(client)
@@ -231,6 +279,10 @@ class ClientProtocol(asyncio.Protocol):
         client.last_cmd_time = now
         first = None  # the first reply; `more` holds them all once there are several
         more = None
+        unauth = self.unauth
+        if unauth and client.authed:  # CONFIG SET requirepass "" meanwhile
+            self.authenticated()
+            unauth = False
         while True:
             try:
                 argv = reader.gets()
@@ -248,6 +300,9 @@ class ClientProtocol(asyncio.Protocol):
             t = _ns()
             reply = execute(client, argv, now)
             took(_ns() - t)
+            if unauth and client.authed:  # AUTH: its limits go for what follows
+                self.authenticated()
+                unauth = False
             if reply is None:  # its reply comes later: later commands wait for it
                 self.waiting = True
                 break
@@ -257,6 +312,9 @@ class ClientProtocol(asyncio.Protocol):
                 more = [first, reply]
             else:
                 more.append(reply)
+        if not unauth and not client.authed:  # logged out (a failed AUTH, issue #29)
+            self.unauth = True
+            self.reader.set_unauthenticated(True)
         if first is not None:
             self.send_replies(first if more is None else b"".join(more))
 
@@ -277,6 +335,8 @@ class ClientProtocol(asyncio.Protocol):
     def resume(self) -> None:
         """This client's pending reply was sent: go on with its pipeline."""
         self.waiting = False
+        if self.unauth and self.client.authed:  # an AUTH answered later succeeded
+            self.authenticated()
         if self.paused:
             self.paused = False
             self.transport.resume_reading()

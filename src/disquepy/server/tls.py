@@ -21,6 +21,7 @@ from ..core.config import Config
 from .log import VERBOSE
 
 if TYPE_CHECKING:
+    from .limits import ClientGate
     from .protocol import ClientBatch
 
 _VERSIONS = {
@@ -147,10 +148,13 @@ class TlsServerProtocol:
 
     __slots__ = ("ctx", "make_app", "loop", "refusals", "batch", "raw", "app", "sslobj",
                  "tls", "incoming", "outgoing", "timer", "paused", "closed", "read_queued",
-                 "flush_queued")
+                 "flush_queued", "gate", "ip", "handshaking")
 
     def __init__(self, ctx: ssl.SSLContext, make_app, loop, refusals,
-                 batch: ClientBatch) -> None:
+                 batch: ClientBatch, gate: ClientGate | None = None) -> None:
+        self.gate = gate  # counts it as a client, not authenticated yet, from the start
+        self.ip = "?"
+        self.handshaking = False  # counted in gate.handshakes
         self.ctx = ctx
         self.make_app = make_app
         self.loop = loop
@@ -171,10 +175,40 @@ class TlsServerProtocol:
     # -- the raw TCP side ------------------------------------------------
     def connection_made(self, raw) -> None:
         self.raw = raw
+        peer = raw.get_extra_info("peername")
+        self.ip = peer[0] if peer else "?"
+        gate = self.gate
+        if gate is not None:
+            if gate.full(self.ip):
+                self.closed = True
+                raw.abort()
+                return
+            gate.handshakes += 1
+            self.handshaking = True
+            gate.admit(self)  # its client-auth-timeout covers the handshake
+        else:
+            self.timer = self.loop.call_later(
+                HANDSHAKE_TIMEOUT, self._fail, f"no TLS handshake within {HANDSHAKE_TIMEOUT:g}s")
         self.sslobj = self.ctx.wrap_bio(self.incoming, self.outgoing, server_side=True)
         self.tls = getattr(self.sslobj, "_sslobj", self.sslobj)
-        self.timer = self.loop.call_later(HANDSHAKE_TIMEOUT, self._fail,
-                                          f"no TLS handshake within {HANDSHAKE_TIMEOUT:g}s")
+
+    def _handshake_over(self) -> None:
+        if self.handshaking:
+            self.handshaking = False
+            self.gate.handshakes -= 1
+
+    def expire(self, seconds: int | None) -> None:
+        """The gate closes this connection: no handshake, or no AUTH, within
+        ``seconds`` (client-auth-timeout), or (None) to make room for a newer one."""
+        if seconds is None:
+            self.abort()
+        elif self.app is None:
+            self._fail(f"no TLS handshake within {seconds}s")
+        else:
+            self.refusals.log(VERBOSE, ("timeout", self.ip), "Closing a client connection "
+                              "from %s: not authenticated within %d s (client-auth-timeout)",
+                              self.ip, seconds)
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -190,6 +224,9 @@ class TlsServerProtocol:
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        self._handshake_over()
+        if self.gate is not None:
+            self.gate.release(self)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -233,8 +270,10 @@ class TlsServerProtocol:
             self._fail(describe(e))
             return
         self._flush()
-        self.timer.cancel()
-        self.timer = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self._handshake_over()
         self.app = self.make_app()
         self.app.connection_made(self)
         if not self.closed:

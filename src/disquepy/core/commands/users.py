@@ -13,8 +13,9 @@ from ... import __version__
 from ...codec import resp
 from .. import acl as aclmod
 from .. import errors
+from ..authlimit import source
 from ..errors import ReplyError
-from ..outputs import AuthFailed, ShellRequest
+from ..outputs import AuthFailed, AuthWait, ShellRequest
 from .args import to_int
 
 if TYPE_CHECKING:
@@ -33,6 +34,9 @@ def auth(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | She
         name = "default"
     else:
         name = argv[1].decode("utf-8", "surrogateescape")
+    wait = node.acl.throttle.wait(source(client.addr), now)
+    if wait:  # too many failures from this address: checked later (authlimit.py)
+        return AuthWait(wait, tuple(argv))
     if login(node, client, name, argv[-1]):
         return resp.OK
     return auth_failed(node, client, name,
@@ -57,6 +61,7 @@ def auth_failed(node: Node, client: Client, name: str, error: str, now: int) -> 
     wait too); the attempt is logged, at most one line a second. A failed AUTH leaves
     the connection as it was (Redis 6)."""
     client.auth_fails += 1
+    node.acl.throttle.failed(source(client.addr), now)
     delay, line = node.acl.auth_failed(name, client.addr, client.auth_fails, now)
     if line is not None:
         node.logs_out.append(("warning", line))
@@ -141,6 +146,8 @@ def redis_hello(node: Node, client: Client, argv: list[bytes], now: int) -> byte
             j += 2
         else:
             raise ReplyError(f"ERR Syntax error in HELLO option '{argv[j].decode(errors='replace')}'")
+    if creds is not None and (wait := node.acl.throttle.wait(source(client.addr), now)):
+        return AuthWait(wait, tuple(argv))
     if creds is not None and not login(node, client, *creds):
         return auth_failed(node, client, creds[0], errors.WRONGPASS, now)
     if not client.authed:
