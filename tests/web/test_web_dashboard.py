@@ -126,16 +126,22 @@ def test_jobs_pages_forward_and_back(browser, web, dq):
         p.execute()
     open_view(browser, web, "jobs/many")
     rows = "#jobs-table tbody tr"
-    wait(browser).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, rows)) >= 50)
-    seen = {r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, rows)}
+
+    def page_ids() -> set[str]:  # in one call: the live refresh may redraw the rows
+        return set(browser.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(r => r.dataset.id)",
+            rows))
+
+    wait(browser).until(lambda d: len(page_ids()) >= 50)
+    seen = page_ids()
     for _ in range(10):
         nxt = browser.find_element(By.ID, "jobs-next")
         if not nxt.is_enabled():
             break
-        first = browser.find_element(By.CSS_SELECTOR, rows)
+        before = page_ids()
         nxt.click()
-        wait(browser).until(EC.staleness_of(first))
-        seen |= {r.get_attribute("data-id") for r in browser.find_elements(By.CSS_SELECTOR, rows)}
+        wait(browser).until(lambda d, before=before: page_ids() and page_ids() != before)
+        seen |= page_ids()
     assert len(seen) == 130
     browser.find_element(By.ID, "jobs-prev").click()
     wait(browser).until(lambda d: "Page" in d.find_element(By.ID, "jobs-page").text)

@@ -264,7 +264,9 @@ class AsyncDisque(Commands):
                     self.topology.mark_leaving(addr)
                 else:
                     self.topology.mark_failed(addr)
-                    await self._clients[addr].connection_pool.disconnect()
+                    client = self._clients.get(addr)  # gone if close() ran meanwhile
+                    if client is not None:
+                        await client.connection_pool.disconnect()
             return await self._connect_locked()
 
     def _parse_jobs(self, reply: Any) -> list:

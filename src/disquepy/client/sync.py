@@ -280,7 +280,9 @@ class Disque(Commands):
                     self.topology.mark_leaving(addr)
                 else:
                     self.topology.mark_failed(addr)
-                    self._clients[addr].connection_pool.disconnect()
+                    client = self._clients.get(addr)  # gone if close() ran meanwhile
+                    if client is not None:
+                        client.connection_pool.disconnect()
             return self._connect()
 
     # ------------------------------------------------------------------ parsers with state
