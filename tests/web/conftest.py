@@ -39,7 +39,8 @@ class Web:
                 raise RuntimeError(f"disque-web exited with {self.proc.returncode}:\n"
                                    + self.log())
             try:
-                if httpx.get(self.url + "/openapi.json", timeout=2).status_code == 200:
+                # 401: up, behind a login (--auth nodes, --token-file)
+                if httpx.get(self.url + "/openapi.json", timeout=2).status_code in (200, 401):
                     return
             except httpx.HTTPError:
                 pass
