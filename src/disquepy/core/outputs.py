@@ -105,6 +105,14 @@ class Quit(ShellRequest):
 
 
 @dataclass(frozen=True, slots=True)
+class KillClients(ShellRequest):
+    """CLIENT KILL: close these clients' connections, then answer ``reply``."""
+
+    clients: tuple[Client, ...]
+    reply: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class SecurityAbort(ShellRequest):
     """An HTTP request line on the Disque port (cross-protocol scripting): the
     connection closes before anything else it sent runs."""
@@ -219,6 +227,8 @@ class Shell:
                 reply = self.quit(client)
             case SecurityAbort():
                 reply = self.security_abort(client)
+            case KillClients(targets, answer):
+                reply = self.kill_clients(targets, answer)
             case AuthFailed(delay_ms, error):
                 reply = self.auth_failed(client, delay_ms, error)
             case AuthWait(delay_ms, argv):
@@ -287,6 +297,9 @@ class Shell:
 
     def security_abort(self, client: Client) -> bytes | None:
         return self.unsupported(SecurityAbort())
+
+    def kill_clients(self, clients: tuple[Client, ...], reply: bytes) -> bytes | None:
+        return self.unsupported(KillClients(clients, reply))
 
     def auth_failed(self, client: Client, delay_ms: int, error: bytes) -> bytes | None:
         return self.unsupported(AuthFailed(delay_ms, error))

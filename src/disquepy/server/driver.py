@@ -381,6 +381,12 @@ class Driver(Shell):
             conn.write(resp.OK)
             conn.close()
 
+    def kill_clients(self, clients, reply: bytes) -> bytes:
+        for c in clients:
+            if c.conn is not None and not c.closed:
+                c.conn.close()
+        return reply
+
     def security_abort(self, client) -> None:
         if client.conn is not None:
             client.conn.close()

@@ -16,6 +16,7 @@ from ..outputs import (
     ConfigRewrite,
     DebugSleep,
     Info,
+    KillClients,
     Quit,
     SecurityAbort,
     ShellRequest,
@@ -185,7 +186,7 @@ def debug(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Sh
 
 
 # ---------------------------------------------------------------- CLIENT / COMMAND
-def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
     sub = argv[1].lower()
     n = len(argv)
     if client.allowed is not None:  # subcommands are allowed one by one (core/acl.py)
@@ -211,6 +212,8 @@ def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
         return resp.OK
     if sub == b"id" and n == 2:
         return resp.integer(client.id)
+    if sub == b"kill" and n >= 3:
+        return client_kill(node, client, argv)
     if sub == b"list" and n == 2:
         lines = []
         for c in node.clients.values():
@@ -223,8 +226,43 @@ def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
             )
         return resp.bulk(("\n".join(lines) + "\n").encode())
     raise ReplyError(
-        "ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME connection-name)"
+        "ERR Syntax error, try CLIENT (LIST | KILL ip:port | KILL [ID id] [ADDR ip:port] "
+        "[USER name] [SKIPME yes|no] | GETNAME | SETNAME connection-name)"
     )
+
+
+def client_kill(node: Node, me: Client, argv: list[bytes]) -> KillClients:
+    """CLIENT KILL ip:port (+OK, or an error when no client has that address), or
+    Redis's filters CLIENT KILL [ID id] [ADDR ip:port] [USER name] [SKIPME yes|no]
+    (how many were closed; SKIPME yes by default)."""
+    if len(argv) == 3:
+        targets = [c for c in node.clients.values() if c.addr == argv[2].decode("latin-1")]
+        if not targets:
+            raise ReplyError("ERR No such client")
+        return KillClients(tuple(targets[:1]), resp.OK)
+    if len(argv) % 2:
+        raise ReplyError(errors.SYNTAX)
+    cid: int | None = None
+    addr = user = None
+    skipme = True
+    for i in range(2, len(argv), 2):
+        opt, v = argv[i].lower(), argv[i + 1]
+        if opt == b"id":
+            cid = to_int(v)
+            if cid is None or cid <= 0:
+                raise ReplyError("ERR client-id should be greater than 0")
+        elif opt == b"addr":
+            addr = v.decode("latin-1")
+        elif opt == b"user":
+            user = v.decode("utf-8", "surrogateescape")
+        elif opt == b"skipme" and v.lower() in (b"yes", b"no"):
+            skipme = v.lower() == b"yes"
+        else:
+            raise ReplyError(errors.SYNTAX)
+    targets = [c for c in node.clients.values()
+               if (cid is None or c.id == cid) and (addr is None or c.addr == addr)
+               and (user is None or c.user == user) and not (skipme and c is me)]
+    return KillClients(tuple(targets), resp.integer(len(targets)))
 
 
 def command(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
