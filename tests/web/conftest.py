@@ -104,9 +104,9 @@ def chromium_paths() -> tuple[str | None, str | None]:
             shutil.which("chromedriver"))
 
 
-def make_driver(user_data_dir: str):
+def make_driver(user_data_dir: str, *flags: str):
     """A selenium Chrome driver on Debian's chromium + chromium-driver, headless, with a
-    fresh profile in ``user_data_dir``."""
+    fresh profile in ``user_data_dir`` (and any more command-line ``flags``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -116,6 +116,8 @@ def make_driver(user_data_dir: str):
     for f in CHROMIUM_FLAGS:
         opts.add_argument(f)
     opts.add_argument(f"--user-data-dir={user_data_dir}")
+    for f in flags:
+        opts.add_argument(f)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(driver), options=opts)
 
