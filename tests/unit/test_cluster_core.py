@@ -78,8 +78,8 @@ def test_copies_share_node_lists_and_queue_names(c3):
         assert len(first.delivered) == 3
         assert all(j.delivered is first.delivered for j in jobs), node.port
         assert all(j.queue is first.queue for j in jobs), node.port
-    assert all(origin.jobs.get(j).confirmed is origin.jobs.get(jids[0]).confirmed
-               for j in jids)
+    # who confirmed a copy is forgotten once the job is replicated (Disque's SHOW)
+    assert all(origin.jobs.get(j).confirmed == () for j in jids)
 
 
 def test_norepl_when_not_enough_nodes(c3):
