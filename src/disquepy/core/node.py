@@ -372,6 +372,14 @@ class Node:
         client.closed = True
         if client.blocked is not None:
             self.queues.unblock(client)
+        if client.blocked_add is not None:
+            # a producer gone before its synchronous ADDJOB got the job's ID: it was never
+            # told the job exists and may add it again, so the job goes, from every node
+            # it was sent to (as Disque)
+            job = self.jobs.get(client.blocked_add)
+            client.blocked_add = None
+            if job is not None and job.state == WAIT_REPL:
+                self.repl.failed(job, "")
         if self.groups.waiters:
             self.groups.client_closed(client)
         if self.clients.pop(client.id, None) is not None:
