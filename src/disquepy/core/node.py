@@ -182,7 +182,11 @@ class Node:
         })
         self.run_id = f"{rng.getrandbits(160):040x}"
         self._next_cron = now
-        self._ops_samples: list[tuple[int, int]] = [(now, 0)]  # (ms, ncommands) every cron, for ops/s
+        # bytes read from and written to clients: the shell counts them here (INFO)
+        self.net_in = 0
+        self.net_out = 0
+        # (ms, ncommands, net_in, net_out) every cron, for INFO's instantaneous rates
+        self._ops_samples: list[tuple[int, int, int, int]] = [(now, 0, 0, 0)]
         self.keys = Keys(self)  # ADDJOB IDEMPOTENT keys, GETJOB TOKEN tokens
         # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
         self.events_on = False
@@ -515,7 +519,9 @@ class Node:
             ("aof_state", "on" if self.aof.on else "off"),
             *(aof_fields or [
                 ("aof_rewrite_in_progress", 0),
+                ("aof_rewrite_scheduled", 0),
                 ("aof_last_rewrite_time_sec", -1),
+                ("aof_current_rewrite_time_sec", -1),
                 ("aof_last_bgrewrite_status", "ok"),
                 ("aof_last_write_status", "ok"),
             ]),
@@ -537,8 +543,11 @@ class Node:
                 self.latency.add("command", ms, self.now)
 
     def reset_stats(self) -> None:
+        """CONFIG RESETSTAT: the counters INFO stats and commandstats show, as Disque."""
         self.stats = Stats()
         self.cmdstats.clear()
+        self.ncommands = self.net_in = self.net_out = 0
+        self._ops_samples = [(self.now, 0, 0, 0)]
 
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; blocked consumers get null."""
@@ -595,16 +604,25 @@ class Node:
 
     def ops_per_sec(self) -> int:
         """Commands per second over the last ~1.6 s (INFO instantaneous_ops_per_sec)."""
-        t0, n0 = self._ops_samples[0]
-        t1, n1 = self._ops_samples[-1]
+        t0, n0, _, _ = self._ops_samples[0]
+        t1, n1, _, _ = self._ops_samples[-1]
         return (n1 - n0) * 1000 // (t1 - t0) if t1 > t0 else 0
+
+    def net_kbps(self) -> tuple[float, float]:
+        """KB/s read from and written to clients over the last ~1.6 s (INFO
+        instantaneous_input_kbps, instantaneous_output_kbps)."""
+        t0, _, i0, o0 = self._ops_samples[0]
+        t1, _, i1, o1 = self._ops_samples[-1]
+        if t1 <= t0:
+            return 0.0, 0.0
+        return (i1 - i0) / 1.024 / (t1 - t0), (o1 - o0) / 1.024 / (t1 - t0)
 
     def _cron(self, now: int) -> None:
         if self.members.peers:
             self.members.cron(now)
             self.fed.cron(now)
         samples = self._ops_samples
-        samples.append((now, self.ncommands))
+        samples.append((now, self.ncommands, self.net_in, self.net_out))
         if len(samples) > 16:
             del samples[0]
         if self.keys.pending():

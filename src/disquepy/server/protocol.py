@@ -239,6 +239,7 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.node.net_in += len(data)
         try:
             self.reader.feed(data)
         except QueryBufferLimitError:
@@ -354,26 +355,30 @@ class ClientProtocol(asyncio.Protocol):
         if not out or self.closing:
             return
         self.out = []
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self.node.net_out += len(data)
+        self.transport.write(data)
         if self.driver.obuf_limit is not None:
             self.check_output_limit()
 
-    def check_output_limit(self) -> None:
-        """Close the client if its pending output breaks client-output-buffer-limit.
-        Also runs from a timer armed when the soft limit is first reached: a client
-        that stopped reading is no longer read either (pause_writing), so no later
-        write would come to check it."""
-        limit = self.driver.obuf_limit
+    def check_output_limit(self, limit=None, unsent: int = 0) -> None:
+        """Close the client if its pending output breaks client-output-buffer-limit
+        (``limit``, for monitors: MONITOR_LIMIT; ``unsent``: bytes written but not yet
+        handed to the transport). Also runs from a timer armed when the soft limit is
+        first reached: a client that stopped reading is no longer read either
+        (pause_writing), so no later write would come to check it."""
+        if limit is None:
+            limit = self.driver.obuf_limit
         if self.closing or limit is None:
             return
-        pending = self.transport.get_write_buffer_size()
+        pending = self.transport.get_write_buffer_size() + unsent
         hard, soft, seconds = limit
         over = hard and pending >= hard
         if soft and pending >= soft and not over:
             now = self.driver.loop.time()
             if self.soft_since is None:
                 self.soft_since = now
-                self.driver.loop.call_later(seconds + 0.01, self.check_output_limit)
+                self.driver.loop.call_later(seconds + 0.01, self.check_output_limit, limit)
             over = now - self.soft_since > seconds
         elif not over:
             self.soft_since = None
