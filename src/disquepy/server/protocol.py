@@ -190,6 +190,10 @@ class ClientProtocol(asyncio.Protocol):
             self.closing = True
             return
         self.client = client = self.node.new_client(self, addr, now)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            client.fd = sock.fileno()
+        client.out_probe = self.pending_output
         if self.driver.config.tcp_keepalive > 0:  # CONFIG SET: for connections after it
             keepalive(transport, self.driver.config.tcp_keepalive)
         if gate is not None:  # a TLS connection is in the gate since its handshake
@@ -272,6 +276,8 @@ class ClientProtocol(asyncio.Protocol):
     # --------------------------------------------------------------- work
     def process(self) -> None:
         """Run every complete buffered command until done or the client blocks."""
+        if self.driver.paused_until and self.held_by_pause():
+            return
         client, reader = self.client, self.reader
         node = self.node
         execute = node.execute
@@ -318,6 +324,22 @@ class ClientProtocol(asyncio.Protocol):
             self.reader.set_unauthenticated(True)
         if first is not None:
             self.send_replies(first if more is None else b"".join(more))
+
+    def held_by_pause(self) -> bool:
+        """CLIENT PAUSE runs: this client's commands wait for its end (Driver.unpause)."""
+        driver = self.driver
+        if driver.loop.time() >= driver.paused_until:
+            return False
+        driver.paused.add(self)
+        return True
+
+    def pending_output(self) -> tuple[int, int]:
+        """Replies not sent yet (CLIENT LIST oll, omem): (chunks here, bytes here and in
+        the transport)."""
+        held = sum(map(len, self.out))
+        if self.transport is not None:
+            held += self.transport.get_write_buffer_size()
+        return len(self.out), held
 
     def send_replies(self, data: bytes) -> None:
         """Write a batch of replies, after the AOF records they depend on (with
