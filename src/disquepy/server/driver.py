@@ -59,8 +59,7 @@ class Driver(Shell):
         node.probe_meet = True  # CLUSTER MEET: see _meet
         self._tasks: set = set()  # CLUSTER MEET probes running (a reference keeps each)
         self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
-        # CLIENT PAUSE: until when (loop time, s) clients' commands wait, and who waits
-        self.paused_until = 0.0
+        # CLIENT PAUSE: the connections waiting for its end (batch.paused_until)
         self.paused: set = set()
         self._pause_timer = None
         self._idle_ticking = False  # the `timeout` check runs (while timeout > 0)
@@ -94,10 +93,22 @@ class Driver(Shell):
         )
 
     # ----------------------------------------------------------- node outputs
+    def count_net(self) -> None:
+        """The clients' bytes counted by the batch go to the node (INFO's net fields):
+        once per loop iteration, and before the timer's cron samples them."""
+        batch, node = self.batch, self.node
+        if batch.net_in:
+            node.net_in += batch.net_in
+            batch.net_in = 0
+        if batch.net_out:
+            node.net_out += batch.net_out
+            batch.net_out = 0
+
     def after_event(self) -> None:
         """Carry out what the node produced (core/outputs.py, in that order) and
         re-arm the timer."""
         node = self.node
+        self.count_net()
         for _ in range(1000):  # resumed pipelines may produce more; bounded
             if not node.has_outputs():
                 break
@@ -145,12 +156,12 @@ class Driver(Shell):
         if delay <= 0:
             self.unpause()
             return
-        self.paused_until = self.loop.time() + delay
+        self.batch.paused_until = self.loop.time() + delay
         self._pause_timer = self.loop.call_later(delay, self.unpause)
 
     def unpause(self) -> None:
         self._pause_timer = None
-        self.paused_until = 0.0
+        self.batch.paused_until = 0.0
         held, self.paused = self.paused, set()
         for conn in held:
             if not conn.closing and not conn.waiting:
@@ -406,6 +417,7 @@ class Driver(Shell):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = NEVER
+        self.count_net()
         self.node.tick(self.now())
         self.after_event()
         self.arm()
@@ -420,6 +432,7 @@ class Driver(Shell):
             conn.resume()
 
     def info(self, section: str) -> bytes:
+        self.count_net()
         return self.node.info(section, self.host_facts(), self.now())
 
     def quit(self, client) -> None:

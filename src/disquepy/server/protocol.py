@@ -54,11 +54,16 @@ class ClientBatch:
     """
 
     __slots__ = ("loop", "after_commands", "reads", "commands", "sends", "flushes",
-                 "scheduled")
+                 "scheduled", "net_in", "net_out", "paused_until")
 
     def __init__(self, loop, after_commands) -> None:
         self.loop = loop
         self.after_commands = after_commands  # the driver's after_event_soon
+        # bytes read from and written to clients, for INFO: the driver moves them to
+        # the node once per loop iteration (Driver.count_net)
+        self.net_in = 0
+        self.net_out = 0
+        self.paused_until = 0.0  # CLIENT PAUSE: no command runs before (loop time)
         self.reads: list = []  # TlsServerProtocol: records to decrypt
         self.commands: list[ClientProtocol] = []  # requests to run
         self.sends: list[ClientProtocol] = []  # replies to write
@@ -113,9 +118,10 @@ class ClientBatch:
                         self._crashed(e, p, p.app)
             if self.commands:
                 commands, self.commands = self.commands, []
+                paused = self.paused_until
                 for c in commands:
                     c.queued = False
-                    if c.closing or c.waiting:
+                    if c.closing or c.waiting or paused and c.held_by_pause():
                         continue
                     try:
                         c.process()
@@ -126,9 +132,11 @@ class ClientBatch:
                 self.after_commands()
             if self.sends:
                 sends, self.sends = self.sends, []
+                sent = 0
                 for c in sends:
                     c.out_queued = False
-                    c.send()
+                    sent += c.send()
+                self.net_out += sent
             if self.flushes:
                 flushes, self.flushes = self.flushes, []
                 for p in flushes:
@@ -243,7 +251,8 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.node.net_in += len(data)
+        batch = self.batch
+        batch.net_in += len(data)
         try:
             self.reader.feed(data)
         except QueryBufferLimitError:
@@ -252,7 +261,7 @@ class ClientProtocol(asyncio.Protocol):
             self.close()
             return
         if not self.waiting:
-            self.batch.run_later(self)
+            batch.run_later(self)
             return
         if not self.paused and len(self.reader) > _PAUSE_READING_AT:
             self.paused = True
@@ -275,9 +284,8 @@ class ClientProtocol(asyncio.Protocol):
 
     # --------------------------------------------------------------- work
     def process(self) -> None:
-        """Run every complete buffered command until done or the client blocks."""
-        if self.driver.paused_until and self.held_by_pause():
-            return
+        """Run every complete buffered command until done or the client blocks (or a
+        CLIENT PAUSE holds them: checked by the batch, and by resume)."""
         client, reader = self.client, self.reader
         node = self.node
         execute = node.execute
@@ -328,7 +336,7 @@ class ClientProtocol(asyncio.Protocol):
     def held_by_pause(self) -> bool:
         """CLIENT PAUSE runs: this client's commands wait for its end (Driver.unpause)."""
         driver = self.driver
-        if driver.loop.time() >= driver.paused_until:
+        if driver.loop.time() >= self.batch.paused_until:
             return False
         driver.paused.add(self)
         return True
@@ -363,7 +371,7 @@ class ClientProtocol(asyncio.Protocol):
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
-        if len(self.reader):
+        if len(self.reader) and not (self.batch.paused_until and self.held_by_pause()):
             self.process()
 
     def write(self, data: bytes) -> None:
@@ -372,16 +380,17 @@ class ClientProtocol(asyncio.Protocol):
             if not self.out_queued:
                 self.batch.send_later(self)
 
-    def send(self) -> None:
+    def send(self) -> int:
+        """Write the replies not written yet; how many bytes (INFO's net output)."""
         out = self.out
         if not out or self.closing:
-            return
+            return 0
         self.out = []
         data = out[0] if len(out) == 1 else b"".join(out)
-        self.node.net_out += len(data)
         self.transport.write(data)
         if self.driver.obuf_limit is not None:
             self.check_output_limit()
+        return len(data)
 
     def check_output_limit(self, limit=None, unsent: int = 0) -> None:
         """Close the client if its pending output breaks client-output-buffer-limit
@@ -413,6 +422,6 @@ class ClientProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         if not self.closing:
-            self.send()
+            self.batch.net_out += self.send()
             self.closing = True
             self.transport.close()
