@@ -16,8 +16,9 @@ The categories are the roles:
   JOBSTATUS, INFO, HELLO, PING, ...), and the connection's own business (CLIENT
   SETNAME, ACL WHOAMI, ...).
 
-CLUSTER, CONFIG, DEBUG, SHUTDOWN, BGREWRITEAOF, DELJOB, ENQUEUE, DEQUEUE, PAUSE, CLIENT
-LIST and the ACL subcommands that show users are in ``@admin`` only.
+CLUSTER, CONFIG, DEBUG, SHUTDOWN, BGREWRITEAOF, MONITOR, DELJOB, ENQUEUE, DEQUEUE,
+PAUSE, CLIENT LIST, KILL, PAUSE and UNPAUSE, and the ACL subcommands that show users
+are in ``@admin`` only.
 
 The ``default`` user is ``on nopass +@all`` unless a ``user default`` line says
 otherwise; ``requirepass`` replaces its passwords (empty: ``nopass``), as in Redis.
@@ -43,7 +44,7 @@ from .authlimit import AuthThrottle
 READ = frozenset({
     "show", "qlen", "qstat", "qpeek", "qscan", "jscan", "jobstatus", "info", "hello",
     "ping", "echo", "time", "command", "select", "quit", "auth",
-    "client|setname", "client|getname", "client|setinfo", "client|id",
+    "client|setname", "client|getname", "client|setinfo", "client|id", "client|reply",
     "acl|whoami", "acl|cat",
 })
 PRODUCE = frozenset({"addjob", "cancel"})
@@ -51,7 +52,8 @@ CONSUME = frozenset({"getjob", "ackjob", "fastack", "acktoken", "nack", "working
 
 # subcommands checked one by one: the command's name -> the subcommands it has
 SUBCOMMANDS: dict[str, frozenset[str]] = {
-    "client": frozenset({"setname", "getname", "setinfo", "id", "list"}),
+    "client": frozenset({"setname", "getname", "setinfo", "id", "list", "kill", "pause",
+                         "unpause", "reply"}),
     "acl": frozenset({"whoami", "cat", "list", "users", "getuser"}),
 }
 
