@@ -3,7 +3,7 @@
 generator): steadier than end-to-end rates on a shared 2-core machine, and what an
 optimisation of the shell or the core changes.
 
-    .venv/bin/python bench/inproc.py                      # all three measures
+    .venv/bin/python bench/inproc.py                      # all four measures
     .venv/bin/python bench/inproc.py --only reader,replicate
     .venv/bin/python bench/inproc.py --src /tmp/old/src   # A/B against another tree
 
@@ -15,6 +15,9 @@ optimisation of the shell or the core changes.
   same iteration (the job store grows over the rounds, as under load); then the
   consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call),
   then each of the two alone (a run of GETJOBs, then their ACKJOBs).
+- ``execute``: ``Node.execute`` alone (the core: no reader, no shell) of PING and of
+  ADDJOB, with no MONITOR attached, then with one (the feed built, and taken once per 50
+  commands as the driver takes outputs): what MONITOR costs, off and on.
 - ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
   every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of
@@ -82,8 +85,8 @@ class Transport:
     def write(self, data: bytes) -> None:
         pass
 
-    def get_extra_info(self, key: str):
-        return ("127.0.0.1", 1)
+    def get_extra_info(self, key: str, default=None):
+        return ("127.0.0.1", 1) if key == "peername" else default
 
 
 def node_with_clients(conns: int, transport: type = Transport) -> tuple:
@@ -190,6 +193,35 @@ def bench_consume(n: int, rounds: int) -> None:
     loop.close()
 
 
+def bench_execute(n: int, rounds: int) -> None:
+    from disquepy.core.config import Config
+    from disquepy.core.node import Node
+
+    node = Node(Config(), "a" * 40, random.Random(1), 1_000)
+    client = node.new_client(None, "127.0.0.1:50000", 1_000)
+    execute, took = node.execute, node.command_took
+    for monitors in (0, 1):
+        if monitors:  # what the MONITOR command does (Python has no client to send it)
+            if not hasattr(node, "monitors"):
+                break  # --src: a tree from before MONITOR
+            watcher = node.new_client(None, "127.0.0.1:50001", 1_000)
+            node.monitors[watcher.id] = watcher
+        for name, argv in (("PING", [b"PING"]), ("ADDJOB", [b"ADDJOB", b"q", b"x" * 16, b"0"])):
+
+            def run(k: int, argv=argv) -> int:
+                turns = max(1, k // 50)
+                for _ in range(turns):
+                    for _ in range(50):
+                        execute(client, argv, 1_000)
+                        took(1_000)
+                    node.take_outputs()
+                return turns * 50
+
+            print(f"execute   {name:6s} {monitors} monitor{'s' if monitors != 1 else ''}"
+                  f"         {best(run, n, rounds) * 1000:6.0f} ns")
+        node.flushall()
+
+
 def bench_replicate(n: int, rounds: int) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "unit"))
     from clusterharness import Cluster
@@ -239,7 +271,7 @@ def bench_replicate(n: int, rounds: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="reader,protocol,replicate")
+    ap.add_argument("--only", default="reader,protocol,execute,replicate")
     ap.add_argument("--requests", type=int, default=100_000, help="calls per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--src", help="measure the package in this source tree (A/B)")
@@ -254,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     import disquepy
 
     print(f"disquepy from {Path(disquepy.__file__).parent}")
-    todo = {"reader": bench_reader, "protocol": bench_protocol,
+    todo = {"reader": bench_reader, "protocol": bench_protocol, "execute": bench_execute,
             "replicate": bench_replicate}
     for name in args.only.split(","):
         if name not in todo:

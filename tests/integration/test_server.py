@@ -299,12 +299,20 @@ def test_maxmemory_oom_over_the_wire(server_factory):
     s = server_factory("--maxmemory", "2mb")
     r = s.client()
     accepted = 0
-    # redis-py strips the OOM code into its exception class
-    with pytest.raises(redis.exceptions.OutOfMemoryError,
-                       match="command not allowed when used memory > 'maxmemory'."):
+    # past 75% of maxmemory a lone node holds no new job, as C Disque
+    with pytest.raises(redis.ResponseError, match="NOREPL .* I'm out of memory"):
         for _ in range(100_000):
             r.execute_command("ADDJOB", "m", "x" * 1000, 0)
             accepted += 1
+    used = int(r.info("memory")["used_memory"])
+    assert 0.75 * 2**21 < used < 0.8 * 2**21
+    # at the limit (here lowered under what the node holds) any command that may grow
+    # memory is refused; redis-py strips the OOM code into its exception class
+    r.config_set("maxmemory", used - 10_000)
+    for cmd in (("ADDJOB", "m", "x", 0), ("NACK", "D-00000000-0000000000000000000000000-0000")):
+        with pytest.raises(redis.exceptions.OutOfMemoryError,
+                           match="command not allowed when used memory > 'maxmemory'."):
+            r.execute_command(*cmd)
     assert r.execute_command("QLEN", "m") == accepted
     assert r.ping()
 

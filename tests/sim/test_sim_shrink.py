@@ -29,7 +29,9 @@ def run_broken(cfg: SimConfig):
 
 @pytest.fixture(scope="module")
 def shrunk():
-    original = run_broken(SimConfig(seed=7, nodes=5, faults=ALL))
+    # (a seed whose broken run loses jobs: the core decides which do, seed 7 lost some
+    # until federation kept its broadcast back-off per queue, issue #29)
+    original = run_broken(SimConfig(seed=8, nodes=5, faults=ALL))
     assert "lost" in original.fail_counts, original.report()
     with sabotage.interpreted():
         return shrink(original, target="lost", jobs=2, initializer=sabotage.apply,

@@ -78,8 +78,8 @@ def test_copies_share_node_lists_and_queue_names(c3):
         assert len(first.delivered) == 3
         assert all(j.delivered is first.delivered for j in jobs), node.port
         assert all(j.queue is first.queue for j in jobs), node.port
-    assert all(origin.jobs.get(j).confirmed is origin.jobs.get(jids[0]).confirmed
-               for j in jids)
+    # who confirmed a copy is forgotten once the job is replicated (Disque's SHOW)
+    assert all(origin.jobs.get(j).confirmed == () for j in jids)
 
 
 def test_norepl_when_not_enough_nodes(c3):
@@ -473,3 +473,20 @@ def test_node_ids_from_wire_validates_and_shares_the_strings():
     assert node_ids_from_wire([]) == ()
     for bad in (["AB" * 20], ["ab" * 19], [b"ab" * 20], [1], [[a]], [a, None]):
         assert node_ids_from_wire(bad) is None, bad
+
+
+def test_a_producer_gone_during_a_synchronous_addjob_takes_the_job_with_it(c3):
+    """Issue #29 item 3, as C Disque: the producer was never told the job's ID (it may
+    add it again), so the job is deleted here and on the nodes it was sent to."""
+    c3.partition([0], [1, 2])  # the copies cannot be confirmed
+    producer = c3.new_client(0)
+    assert c3.cmd(0, "ADDJOB", "q", "b", 10_000, "REPLICATE", 3, client=producer) == "BLOCKED"
+    c3.run(200)
+    [jid] = [j.id for j in c3.nodes[0].jobs.values()]
+    assert c3.nodes[0].jobs.get(jid).state_name == b"wait-repl"
+    c3.heal()
+    c3.nodes[0].client_closed(producer)
+    assert c3.nodes[0].jobs.get(jid) is None and not c3.nodes[0].repl.waiting
+    c3.run(500)
+    assert c3.jobs_everywhere(jid) == [None, None, None]
+    assert c3.outbox(0) == []  # nobody left to answer

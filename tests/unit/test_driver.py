@@ -19,8 +19,8 @@ class FakeTransport:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
-    def get_extra_info(self, key):
-        return ("127.0.0.1", 1)
+    def get_extra_info(self, key, default=None):
+        return ("127.0.0.1", 1) if key == "peername" else default
 
     def pause_reading(self) -> None:
         pass

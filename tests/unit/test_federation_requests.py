@@ -69,3 +69,45 @@ def test_import_rate_reads_a_burst_at_once_and_fades():
     c.run(3200)
     assert rate() == 0
     assert c.cmd(1, "QSCAN", "BUSYLOOP", "IMPORTRATE", 1)[1] == []
+
+
+def test_short_getjobs_do_not_rebroadcast_within_the_back_off():
+    """Issue #29 item 1, as C Disque: the broadcast back-off is the queue's and outlives
+    its waiters. A second short GETJOB on node 1, right after a job is added with
+    REPLICATE 1 on node 0, does not pull it there (C: 0 of 10 tries); a consumer still
+    waiting gets it once the back-off allows the next broadcast (4 s after the first)."""
+    for trial in range(10):
+        c = Cluster(2, seed=trial + 1)
+        c.meet_all()
+        consumer = c.new_client(1)
+        assert c.cmd(1, "GETJOB", "TIMEOUT", 100, "FROM", "q", client=consumer) == "BLOCKED"
+        c.run(150, step=1)  # broadcast, then timed out
+        assert c.outbox(1) == [(consumer, None)]
+        jid = c.cmd(0, "ADDJOB", "q", "x", 0, "REPLICATE", 1)
+        assert c.cmd(1, "GETJOB", "TIMEOUT", 1, "FROM", "q", client=consumer) == "BLOCKED"
+        c.run(200, step=1)
+        assert c.outbox(1) == [(consumer, None)]
+        assert queued_on(c, jid) == [0], trial
+    c.cmd(1, "GETJOB", "TIMEOUT", 10_000, "FROM", "q", client=consumer)
+    c.run(3000)  # 3.35 s after the first broadcast: still within the back-off
+    assert queued_on(c, jid) == [0] and c.outbox(1) == []
+    c.run(1000)  # past 4 s: the next broadcast finds the job
+    [(client, reply)] = c.outbox(1)
+    assert client is consumer and reply[0][1] == jid
+
+
+def test_jobs_from_a_new_source_reset_the_back_off():
+    c = Cluster(3)
+    c.meet_all()
+    consumer = c.new_client(1)
+    for _ in range(3):  # three broadcasts: the back-off grows to 16 s
+        c.cmd(1, "GETJOB", "TIMEOUT", 100, "FROM", "q", client=consumer)
+        c.run(20_000)
+    assert c.outbox(1) == [(consumer, None)] * 3
+    q = c.nodes[1].queues.get(b"q")
+    assert q.needjobs_bcast_attempt == 3
+    jid = c.cmd(0, "ADDJOB", "q", "x", 0, "REPLICATE", 1)
+    c.cmd(1, "GETJOB", "TIMEOUT", 30_000, "FROM", "q", client=consumer)
+    c.run(17_000)  # the next broadcast finds node 0's job: a new source
+    [(client, reply)] = c.outbox(1)
+    assert reply[0][1] == jid and q.needjobs_bcast_attempt == 0

@@ -26,7 +26,6 @@ KINDS = {
     outputs.Shutdown("rewrite-aof"): ("shutdown_requested", ("C", "rewrite-aof")),
     outputs.Quit(): ("quit", ("C",)),
     outputs.SecurityAbort(): ("security_abort", ("C",)),
-    outputs.KillClients((), b"+OK\r\n"): ("kill_clients", ((), b"+OK\r\n")),
     outputs.AuthFailed(100, b"-ERR no\r\n"): ("auth_failed", ("C", 100, b"-ERR no\r\n")),
     outputs.AuthWait(200, (b"AUTH", b"pw")): ("auth_wait", ("C", 200, (b"AUTH", b"pw"))),
     outputs.DebugSleep(0.5): ("debug_sleep", (0.5,)),

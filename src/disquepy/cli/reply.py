@@ -14,6 +14,8 @@ from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR
 from redis.exceptions import ConnectionError, InvalidResponse, ResponseError
 from redis.utils import SENTINEL
 
+from ..codec.resp import quoted
+
 
 class Status(bytes):
     """A status reply (``+OK``): shown without quotes."""
@@ -60,22 +62,9 @@ class ReplyParser(_RESP2Parser):
         raise InvalidResponse(f"Protocol Error: {line!r}")
 
 
-_ESCAPES = {ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n", ord("\r"): "\\r",
-            ord("\t"): "\\t", 7: "\\a", 8: "\\b"}
-
-
 def quote(value: bytes) -> str:
     """A bulk string as redis-cli prints it: double quotes, escapes, ``\\xHH`` for the rest."""
-    out = ['"']
-    for b in value:
-        if b in _ESCAPES:
-            out.append(_ESCAPES[b])
-        elif 32 <= b < 127:
-            out.append(chr(b))
-        else:
-            out.append(f"\\x{b:02x}")
-    out.append('"')
-    return "".join(out)
+    return quoted(value).decode("ascii")
 
 
 def format_reply(reply: Any, prefix: str = "") -> str:

@@ -62,6 +62,7 @@ generic, protocol-aware ``encode``.  ``str`` values are encoded as UTF-8 with
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -198,6 +199,24 @@ _ISSPACE = frozenset(b" \t\n\r\x0b\x0c")
 _TOKEN_END = frozenset(b" \t\n\r")
 _HEX = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}
 _ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+
+
+# quoted(): each byte as Redis's sdscatrepr writes it (_REPR), and a value with none to
+# escape (_PLAIN: printable ASCII but '"' and '\\')
+_REPR = [bytes([c]) if 32 <= c < 127 else b"\\x%02x" % c for c in range(256)]
+for _c, _esc in ((92, b"\\\\"), (34, b'\\"'), (10, b"\\n"), (13, b"\\r"), (9, b"\\t"),
+                 (7, b"\\a"), (8, b"\\b")):
+    _REPR[_c] = _esc
+_PLAIN = re.compile(rb"[ !#-\[\]-~]*")
+
+
+def quoted(value: bytes) -> bytes:
+    """``value`` in double quotes with C escapes and ``\\xHH`` for other bytes, as Redis's
+    sdscatrepr writes it (redis-cli's output, the MONITOR feed); split_args reads it
+    back."""
+    if _PLAIN.fullmatch(value) is not None:
+        return b'"' + value + b'"'
+    return b'"' + b"".join([_REPR[c] for c in value]) + b'"'
 
 
 def split_args(line: bytes) -> list[bytes] | None:

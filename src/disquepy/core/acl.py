@@ -16,8 +16,9 @@ The categories are the roles:
   JOBSTATUS, INFO, HELLO, PING, ...), and the connection's own business (CLIENT
   SETNAME, ACL WHOAMI, ...).
 
-CLUSTER, CONFIG, DEBUG, SHUTDOWN, BGREWRITEAOF, DELJOB, ENQUEUE, DEQUEUE, PAUSE, CLIENT
-LIST and the ACL subcommands that show users are in ``@admin`` only.
+CLUSTER, CONFIG, DEBUG, SHUTDOWN, BGREWRITEAOF, MONITOR, DELJOB, ENQUEUE, DEQUEUE,
+PAUSE, CLIENT LIST, KILL, PAUSE and UNPAUSE, and the ACL subcommands that show users
+are in ``@admin`` only.
 
 The ``default`` user is ``on nopass +@all`` unless a ``user default`` line says
 otherwise; ``requirepass`` replaces its passwords (empty: ``nopass``), as in Redis.
@@ -47,7 +48,7 @@ READ = frozenset({
     "show", "qlen", "qstat", "qpeek", "qscan", "jscan", "jobstatus", "info", "hello",
     "ping", "echo", "time", "command", "select", "quit", "auth",
     "qstatus", "qinfo",
-    "client|setname", "client|getname", "client|setinfo", "client|id",
+    "client|setname", "client|getname", "client|setinfo", "client|id", "client|reply",
     "acl|whoami", "acl|cat",
 })
 # a producer adds (jobs, group events); cancelling or deleting is not producing (a
@@ -78,7 +79,8 @@ JOB_CHANGES = frozenset({"ackjob", "fastack", "nack", "working", "failjob", "can
 
 # subcommands checked one by one: the command's name -> the subcommands it has
 SUBCOMMANDS: dict[str, frozenset[str]] = {
-    "client": frozenset({"setname", "getname", "setinfo", "id", "list", "kill"}),
+    "client": frozenset({"setname", "getname", "setinfo", "id", "list", "kill", "pause",
+                         "unpause", "reply"}),
     "acl": frozenset({"whoami", "cat", "list", "users", "getuser"}),
 }
 

@@ -7,10 +7,17 @@ outbox, so the same code runs under the asyncio server and the simulator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .acl import QueueAccess
+
+# CLIENT REPLY: what happens to this client's replies
+REPLY_ON = 0
+REPLY_OFF = 1  # none is sent
+REPLY_SKIP = 2  # the reply of the command running now is not sent
+REPLY_SKIP_NEXT = 3  # the next command's reply is not sent (CLIENT REPLY SKIP ran)
 
 
 class BlockedGet:
@@ -47,6 +54,10 @@ class Client:
         "last_cmd_time",
         "qbuf",
         "closed",
+        "fd",
+        "last_cmd",
+        "noreply",
+        "out_probe",
     )
 
     def __init__(self, cid: int, conn: Any = None, addr: str = "", now: int = 0) -> None:
@@ -72,6 +83,12 @@ class Client:
         self.last_cmd_time = now
         self.qbuf = 0  # bytes buffered by the shell, for memory accounting
         self.closed = False
+        self.fd = -1  # the shell's socket descriptor (CLIENT LIST)
+        self.last_cmd = "NULL"  # the last command's name (CLIENT LIST cmd=)
+        self.noreply = REPLY_ON  # CLIENT REPLY
+        # the shell's count of this client's replies not sent yet, (chunks, bytes), for
+        # CLIENT LIST (oll, omem); None: nothing held
+        self.out_probe: Callable[[], tuple[int, int]] | None = None
 
     def __repr__(self) -> str:
         return f"<Client id={self.id} addr={self.addr}>"

@@ -79,6 +79,12 @@ def body_too_big(size: int, limit: int) -> str:
             f"CONFIG SET job-max-body-size raises it)")
 
 
+def too_large(option: str, limit: int) -> str:
+    """A TTL, RETRY or DELAY C Disque would wrap at 32 bits: refused (it could be
+    neither replicated nor reloaded), saying so."""
+    return f"ERR {option} is too large: it must be less than {limit} seconds"
+
+
 def wrong_arity(name: str) -> str:
     return f"ERR wrong number of arguments for '{name}' command"
 # consumer groups (bananaq's commands, core/groups.py)

@@ -4,6 +4,12 @@ A node whose consumers find a queue empty asks recent sources (fast back-off) an
 for discovery, every node (slow back-off); a node asked remembers the asker for a
 while and pushes new jobs to it. ``watch`` holds the queues the cron must look at.
 PAUSE propagation lives here too: it is the other queue-wide message.
+
+The broadcast back-off is the queue's, as in Disque: 4 s after the first broadcast,
+then 8, 16, up to 30 s between broadcasts, whoever waits, reset (to 2 s) only when
+jobs arrive from a node that was not a recent source. So a consumer that polls with short
+GETJOBs on a node does not pull every new job of the cluster to it: a job added with
+REPLICATE 1 elsewhere stays where it was added until the back-off allows a broadcast.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ if TYPE_CHECKING:
     from .membership import Peer
     from .node import Node
 
-NEEDJOBS_BCAST_MIN_MS = 2000  # discovery broadcast back-off (Disque: 2 s .. 30 s)
+NEEDJOBS_BCAST_MIN_MS = 2000  # discovery broadcast back-off (Disque: 2 s << attempts, to 30 s)
 NEEDJOBS_BCAST_MAX_MS = 30_000
 NEEDJOBS_ADHOC_MIN_MS = 25  # requests to recent sources (Disque: 25 ms .. 2 s)
 NEEDJOBS_ADHOC_MAX_MS = 2000
@@ -64,11 +70,14 @@ class Federation:
             q.needjobs_adhoc_attempt += 1
             q.needjobs_adhoc_time = now + min(
                 NEEDJOBS_ADHOC_MAX_MS, NEEDJOBS_ADHOC_MIN_MS << min(q.needjobs_adhoc_attempt, 10))
-        if now >= q.needjobs_bcast_time:
+            q.needjobs_asked = True
+        bcast_delay = min(NEEDJOBS_BCAST_MAX_MS,
+                          NEEDJOBS_BCAST_MIN_MS << min(q.needjobs_bcast_attempt, 4))
+        if now - q.needjobs_bcast_time >= bcast_delay:
             self.node.send(self.node.members.reachable_peers(), M.NEEDJOBS, q.name, wanted)
             q.needjobs_bcast_attempt += 1
-            q.needjobs_bcast_time = now + min(
-                NEEDJOBS_BCAST_MAX_MS, NEEDJOBS_BCAST_MIN_MS << min(q.needjobs_bcast_attempt, 4))
+            q.needjobs_bcast_time = now
+            q.needjobs_asked = True
 
     def cron(self, now: int) -> None:
         """Only queues in ``watch`` need attention: consumers blocked or requests in
@@ -84,7 +93,6 @@ class Federation:
                 self._need_jobs(q, now)
             elif not q.waiters:
                 self.waiters_gone(q)  # (a fallback: unblock() tells us at once)
-            if not q.waiters and not q.needjobs_bcast_attempt:
                 self.watch.pop(name, None)
         for name, askers in list(self.askers.items()):
             for n, (until, _) in list(askers.items()):
@@ -159,11 +167,12 @@ class Federation:
     def waiters_gone(self, q: Queue) -> None:
         """The last consumer waiting on ``q`` here left without a job (timed out,
         disconnected): nodes that remember our request must not push jobs here any
-        more, where nobody would read them. Told at once, not at the next cron."""
-        if q.needjobs_bcast_attempt or q.needjobs_adhoc_attempt:
+        more, where nobody would read them. Told at once, not at the next cron. The
+        back-off stays (the queue's, see above): the next short GETJOB here does not
+        broadcast again at once."""
+        if q.needjobs_asked:
             self.node.send(self.node.members.reachable_peers(), M.NEEDJOBS, q.name, 0)
-            q.needjobs_bcast_attempt = q.needjobs_adhoc_attempt = 0
-            q.needjobs_bcast_time = q.needjobs_adhoc_time = 0
+            q.needjobs_asked = False
 
     def on_yourjobs(self, p: Peer, fields: M.Fields, now: int) -> None:
         fits = self.node.mem.fits_job
@@ -172,7 +181,12 @@ class Federation:
             if not fits(len(j.body)) and jid not in self.node.jobs:
                 continue  # over maxmemory: the sender re-queues its copy at its retry
             q = self.node.queues.create(j.queue, now)
+            last = q.needjobs_responders.get(p.id)
+            if last is None or now - last >= SOURCE_MEMORY_MS:
+                q.needjobs_bcast_attempt = 0  # a new source: broadcasts may find more
             q.needjobs_responders[p.id] = now
+            q.needjobs_adhoc_attempt = 0  # a source answered: ask it quickly again
+            q.needjobs_adhoc_time = 0
             q.note_import(now)
             job = self.node.jobs.get(jid)
             if job is None:

@@ -35,8 +35,6 @@ class HostFacts:
     multiplexing_api: str = ""
     executable: str = ""
     config_file: str = ""
-    net_in: int = 0  # bytes
-    net_out: int = 0
     aof: tuple[tuple[str, object], ...] | None = None  # the AOF file's persistence fields
 
 
@@ -55,6 +53,7 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
     rss = host.rss
     peak = max(node.mem.peak, node.mem.used)
     node.mem.peak = peak
+    kbps_in, kbps_out = node.net_kbps()
     return {
         "server": [
             ("disque_version", __version__),
@@ -98,14 +97,15 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
         "queues": [
             ("registered_queues", len(node.queues.by_name)),
         ],
-        "groups": node.groups.info(),
         "persistence": node.persistence_info(host.aof),
         "stats": [
             ("total_connections_received", st.connections),
             ("total_commands_processed", node.ncommands),
             ("instantaneous_ops_per_sec", node.ops_per_sec()),
-            ("total_net_input_bytes", host.net_in),
-            ("total_net_output_bytes", host.net_out),
+            ("total_net_input_bytes", node.net_in),
+            ("total_net_output_bytes", node.net_out),
+            ("instantaneous_input_kbps", f"{kbps_in:.2f}"),
+            ("instantaneous_output_kbps", f"{kbps_out:.2f}"),
             ("rejected_connections", st.rejected_connections),
             ("acl_access_denied_auth", node.acl.fails),
             ("acl_access_denied_cmd", node.acl.denied),
@@ -125,6 +125,7 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
             ("used_cpu_sys_children", "0.00"),
             ("used_cpu_user_children", "0.00"),
         ],
+        "groups": node.groups.info(),
         "commandstats": [
             (f"cmdstat_{name}", f"calls={calls},usec={ns // 1000},"
                                 f"usec_per_call={ns / 1000 / calls:.2f}")
@@ -134,7 +135,9 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
 
 
 _TITLES = {"cpu": "CPU"}
-_NOT_DEFAULT = ("commandstats",)  # INFO with no section leaves these out, as Redis
+# INFO with no section leaves these out, as Redis its optional sections: Disque's
+# default INFO has no Groups (disquepy's consumer groups: ``INFO groups``, ``all``)
+_NOT_DEFAULT = ("groups", "commandstats")
 
 
 def info_reply(node: Node, want: str, host: HostFacts, now: int) -> bytes:

@@ -33,7 +33,7 @@ from .jobcodec import COUNTER_TOP
 from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED
 from .jobmetrics import EXPIRED as M_EXPIRED
 from .jobtable import part_of
-from .memory import HIGH, JOB_OVERHEAD
+from .memory import JOB_OVERHEAD
 from .outcomes import COMPLETED, EXPIRED, FAILED
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .replication import WILLQUEUE_ADVANCE_MS
@@ -61,7 +61,10 @@ class JobStore:
         node = self.node
         if len(body) > node.max_body:
             raise ReplyError(errors.body_too_big(len(body), node.config.job_max_body_size))
-        extrepl = node.clustered and (node.leaving or node.mem.level() >= HIGH)
+        # leaving, or over 75% of maxmemory: the job's copies go to other nodes only,
+        # and a lone node has none to hold them (C Disque's NOREPL with the reason)
+        mem = node.mem
+        extrepl = node.leaving or mem.used * 100 > mem.limit * 75  # mem.level() >= HIGH
         if (repl if extrepl else repl - 1) > node.reachable:
             if extrepl and repl - 1 == node.reachable:
                 why = "I'm leaving the cluster" if node.leaving else "I'm out of memory"

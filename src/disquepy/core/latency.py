@@ -52,3 +52,103 @@ class LatencyMonitor:
         for n in names:
             del self.events[n]
         return len(names)
+
+
+# ------------------------------------------------------- LATENCY DOCTOR / GRAPH
+_DISABLED = (
+    "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Disque "
+    'instance. You may use "CONFIG SET latency-monitor-threshold <milliseconds>." in order '
+    "to enable it. If we weren't in a deep space mission I'd suggest to take a look at "
+    "http://disque.io/topics/latency-monitor.\n")
+_NO_SPIKES = (
+    "Dave, no latency spike was observed during the lifetime of this Disque instance, not "
+    "in the slightest bit. I honestly think you ought to sit down calmly, take a stress "
+    "pill, and think things over.\n")
+_SPIKES = ("Dave, I have observed latency spikes in this Disque instance. You don't mind "
+           "talking about it, do you Dave?\n\n")
+_ADVICE_SLOWLOG_TUNING = (
+    "- Your current Slow Log configuration only logs events that are slower than your "
+    "configured latency monitor threshold. Please use 'CONFIG SET slowlog-log-slower-than "
+    "{}'.\n")
+_ADVICE_SLOWLOG_INSPECT = (
+    "- Check your Slow Log to understand what are the commands you are running which are "
+    "too slow to execute. Please check http://disque.io/commands/slowlog for more "
+    "information.\n")
+_ADVICE_LARGE_OBJECTS = (
+    "- Deleting, expiring or evicting (because of maxmemory policy) large objects is a "
+    "blocking operation. If you have very large objects that are often deleted, expired, "
+    "or evicted, try to fragment those objects into multiple smaller objects.\n")
+
+
+def doctor(mon: LatencyMonitor, threshold_ms: int, slowlog_us: int, now_ms: int) -> str:
+    """LATENCY DOCTOR's report, in Disque's words: per event its spikes, their average
+    and mean deviation (ms), the period between them (seconds since the first, per
+    spike) and the worst ever; then advice."""
+    events = [(name, ev) for name, ev in mon.events.items() if ev.samples]
+    if not events:
+        return _DISABLED if threshold_ms == 0 else _NO_SPIKES
+    out = [_SPIKES]
+    now = now_ms // 1000
+    for i, (name, ev) in enumerate(events, 1):
+        values = [ms for _, ms in ev.samples]
+        n = len(values)
+        avg = sum(values) // n
+        mad = sum(abs(v - avg) for v in values) // n
+        period = (now - ev.samples[0][0]) or 1
+        out.append(f"{i}. {name}: {n} latency spikes (average {avg}ms, mean deviation "
+                   f"{mad}ms, period {period / n:.2f} sec). Worst all time event "
+                   f"{ev.max}ms.\n")
+    out.append("\nI have a few advices for you:\n\n")
+    if slowlog_us // 1000 > threshold_ms:
+        out.append(_ADVICE_SLOWLOG_TUNING.format(threshold_ms * 1000))
+    out.append(_ADVICE_SLOWLOG_INSPECT)
+    out.append(_ADVICE_LARGE_OBJECTS)
+    return "".join(out)
+
+
+GRAPH_ROWS = 4  # the bars' height in lines (each line three steps: '_', 'o' and '#')
+GRAPH_COLUMNS = 80  # samples per band; more samples continue below
+
+
+def _age(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def graph(mon: LatencyMonitor, event: str, now_ms: int) -> str | None:
+    """LATENCY GRAPH event: a title, then the samples as ASCII bars (one column each,
+    scaled between the lowest and highest sample) with each sample's age written
+    downwards under it, 80 columns to a band. None for an event without samples."""
+    ev = mon.events.get(event)
+    if ev is None or not ev.samples:
+        return None
+    values = [ms for _, ms in ev.samples]
+    low, high = min(values), max(values)
+    out = [f"{event} - high {high} ms, low {low} ms (all time high {ev.max} ms)\n",
+           "-" * GRAPH_COLUMNS + "\n"]
+    steps = GRAPH_ROWS * 3
+    span = (high - low) or 1
+    now = now_ms // 1000
+    for start in range(0, len(values), GRAPH_COLUMNS):
+        if start:
+            out.append("\n")
+        band = ev.samples[start:start + GRAPH_COLUMNS]
+        levels = [min(steps - 1, steps * (ms - low) // span) for _, ms in band]
+        for row in range(GRAPH_ROWS - 1, -1, -1):  # the top line first
+            line = []
+            base = row * 3
+            for lv in levels:
+                if lv > base + 2:
+                    line.append("|")  # the bar goes on above this line
+                elif lv >= base:
+                    line.append("_o#"[lv - base])
+                else:
+                    line.append(" ")
+            out.append("".join(line) + "\n")
+        out.append(" " * len(band) + "\n")
+        labels = [_age(max(0, now - ts)) for ts, _ in band]
+        for k in range(max(len(s) for s in labels)):
+            out.append("".join(s[k] if k < len(s) else " " for s in labels) + "\n")
+    return "".join(out)

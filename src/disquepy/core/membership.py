@@ -368,6 +368,8 @@ class Membership:
               PRIORITY_BAD if self.node.leaving else PRIORITY_OK)
         out = [me]
         for p in self.peers.values():
+            if p.flags & P_HANDSHAKE:
+                continue  # its ID is a placeholder until the handshake ends (as C Disque)
             if p.flags & (P_FAIL | P_LEAVING):
                 prio = PRIORITY_BAD
             elif p.flags & P_PFAIL:

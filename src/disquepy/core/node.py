@@ -20,7 +20,7 @@ from . import messages as M
 from .acks import Acks
 from .acl import Acl, AclError, queue_denied
 from .awake import NEVER, AwakeIndex
-from .client import Client
+from .client import REPLY_OFF, REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
 from .config import ConfigError
 from .errors import ReplyError
 from .federation import Federation
@@ -129,6 +129,15 @@ class Node:
         self.aof = Persistence(self)  # AOF records; the shell turns .on once the file is open
         self.requests: list[tuple[Client, ShellRequest]] = []  # (client, ShellRequest) for the shell to finish
         self.logs_out: list[tuple[str, str]] = []  # (level, line) for the server log
+        # MONITOR: the clients that watch every command, and the feed since the last take
+        self.monitors: dict[int, Client] = {}
+        self.monitor_out: list[bytes] = []
+        # monitors added since the last take: their feed starts at this line of it
+        self.monitor_from: dict[int, int] = {}
+        self.kills: list[tuple[Client, bytes]] = []  # CLIENT KILL: (client, last bytes)
+        self.pause_until = 0  # CLIENT PAUSE: no client's command runs before (ms)
+        self.pause_out: int | None = None  # pause_until for the shell, when changed
+        self.noreply_clients = 0  # clients with CLIENT REPLY OFF or SKIP
         # CLUSTER MEET asks the shell to check the peer's bus first (the server does;
         # the simulator and the test harnesses meet at once)
         self.probe_meet = False
@@ -182,7 +191,11 @@ class Node:
         })
         self.run_id = f"{rng.getrandbits(160):040x}"
         self._next_cron = now
-        self._ops_samples: list[tuple[int, int]] = [(now, 0)]  # (ms, ncommands) every cron, for ops/s
+        # bytes read from and written to clients: the shell counts them here (INFO)
+        self.net_in = 0
+        self.net_out = 0
+        # (ms, ncommands, net_in, net_out) every cron, for INFO's instantaneous rates
+        self._ops_samples: list[tuple[int, int, int, int]] = [(now, 0, 0, 0)]
         self.keys = Keys(self)  # ADDJOB IDEMPOTENT keys, GETJOB TOKEN tokens
         # job-lifecycle events for the shell's event log: (ms, kind, id, queue, extra)
         self.events_on = False
@@ -371,8 +384,21 @@ class Node:
 
     def client_closed(self, client: Client) -> None:
         client.closed = True
+        if client.noreply:
+            client.noreply = REPLY_ON
+            self.noreply_clients -= 1
+        if self.monitors:
+            self.monitors.pop(client.id, None)
         if client.blocked is not None:
             self.queues.unblock(client)
+        if client.blocked_add is not None:
+            # a producer gone before its synchronous ADDJOB got the job's ID: it was never
+            # told the job exists and may add it again, so the job goes, from every node
+            # it was sent to (as Disque)
+            job = self.jobs.get(client.blocked_add)
+            client.blocked_add = None
+            if job is not None and job.state == WAIT_REPL:
+                self.repl.failed(job, "")
         if self.groups.waiters:
             self.groups.client_closed(client)
         if self.clients.pop(client.id, None) is not None:
@@ -396,7 +422,24 @@ class Node:
     def execute(self, client: Client, argv: list[bytes], now: int) -> bytes | None:
         """Run one command. Returns its reply, or None when the reply comes later
         through take_outputs(): a blocked GETJOB, an ADDJOB waiting for its copies, a
-        command the shell finishes (its ``requests``)."""
+        command the shell finishes (its ``requests``). Under CLIENT REPLY OFF or SKIP
+        the reply is empty."""
+        reply = self._execute(client, argv, now)
+        if client.noreply:
+            return self._quiet(client, reply)
+        return reply
+
+    def _quiet(self, client: Client, reply: bytes | None) -> bytes | None:
+        """CLIENT REPLY OFF / SKIP: the reply is not sent (errors neither)."""
+        mode = client.noreply
+        if mode == REPLY_SKIP_NEXT:  # CLIENT REPLY SKIP ran: the next reply goes
+            client.noreply = REPLY_SKIP
+        elif mode == REPLY_SKIP:
+            client.noreply = REPLY_ON
+            self.noreply_clients -= 1
+        return None if reply is None else b""
+
+    def _execute(self, client: Client, argv: list[bytes], now: int) -> bytes | None:
         self.now = now
         self.ncommands += 1
         name = argv[0]
@@ -428,6 +471,9 @@ class Node:
         st[0] += 1
         self.last_stat = st
         self.last_argv = argv
+        client.last_cmd = cmd.name
+        if self.monitors and cmd.monitored:
+            self._feed_monitors(client, cmd.name, argv, now)
         try:
             reply = cmd.handler(self, client, argv, now)
         except ReplyError as e:
@@ -439,9 +485,34 @@ class Node:
             return None
         return reply
 
+    def _feed_monitors(self, client: Client, name: str, argv: list[bytes], now: int) -> None:
+        """One MONITOR line, in Disque's format: ``+<unix s>.<us> [<addr>] "arg" ...``,
+        the arguments as sent, quoted like redis-cli (passwords redacted, as Redis 6)."""
+        if name == "auth":
+            argv = [argv[0], *[b"(redacted)"] * (len(argv) - 1)]
+        elif name == "hello":
+            argv = list(argv)
+            for k in range(2, len(argv) - 2):
+                if argv[k].lower() == b"auth":
+                    argv[k + 1] = argv[k + 2] = b"(redacted)"
+        self.monitor_out.append(b"+%d.%06d [%s] %s\r\n" % (
+            now // 1000, now % 1000 * 1000, client.addr.encode(),
+            b" ".join([resp.quoted(a) for a in argv])))
+
+    def kill_client(self, client: Client, last: bytes = b"") -> None:
+        """CLIENT KILL: the shell closes ``client`` after sending ``last``."""
+        self.kills.append((client, last))
+
+    def pause_clients(self, until: int) -> None:
+        """CLIENT PAUSE / UNPAUSE: no client's command runs before ``until`` (ms)."""
+        self.pause_until = until
+        self.pause_out = until
+
     # ----------------------------------------------------------------- outputs
     def take_outputs(self) -> Outputs:
         """Everything the node asks of the world since the last call (see outputs.py)."""
+        if self.noreply_clients:  # CLIENT REPLY OFF: later replies are not sent either
+            self.outbox = [(c, b"" if c.noreply == REPLY_OFF else d) for c, d in self.outbox]
         out = Outputs(
             self.aof.take(),
             self.members.nodes_conf_text() if self.cluster_dirty else None,
@@ -458,13 +529,27 @@ class Node:
         self.requests = []
         self.events_out = []
         self.logs_out = []
+        if self.pause_out is not None or self.kills or self.monitor_out:
+            out.pause = self.pause_out
+            out.kills = self.kills
+            lines = self.monitor_out
+            if lines:
+                feed = b"".join(lines)
+                start = self.monitor_from
+                out.monitor = [(c, feed if c.id not in start else b"".join(lines[start[c.id]:]))
+                               for c in self.monitors.values()]
+                self.monitor_from = {}
+            self.pause_out = None
+            self.kills = []
+            self.monitor_out = []
         return out
 
     def has_outputs(self) -> bool:
         """Anything for take_outputs() to carry out, the wake hint aside (cheap)."""
         return bool(self.aof.out or self.outbox or self.bus_out or self.requests
                     or self.events_out or self.logs_out or self.cluster_dirty
-                    or self.members.links_dirty)
+                    or self.members.links_dirty or self.monitor_out or self.kills
+                    or self.pause_out is not None)
 
     def config_changed(self, names: list[str]) -> None:
         """Refresh values derived from the configuration (after CONFIG SET)."""
@@ -520,7 +605,9 @@ class Node:
             ("aof_state", "on" if self.aof.on else "off"),
             *(aof_fields or [
                 ("aof_rewrite_in_progress", 0),
+                ("aof_rewrite_scheduled", 0),
                 ("aof_last_rewrite_time_sec", -1),
+                ("aof_current_rewrite_time_sec", -1),
                 ("aof_last_bgrewrite_status", "ok"),
                 ("aof_last_write_status", "ok"),
             ]),
@@ -542,8 +629,11 @@ class Node:
                 self.latency.add("command", ms, self.now)
 
     def reset_stats(self) -> None:
+        """CONFIG RESETSTAT: the counters INFO stats and commandstats show, as Disque."""
         self.stats = Stats()
         self.cmdstats.clear()
+        self.ncommands = self.net_in = self.net_out = 0
+        self._ops_samples = [(self.now, 0, 0, 0)]
 
     def flushall(self) -> None:
         """DEBUG FLUSHALL: forget every job and queue; blocked consumers get null."""
@@ -600,16 +690,25 @@ class Node:
 
     def ops_per_sec(self) -> int:
         """Commands per second over the last ~1.6 s (INFO instantaneous_ops_per_sec)."""
-        t0, n0 = self._ops_samples[0]
-        t1, n1 = self._ops_samples[-1]
+        t0, n0, _, _ = self._ops_samples[0]
+        t1, n1, _, _ = self._ops_samples[-1]
         return (n1 - n0) * 1000 // (t1 - t0) if t1 > t0 else 0
+
+    def net_kbps(self) -> tuple[float, float]:
+        """KB/s read from and written to clients over the last ~1.6 s (INFO
+        instantaneous_input_kbps, instantaneous_output_kbps)."""
+        t0, _, i0, o0 = self._ops_samples[0]
+        t1, _, i1, o1 = self._ops_samples[-1]
+        if t1 <= t0:
+            return 0.0, 0.0
+        return (i1 - i0) / 1.024 / (t1 - t0), (o1 - o0) / 1.024 / (t1 - t0)
 
     def _cron(self, now: int) -> None:
         if self.members.peers:
             self.members.cron(now)
             self.fed.cron(now)
         samples = self._ops_samples
-        samples.append((now, self.ncommands))
+        samples.append((now, self.ncommands, self.net_in, self.net_out))
         if len(samples) > 16:
             del samples[0]
         if self.keys.pending():

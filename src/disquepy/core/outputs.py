@@ -14,18 +14,26 @@ driver, the simulator, the test harnesses — takes everything at once as one
    when the node sent that peer more than one; see ``messages.py``), or a tuple of
    BATCHes, sent in order, past the ``MAX_ITEMS`` messages one BATCH may hold
    (``codec.bus.encode_frame`` encodes either).
-5. ``replies``: ``(client, bytes)`` for clients other than the one whose command
+5. ``pause``: CLIENT PAUSE / UNPAUSE changed when clients' commands may run again:
+   the time (ms) until which the shell runs none (0: run them now); None: unchanged.
+   Before the replies: a reply that resumes a client's pipeline must find it set.
+6. ``replies``: ``(client, bytes)`` for clients other than the one whose command
    returned its reply (a blocked GETJOB served, a timed out one, a replicated ADDJOB).
-6. ``events``: job-lifecycle events ``(ms, kind, job id, queue, extra)`` for the event
+7. ``events``: job-lifecycle events ``(ms, kind, job id, queue, extra)`` for the event
    log (only while ``event-log`` is on); before the requests, one of which may close or
    move that log (CONFIG SET event-log-dir, SHUTDOWN).
-7. ``requests``: ``(client, ShellRequest)``: commands only the shell can finish (file
+8. ``requests``: ``(client, ShellRequest)``: commands only the shell can finish (file
    I/O, exit, sleeping, INFO's process facts, CONFIG SET's effects on the shell), one
    frozen dataclass per kind (below). ``execute`` returned None for them: the shell
    sends their reply (``Shell.finish``), and the client's later commands wait.
-8. ``logs``: ``(level, line)`` for the server log ("warning", "notice", "verbose").
-9. ``wake``: the earliest timer added since the last take (``NEVER`` if none): a shell
-   that keeps one timer re-arms it at ``Node.next_wake()`` when this is earlier.
+9. ``kills``: ``(client, bytes)``: connections to close (CLIENT KILL) after sending
+   those bytes (the reply of a client that killed itself, else empty).
+10. ``monitor``: ``(client, bytes)``: the MONITOR feed of the commands run since the
+    last take, for each monitor (the same bytes for all); the shell bounds what a slow
+    one may hold.
+11. ``logs``: ``(level, line)`` for the server log ("warning", "notice", "verbose").
+12. ``wake``: the earliest timer added since the last take (``NEVER`` if none): a shell
+    that keeps one timer re-arms it at ``Node.next_wake()`` when this is earlier.
 """
 
 from __future__ import annotations
@@ -105,14 +113,6 @@ class Quit(ShellRequest):
 
 
 @dataclass(frozen=True, slots=True)
-class KillClients(ShellRequest):
-    """CLIENT KILL: close these clients' connections, then answer ``reply``."""
-
-    clients: tuple[Client, ...]
-    reply: bytes
-
-
-@dataclass(frozen=True, slots=True)
 class SecurityAbort(ShellRequest):
     """An HTTP request line on the Disque port (cross-protocol scripting): the
     connection closes before anything else it sent runs."""
@@ -168,12 +168,15 @@ class Outputs:
     events: list[Event]
     logs: list[tuple[str, str]]
     wake: float
+    pause: int | None = None
+    kills: list[tuple[Client, bytes]] | None = None
+    monitor: list[tuple[Client, bytes]] | None = None
 
     def __bool__(self) -> bool:
         """Anything to carry out (``wake`` aside)."""
         return bool(self.records or self.nodes_conf is not None or self.links is not None
                     or self.messages or self.replies or self.requests or self.events
-                    or self.logs)
+                    or self.logs or self.pause is not None or self.kills or self.monitor)
 
 
 class Shell:
@@ -193,6 +196,8 @@ class Shell:
             self.sync_links(out.links)
         if out.messages:
             self.send_messages(out.messages)
+        if out.pause is not None:
+            self.pause_clients(out.pause)
         for client, data in out.replies:
             if not client.closed:
                 self.reply(client, data)
@@ -200,6 +205,14 @@ class Shell:
             self.record_events(out.events)
         for requester, req in out.requests:
             self.finish(requester, req)
+        if out.kills:
+            for client, data in out.kills:
+                if not client.closed:
+                    self.kill(client, data)
+        if out.monitor:
+            for client, data in out.monitor:
+                if not client.closed:
+                    self.feed_monitor(client, data)
         for level, line in out.logs:
             self.log(level, line)
 
@@ -227,8 +240,6 @@ class Shell:
                 reply = self.quit(client)
             case SecurityAbort():
                 reply = self.security_abort(client)
-            case KillClients(targets, answer):
-                reply = self.kill_clients(targets, answer)
             case AuthFailed(delay_ms, error):
                 reply = self.auth_failed(client, delay_ms, error)
             case AuthWait(delay_ms, argv):
@@ -256,6 +267,15 @@ class Shell:
         pass
 
     def reply(self, client: Client, data: bytes) -> None:
+        pass
+
+    def pause_clients(self, until: int) -> None:
+        pass
+
+    def kill(self, client: Client, data: bytes) -> None:
+        pass
+
+    def feed_monitor(self, client: Client, data: bytes) -> None:
         pass
 
     def record_events(self, events: list[Event]) -> None:
@@ -297,9 +317,6 @@ class Shell:
 
     def security_abort(self, client: Client) -> bytes | None:
         return self.unsupported(SecurityAbort())
-
-    def kill_clients(self, clients: tuple[Client, ...], reply: bytes) -> bytes | None:
-        return self.unsupported(KillClients(clients, reply))
 
     def auth_failed(self, client: Client, delay_ms: int, error: bytes) -> bytes | None:
         return self.unsupported(AuthFailed(delay_ms, error))

@@ -121,6 +121,7 @@ class Queue:
         "needjobs_bcast_attempt",
         "needjobs_adhoc_attempt",
         "needjobs_responders",
+        "needjobs_asked",
         "import_start",
         "import_count",
         "import_prev_start",
@@ -137,11 +138,12 @@ class Queue:
         self.jobs_out = 0
         self.flags = 0
         self.waiters: deque[Client] = deque()  # blocked in GETJOB, served FIFO
-        self.needjobs_bcast_time = 0
-        self.needjobs_adhoc_time = 0
+        self.needjobs_bcast_time = -(1 << 40)  # when NEEDJOBS was last broadcast (ms)
+        self.needjobs_adhoc_time = 0  # when it may next go to recent sources (ms)
         self.needjobs_bcast_attempt = 0
         self.needjobs_adhoc_attempt = 0
         self.needjobs_responders: dict[str, int] = {}  # node id -> when it sent jobs (ms)
+        self.needjobs_asked = False  # peers may remember a NEEDJOBS of ours (to cancel)
         self.import_start = 0  # the current import window (ms) and its jobs
         self.import_count = 0
         self.import_prev_start = 0  # the window before it

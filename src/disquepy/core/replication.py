@@ -79,6 +79,7 @@ class Replication:
                 self.node.send([self.node.rng.choice(job.delivered)], M.ENQUEUE, job.id)
             self.node.store.unregister(job)
             return
+        job.confirmed = ()  # who confirmed a copy matters while replicating only (Disque's SHOW)
         # the record goes out with the job's queue time set, and before enqueueing,
         # which may move the job away at once (federation) and log its deletion
         if job.delay:
@@ -195,7 +196,6 @@ class Replication:
         if pid not in job.delivered:
             job.delivered = (*job.delivered, pid)
         if len(confirmed) >= job.repl:
-            job.confirmed = self.node.shared(confirmed)
             client, _, extrepl = self.waiting.pop(job.id, _NOT_WAITING)
             move(job, ACTIVE)
             self.node.awake.cancel_near(job)  # its replication retry, due within REPL_RETRY_MS

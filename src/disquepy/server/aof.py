@@ -200,11 +200,20 @@ class AofFile:
     def info(self) -> list:
         return [
             ("aof_rewrite_in_progress", int(self.rewrite is not None)),
+            ("aof_rewrite_scheduled", 0),  # a BGREWRITEAOF during one is refused
             ("aof_last_rewrite_time_sec", self.last_rewrite_secs),
+            ("aof_current_rewrite_time_sec", -1 if self.rewrite is None
+             else int(time.monotonic() - self.rewrite.started)),
             ("aof_last_bgrewrite_status", "ok" if self.last_rewrite_ok else "err"),
             ("aof_last_write_status", "ok" if self.last_write_ok else "err"),
             ("aof_current_size", self.size),
             ("aof_base_size", self.base_size),
+            ("aof_pending_rewrite", 0),
+            ("aof_buffer_length", sum(map(len, self.pending))),
+            ("aof_rewrite_buffer_length", 0 if self.rewrite is None
+             else sum(map(len, self.rewrite.buffer))),
+            ("aof_pending_bio_fsync", int(self._fsync_running)),
+            ("aof_delayed_fsync", 0),
             ("aof_rewrite_longest_slice_ms", f"{self.longest_slice_ms:.2f}"),
         ]
 

@@ -20,12 +20,17 @@ from functools import partial
 from ..codec import resp
 from ..codec.bus import encode_frame
 from ..core.awake import NEVER
-from ..core.config import ConfigError
+from ..core.client import REPLY_OFF
+from ..core.config import ConfigError, OutputBufferLimit
 from ..core.info import HostFacts
 from ..core.messages import BATCH
 from ..core.outputs import Shell
 from .log import VERBOSE, log, set_level
 from .protocol import ClientBatch
+
+# MONITOR's output limit: Redis's default for its pubsub clients (C Disque has no such
+# class): closed at 32 MB held, or at 8 MB held for 60 s
+MONITOR_LIMIT = OutputBufferLimit(32 << 20, 8 << 20, 60)
 
 
 class Driver(Shell):
@@ -54,6 +59,9 @@ class Driver(Shell):
         node.probe_meet = True  # CLUSTER MEET: see _meet
         self._tasks: set = set()  # CLUSTER MEET probes running (a reference keeps each)
         self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
+        # CLIENT PAUSE: the connections waiting for its end (batch.paused_until)
+        self.paused: set = set()
+        self._pause_timer = None
         self._idle_ticking = False  # the `timeout` check runs (while timeout > 0)
         self.config_changed(["client-output-buffer-limit", "timeout"])
 
@@ -85,10 +93,22 @@ class Driver(Shell):
         )
 
     # ----------------------------------------------------------- node outputs
+    def count_net(self) -> None:
+        """The clients' bytes counted by the batch go to the node (INFO's net fields):
+        once per loop iteration, and before the timer's cron samples them."""
+        batch, node = self.batch, self.node
+        if batch.net_in:
+            node.net_in += batch.net_in
+            batch.net_in = 0
+        if batch.net_out:
+            node.net_out += batch.net_out
+            batch.net_out = 0
+
     def after_event(self) -> None:
         """Carry out what the node produced (core/outputs.py, in that order) and
         re-arm the timer."""
         node = self.node
+        self.count_net()
         for _ in range(1000):  # resumed pipelines may produce more; bounded
             if not node.has_outputs():
                 break
@@ -125,6 +145,43 @@ class Driver(Shell):
             conn.write(data)
         if client.blocked is None:
             conn.resume()
+
+    def pause_clients(self, until: int) -> None:
+        """CLIENT PAUSE: no client's command runs until ``until`` (ms; 0: now). Their
+        requests stay buffered (ClientProtocol.process) and run when it ends."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        delay = (until - self.now()) / 1000
+        if delay <= 0:
+            self.unpause()
+            return
+        self.batch.paused_until = self.loop.time() + delay
+        self._pause_timer = self.loop.call_later(delay, self.unpause)
+
+    def unpause(self) -> None:
+        self._pause_timer = None
+        self.batch.paused_until = 0.0
+        held, self.paused = self.paused, set()
+        for conn in held:
+            if not conn.closing and not conn.waiting:
+                self.batch.run_later(conn)
+
+    def kill(self, client, data: bytes) -> None:
+        """CLIENT KILL: close the connection after ``data`` (the killer's own reply)."""
+        conn = client.conn
+        if conn is not None and not conn.closing:
+            if data:
+                conn.write(data)
+            conn.close()
+
+    def feed_monitor(self, client, data: bytes) -> None:
+        """The MONITOR feed, within an output limit: a monitor that does not read is
+        closed (with a log line) before it can hold more than MONITOR_LIMIT's bytes."""
+        conn = client.conn
+        if conn is not None and not conn.closing:
+            conn.write(data)
+            conn.check_output_limit(MONITOR_LIMIT, len(data))
 
     def log(self, level: str, line: str) -> None:
         getattr(log, level)("%s", line)
@@ -360,6 +417,7 @@ class Driver(Shell):
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = NEVER
+        self.count_net()
         self.node.tick(self.now())
         self.after_event()
         self.arm()
@@ -369,10 +427,12 @@ class Driver(Shell):
     def answer(self, client, data: bytes) -> None:
         conn = client.conn
         if conn is not None:
-            conn.send_replies(data)
+            if client.noreply != REPLY_OFF:
+                conn.send_replies(data)
             conn.resume()
 
     def info(self, section: str) -> bytes:
+        self.count_net()
         return self.node.info(section, self.host_facts(), self.now())
 
     def quit(self, client) -> None:
@@ -380,12 +440,6 @@ class Driver(Shell):
         if conn is not None:
             conn.write(resp.OK)
             conn.close()
-
-    def kill_clients(self, clients, reply: bytes) -> bytes:
-        for c in clients:
-            if c.conn is not None and not c.closed:
-                c.conn.close()
-        return reply
 
     def security_abort(self, client) -> None:
         if client.conn is not None:
@@ -470,7 +524,8 @@ class Driver(Shell):
     @staticmethod
     def _late_reply(conn, data: bytes) -> None:
         if conn is not None and not conn.closing:
-            conn.send_replies(data)
+            if conn.client.noreply != REPLY_OFF:
+                conn.send_replies(data)
             conn.resume()
 
     def config_rewrite(self) -> bytes:

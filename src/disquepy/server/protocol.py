@@ -54,11 +54,16 @@ class ClientBatch:
     """
 
     __slots__ = ("loop", "after_commands", "reads", "commands", "sends", "flushes",
-                 "scheduled")
+                 "scheduled", "net_in", "net_out", "paused_until")
 
     def __init__(self, loop, after_commands) -> None:
         self.loop = loop
         self.after_commands = after_commands  # the driver's after_event_soon
+        # bytes read from and written to clients, for INFO: the driver moves them to
+        # the node once per loop iteration (Driver.count_net)
+        self.net_in = 0
+        self.net_out = 0
+        self.paused_until = 0.0  # CLIENT PAUSE: no command runs before (loop time)
         self.reads: list = []  # TlsServerProtocol: records to decrypt
         self.commands: list[ClientProtocol] = []  # requests to run
         self.sends: list[ClientProtocol] = []  # replies to write
@@ -113,9 +118,10 @@ class ClientBatch:
                         self._crashed(e, p, p.app)
             if self.commands:
                 commands, self.commands = self.commands, []
+                paused = self.paused_until
                 for c in commands:
                     c.queued = False
-                    if c.closing or c.waiting:
+                    if c.closing or c.waiting or paused and c.held_by_pause():
                         continue
                     try:
                         c.process()
@@ -126,9 +132,11 @@ class ClientBatch:
                 self.after_commands()
             if self.sends:
                 sends, self.sends = self.sends, []
+                sent = 0
                 for c in sends:
                     c.out_queued = False
-                    c.send()
+                    sent += c.send()
+                self.net_out += sent
             if self.flushes:
                 flushes, self.flushes = self.flushes, []
                 for p in flushes:
@@ -190,6 +198,10 @@ class ClientProtocol(asyncio.Protocol):
             self.closing = True
             return
         self.client = client = self.node.new_client(self, addr, now)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            client.fd = sock.fileno()
+        client.out_probe = self.pending_output
         if self.driver.config.tcp_keepalive > 0:  # CONFIG SET: for connections after it
             keepalive(transport, self.driver.config.tcp_keepalive)
         if gate is not None:  # a TLS connection is in the gate since its handshake
@@ -239,6 +251,8 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        batch = self.batch
+        batch.net_in += len(data)
         try:
             self.reader.feed(data)
         except QueryBufferLimitError:
@@ -247,7 +261,7 @@ class ClientProtocol(asyncio.Protocol):
             self.close()
             return
         if not self.waiting:
-            self.batch.run_later(self)
+            batch.run_later(self)
             return
         if not self.paused and len(self.reader) > _PAUSE_READING_AT:
             self.paused = True
@@ -270,7 +284,8 @@ class ClientProtocol(asyncio.Protocol):
 
     # --------------------------------------------------------------- work
     def process(self) -> None:
-        """Run every complete buffered command until done or the client blocks."""
+        """Run every complete buffered command until done or the client blocks (or a
+        CLIENT PAUSE holds them: checked by the batch, and by resume)."""
         client, reader = self.client, self.reader
         node = self.node
         execute = node.execute
@@ -318,6 +333,22 @@ class ClientProtocol(asyncio.Protocol):
         if first is not None:
             self.send_replies(first if more is None else b"".join(more))
 
+    def held_by_pause(self) -> bool:
+        """CLIENT PAUSE runs: this client's commands wait for its end (Driver.unpause)."""
+        driver = self.driver
+        if driver.loop.time() >= self.batch.paused_until:
+            return False
+        driver.paused.add(self)
+        return True
+
+    def pending_output(self) -> tuple[int, int]:
+        """Replies not sent yet (CLIENT LIST oll, omem): (chunks here, bytes here and in
+        the transport)."""
+        held = sum(map(len, self.out))
+        if self.transport is not None:
+            held += self.transport.get_write_buffer_size()
+        return len(self.out), held
+
     def send_replies(self, data: bytes) -> None:
         """Write a batch of replies, after the AOF records they depend on (with
         appendfsync always the AOF holds them until its group fsync)."""
@@ -340,7 +371,7 @@ class ClientProtocol(asyncio.Protocol):
         if self.paused:
             self.paused = False
             self.transport.resume_reading()
-        if len(self.reader):
+        if len(self.reader) and not (self.batch.paused_until and self.held_by_pause()):
             self.process()
 
     def write(self, data: bytes) -> None:
@@ -349,31 +380,36 @@ class ClientProtocol(asyncio.Protocol):
             if not self.out_queued:
                 self.batch.send_later(self)
 
-    def send(self) -> None:
+    def send(self) -> int:
+        """Write the replies not written yet; how many bytes (INFO's net output)."""
         out = self.out
         if not out or self.closing:
-            return
+            return 0
         self.out = []
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self.transport.write(data)
         if self.driver.obuf_limit is not None:
             self.check_output_limit()
+        return len(data)
 
-    def check_output_limit(self) -> None:
-        """Close the client if its pending output breaks client-output-buffer-limit.
-        Also runs from a timer armed when the soft limit is first reached: a client
-        that stopped reading is no longer read either (pause_writing), so no later
-        write would come to check it."""
-        limit = self.driver.obuf_limit
+    def check_output_limit(self, limit=None, unsent: int = 0) -> None:
+        """Close the client if its pending output breaks client-output-buffer-limit
+        (``limit``, for monitors: MONITOR_LIMIT; ``unsent``: bytes written but not yet
+        handed to the transport). Also runs from a timer armed when the soft limit is
+        first reached: a client that stopped reading is no longer read either
+        (pause_writing), so no later write would come to check it."""
+        if limit is None:
+            limit = self.driver.obuf_limit
         if self.closing or limit is None:
             return
-        pending = self.transport.get_write_buffer_size()
+        pending = self.transport.get_write_buffer_size() + unsent
         hard, soft, seconds = limit
         over = hard and pending >= hard
         if soft and pending >= soft and not over:
             now = self.driver.loop.time()
             if self.soft_since is None:
                 self.soft_since = now
-                self.driver.loop.call_later(seconds + 0.01, self.check_output_limit)
+                self.driver.loop.call_later(seconds + 0.01, self.check_output_limit, limit)
             over = now - self.soft_since > seconds
         elif not over:
             self.soft_since = None
@@ -386,6 +422,6 @@ class ClientProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         if not self.closing:
-            self.send()
+            self.batch.net_out += self.send()
             self.closing = True
             self.transport.close()

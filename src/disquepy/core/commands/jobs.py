@@ -57,17 +57,17 @@ def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
             j += 1
         elif opt == b"ttl" and not last:
             ttl = parse_int(argv[j + 1], errors.TTL_RANGE)
-            if not 0 < ttl < MAX_SECONDS:  # C Disque truncates to 32 bits silently
+            if ttl <= 0:
                 raise ReplyError(errors.TTL_RANGE)
             j += 1
         elif opt == b"retry" and not last:
             retry = parse_int(argv[j + 1], errors.RETRY_RANGE)
-            if not 0 <= retry < MAX_SECONDS:
+            if retry < 0:
                 raise ReplyError(errors.RETRY_RANGE)
             j += 1
         elif opt == b"delay" and not last:
             delay = parse_int(argv[j + 1], errors.DELAY_RANGE)
-            if not 0 <= delay < MAX_SECONDS:
+            if delay < 0:
                 raise ReplyError(errors.DELAY_RANGE)
             j += 1
         elif opt == b"maxlen" and not last:
@@ -92,6 +92,11 @@ def addjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
         raise ReplyError(errors.RETRY0_REPLICATE)
     if delay >= ttl:
         raise ReplyError(errors.DELAY_GE_TTL)
+    # C Disque keeps these in 32 bits and wraps larger values silently (TTL 2^32 + 1
+    # lives one second); our bus and AOF codecs refuse them: refused here, and said why
+    for name, v in ((b"TTL", ttl), (b"RETRY", retry)):
+        if v >= MAX_SECONDS:
+            raise ReplyError(errors.too_large(name.decode(), MAX_SECONDS))
     if retry == -1:
         retry = default_retry(ttl)
     if idem is not None:
@@ -167,8 +172,10 @@ def nack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     delay = None
     if len(argv) >= 2 and argv[-2].upper() == b"DELAY":
         delay = parse_int(argv[-1], errors.NACK_DELAY)
-        if not 0 <= delay < MAX_SECONDS:  # the ADDJOB range: qtime stays storable
+        if delay < 0:
             raise ReplyError(errors.NACK_DELAY)
+        if delay >= MAX_SECONDS:  # the ADDJOB range: qtime stays storable
+            raise ReplyError(errors.too_large("DELAY", MAX_SECONDS))
         argv = argv[:-2]
     elif argv[-1].upper() == b"DELAY":
         raise ReplyError(errors.SYNTAX)

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from ...codec import resp
 from .. import errors
+from .. import latency as latencymod
+from ..client import REPLY_OFF, REPLY_ON, REPLY_SKIP_NEXT
 from ..config import ConfigError
 from ..errors import ReplyError
 from ..outputs import (
@@ -16,13 +18,12 @@ from ..outputs import (
     ConfigRewrite,
     DebugSleep,
     Info,
-    KillClients,
     Quit,
     SecurityAbort,
     ShellRequest,
     Shutdown,
 )
-from .args import to_int
+from .args import parse_int, parse_timeout, to_int
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -104,6 +105,14 @@ def latency(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
                            for ts, ms in mon.history(argv[2].decode("utf-8", "replace"))])
     if sub == b"reset":
         return resp.integer(mon.reset([a.decode("utf-8", "replace") for a in argv[2:]]))
+    if sub == b"doctor" and len(argv) == 2:
+        return resp.bulk(latencymod.doctor(mon, node.latency_ms, node.slow_us, now).encode())
+    if sub == b"graph" and len(argv) == 3:
+        event = argv[2].decode("utf-8", "replace")
+        text = latencymod.graph(mon, event, now)
+        if text is None:
+            raise ReplyError(f"ERR No samples available for event '{event}'")
+        return resp.bulk(text.encode())
     raise ReplyError(errors.SYNTAX)
 
 
@@ -169,6 +178,8 @@ def debug(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Sh
         return DebugSleep(max(0.0, secs))
     if sub == b"error" and len(argv) == 3:
         return resp.error(argv[2])
+    if sub == b"structsize" and len(argv) == 2:
+        return resp.bulk(_structsize())
     if sub == b"bus-drop" and len(argv) == 4:  # disquepy, for fault tests: drop bus traffic
         on = argv[3].lower()
         if on not in (b"on", b"off"):
@@ -185,14 +196,63 @@ def debug(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Sh
     )
 
 
+def _structsize() -> bytes:
+    """DEBUG STRUCTSIZE in Disque's form (``name:bytes ``...): what the node counts in
+    used_memory for each thing it holds, besides its variable bytes."""
+    from ..groups import CLAIM_OVERHEAD, EVENT_OVERHEAD
+    from ..keys import IDEM_OVERHEAD, TOKEN_OVERHEAD
+    from ..memory import CLIENT_OVERHEAD, JOB_OVERHEAD
+    from ..queues import QUEUE_OVERHEAD
+
+    sizes = (("bits", 64), ("job", JOB_OVERHEAD), ("queue", QUEUE_OVERHEAD),
+             ("client", CLIENT_OVERHEAD), ("idemkey", IDEM_OVERHEAD),
+             ("token", TOKEN_OVERHEAD), ("event", EVENT_OVERHEAD), ("claim", CLAIM_OVERHEAD))
+    return "".join(f"{k}:{v} " for k, v in sizes).encode()
+
+
+def monitor(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    """MONITOR: every command this node runs from now on is sent to this client (see
+    Node._feed_monitors); a second MONITOR gets no reply, as in Disque."""
+    if client.id in node.monitors:
+        return b""
+    node.monitors[client.id] = client
+    node.monitor_from[client.id] = len(node.monitor_out)  # what comes after this command
+    return resp.OK
+
+
+def loadjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
+    raise ReplyError("ERR LOADJOB is a special command only processed from AOF")
+
+
 # ---------------------------------------------------------------- CLIENT / COMMAND
-def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
+_CLIENT_SYNTAX = ("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME "
+                  "connection-name)")
+
+
+def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
     sub = argv[1].lower()
     n = len(argv)
     if client.allowed is not None:  # subcommands are allowed one by one (core/acl.py)
         from .users import require
 
         require(node, client, "client|" + sub.decode("utf-8", "replace"))
+    if sub == b"kill":
+        if n == 2:
+            raise ReplyError(errors.SYNTAX)
+        return _client_kill(node, client, argv)
+    if sub == b"pause" and n == 3:
+        ms = parse_timeout(argv[2])
+        if not ms:
+            return resp.OK
+        node.pause_clients(max(node.pause_until, now + ms))
+        # the rest of this client's pipeline waits too: its reply comes with the pause
+        node.outbox.append((client, resp.OK))
+        return None
+    if sub == b"unpause" and n == 2:
+        node.pause_clients(0)
+        return resp.OK
+    if sub == b"reply" and n == 3:
+        return _client_reply(node, client, argv[2].lower())
     if sub == b"setname" and n == 3:
         if b" " in argv[2] or b"\n" in argv[2]:
             raise ReplyError("ERR Client names cannot contain spaces, newlines or special "
@@ -212,57 +272,93 @@ def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | S
         return resp.OK
     if sub == b"id" and n == 2:
         return resp.integer(client.id)
-    if sub == b"kill" and n >= 3:
-        return client_kill(node, client, argv)
     if sub == b"list" and n == 2:
-        lines = []
-        for c in node.clients.values():
-            lines.append(
-                f"id={c.id} addr={c.addr} name={c.name.decode(errors='replace')} "
-                f"age={(now - c.ctime) // 1000} idle={(now - c.last_cmd_time) // 1000} "
-                f"flags={'b' if c.blocked else 'N'} qbuf={c.qbuf} user={c.user} "
-                f"lib-name={c.lib_name.decode(errors='replace')} "
-                f"lib-ver={c.lib_ver.decode(errors='replace')}"
-            )
-        return resp.bulk(("\n".join(lines) + "\n").encode())
-    raise ReplyError(
-        "ERR Syntax error, try CLIENT (LIST | KILL ip:port | KILL [ID id] [ADDR ip:port] "
-        "[USER name] [SKIPME yes|no] | GETNAME | SETNAME connection-name)"
-    )
+        return resp.bulk("".join(_client_line(node, c, now) for c in node.clients.values())
+                         .encode())
+    raise ReplyError(_CLIENT_SYNTAX)
 
 
-def client_kill(node: Node, me: Client, argv: list[bytes]) -> KillClients:
-    """CLIENT KILL ip:port (+OK, or an error when no client has that address), or
-    Redis's filters CLIENT KILL [ID id] [ADDR ip:port] [USER name] [SKIPME yes|no]
-    (how many were closed; SKIPME yes by default)."""
-    if len(argv) == 3:
-        targets = [c for c in node.clients.values() if c.addr == argv[2].decode("latin-1")]
-        if not targets:
+def _client_line(node: Node, c: Client, now: int) -> str:
+    """CLIENT LIST's line: Disque's fields, then ours (user, lib-name, lib-ver). Flags:
+    O a monitor, b blocked (GETJOB, or ADDJOB waiting for its copies), N neither.
+    qbuf-free and obl (the fixed buffers of C Disque's clients) are 0: the shell's
+    buffers grow as needed; oll and omem are the replies it holds, not yet sent."""
+    flags = ("O" if c.id in node.monitors else "") + (
+        "b" if c.blocked is not None or c.blocked_add is not None else "")
+    oll, omem = c.out_probe() if c.out_probe is not None else (0, 0)
+    return (f"id={c.id} addr={c.addr} fd={c.fd} name={c.name.decode(errors='replace')} "
+            f"age={(now - c.ctime) // 1000} idle={(now - c.last_cmd_time) // 1000} "
+            f"flags={flags or 'N'} qbuf={c.qbuf} qbuf-free=0 obl=0 oll={oll} omem={omem} "
+            f"events={'rw' if omem else 'r'} cmd={c.last_cmd} user={c.user} "
+            f"lib-name={c.lib_name.decode(errors='replace')} "
+            f"lib-ver={c.lib_ver.decode(errors='replace')}\n")
+
+
+def _client_kill(node: Node, client: Client, argv: list[bytes]) -> bytes | None:
+    """CLIENT KILL ip:port (+OK, or an error when nobody has that address), or CLIENT
+    KILL with filters [ID id] [ADDR ip:port] [TYPE normal] [USER name] [SKIPME yes|no]
+    (how many were closed; the caller only with SKIPME no). USER is Redis 6's."""
+    if len(argv) == 3:  # the old form
+        victims = [c for c in node.clients.values() if c.addr.encode() == argv[2]]
+        if not victims:
             raise ReplyError("ERR No such client")
-        return KillClients(tuple(targets[:1]), resp.OK)
+        return _kill(node, client, victims[:1], resp.OK)
     if len(argv) % 2:
         raise ReplyError(errors.SYNTAX)
     cid: int | None = None
-    addr = user = None
+    addr: bytes | None = None
+    user: str | None = None
     skipme = True
-    for i in range(2, len(argv), 2):
-        opt, v = argv[i].lower(), argv[i + 1]
+    for j in range(2, len(argv), 2):
+        opt, val = argv[j].lower(), argv[j + 1]
         if opt == b"id":
-            cid = to_int(v)
-            if cid is None or cid <= 0:
-                raise ReplyError("ERR client-id should be greater than 0")
+            cid = parse_int(val)
         elif opt == b"addr":
-            addr = v.decode("latin-1")
+            addr = val
+        elif opt == b"type":
+            if val.lower() != b"normal":
+                raise ReplyError(f"ERR Unknown client type '{val.decode(errors='replace')}'")
         elif opt == b"user":
-            user = v.decode("utf-8", "surrogateescape")
-        elif opt == b"skipme" and v.lower() in (b"yes", b"no"):
-            skipme = v.lower() == b"yes"
+            user = val.decode("utf-8", "surrogateescape")
+        elif opt == b"skipme" and val.lower() in (b"yes", b"no"):
+            skipme = val.lower() == b"yes"
         else:
             raise ReplyError(errors.SYNTAX)
-    targets = [c for c in node.clients.values()
-               if (cid is None or c.id == cid) and (addr is None or c.addr == addr)
-               and (user is None or c.user == user) and not (skipme and c is me)]
-    return KillClients(tuple(targets), resp.integer(len(targets)))
+    victims = [c for c in node.clients.values()
+               if (cid is None or c.id == cid) and (addr is None or c.addr.encode() == addr)
+               and (user is None or c.user == user) and not (skipme and c is client)]
+    return _kill(node, client, victims, resp.integer(len(victims)))
+
+
+def _kill(node: Node, client: Client, victims: list[Client], reply: bytes) -> bytes | None:
+    """Close ``victims``; the caller among them gets ``reply`` first, and nothing of its
+    pipeline runs after it (its reply comes with the close: None here)."""
+    me = False
+    for c in victims:
+        if c is client:
+            me = True
+        else:
+            node.kill_client(c)
+    if me:
+        node.kill_client(client, reply)
+        return None
+    return reply
+
+
+def _client_reply(node: Node, client: Client, mode: bytes) -> bytes:
+    """CLIENT REPLY ON (+OK) | OFF | SKIP (no reply: the next command's neither)."""
+    was = client.noreply
+    if mode == b"on":
+        client.noreply = REPLY_ON
+    elif mode == b"off":
+        client.noreply = REPLY_OFF
+    elif mode == b"skip":
+        if was != REPLY_OFF:
+            client.noreply = REPLY_SKIP_NEXT
+    else:
+        raise ReplyError(errors.SYNTAX)
+    node.noreply_clients += (client.noreply != REPLY_ON) - (was != REPLY_ON)
+    return resp.OK if mode == b"on" else b""
 
 
 def command(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
@@ -277,7 +373,7 @@ def command(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     if sub == b"info":
         return resp.array([
             _command_info(COMMANDS[name.lower()]) if name.lower() in COMMANDS
-            else resp.null_array(client.proto) for name in argv[2:]
+            else resp.null_bulk(client.proto) for name in argv[2:]
         ])
     if sub == b"docs":  # Redis 7's form, for its clients' hints: summary, since, group
         wanted = [COMMANDS.get(n.lower()) for n in argv[2:]] if n > 2 else _unique(COMMANDS)
@@ -292,6 +388,6 @@ def _unique(table: dict[bytes, Command]) -> list[Command]:
 
 
 def _command_info(c: Command) -> bytes:
-    flags = [resp.simple(f) for f, on in (("denyoom", c.denyoom), ("admin", c.admin)) if on]
-    return resp.array([resp.bulk(c.name), resp.integer(c.arity), resp.array(flags),
+    return resp.array([resp.bulk(c.name), resp.integer(c.arity),
+                       resp.array([resp.simple(f) for f in c.flags]),
                        resp.integer(0), resp.integer(0), resp.integer(0)])

@@ -39,6 +39,9 @@ def auth(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | She
         return AuthWait(wait, tuple(argv))
     if login(node, client, name, argv[-1]):
         return resp.OK
+    if n == 2:  # Disque's form, as Disque: a wrong password logs the connection out
+        client.authed, client.allowed = node.acl.default_state
+        client.user = "default"
     return auth_failed(node, client, name,
                        errors.INVALID_PASSWORD if n == 2 else errors.WRONGPASS, now)
 
@@ -59,8 +62,9 @@ def login(node: Node, client: Client, name: str, password: bytes) -> bool:
 def auth_failed(node: Node, client: Client, name: str, error: str, now: int) -> ShellRequest:
     """The error comes after a delay that doubles with each failure on the connection
     (the shell waits without blocking anyone else; later commands of this client
-    wait too); the attempt is logged, at most one line a second. A failed AUTH leaves
-    the connection as it was (Redis 6)."""
+    wait too); the attempt is logged, at most one line a second. A failed ``AUTH user
+    pass`` or ``HELLO ... AUTH`` leaves the connection as it was (Redis 6); a failed
+    one-argument ``AUTH pass`` logged it out already (Disque)."""
     client.auth_fails += 1
     node.acl.throttle.failed(source(client.addr), now)
     delay, line = node.acl.auth_failed(name, client.addr, client.auth_fails, now)
