@@ -112,14 +112,19 @@ class Disque(Commands):
 
     def _client_for(self, addr: Address) -> redis.Redis:
         r = self._clients.get(addr)
-        if r is None:
-            r = redis.Redis(host=addr[0], port=addr[1], username=self._username,
-                            password=self._password,
-                            socket_timeout=self._socket_timeout,
-                            socket_connect_timeout=self._connect_timeout, protocol=2,
-                            retry=Retry(NoBackoff(), 0), max_connections=self._max_connections, **self._tls)
-            r.response_callbacks.pop("INFO", None)  # our parser keeps strings as strings
-            self._clients[addr] = r
+        if r is not None:
+            return r
+        with self._lock:  # threads asking for the same new node share one pool
+            return self._clients.get(addr) or self._new_client(addr)
+
+    def _new_client(self, addr: Address) -> redis.Redis:
+        r = redis.Redis(host=addr[0], port=addr[1], username=self._username,
+                        password=self._password, socket_timeout=self._socket_timeout,
+                        socket_connect_timeout=self._connect_timeout, protocol=2,
+                        retry=Retry(NoBackoff(), 0), max_connections=self._max_connections,
+                        **self._tls)
+        r.response_callbacks.pop("INFO", None)  # our parser keeps strings as strings
+        self._clients[addr] = r
         return r
 
     def _try(self, addr: Address) -> tuple[redis.Redis, Hello] | None:
