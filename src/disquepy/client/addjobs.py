@@ -64,9 +64,13 @@ class _Encoder:
         self.tail = [bulk(text(a)) for a in tail]
 
     def command(self, queue: str | bytes, body: bytes | str, key: str | bytes | None) -> bytes:
+        return self.encoded(bulk(queue), body, key)
+
+    def encoded(self, queue: bytes, body: bytes | str, key: str | bytes | None) -> bytes:
+        """:meth:`command` with the queue's bulk string already encoded."""
         if key is None:
-            return array([_ADDJOB, bulk(queue), bulk(body), *self.tail])
-        return array([_ADDJOB, bulk(queue), bulk(body), *self.tail, _IDEMPOTENT, bulk(key)])
+            return array([_ADDJOB, queue, bulk(body), *self.tail])
+        return array([_ADDJOB, queue, bulk(body), *self.tail, _IDEMPOTENT, bulk(key)])
 
 
 def encode(queue: str, body: bytes | str, timeout_ms: int, replicate: int | None,
@@ -89,13 +93,24 @@ def commands(jobs: Iterable[Any], queue: str | None, idempotent: Sequence[Any] |
         raise TypeError(f"add_jobs() got an unexpected option {sorted(bad)[0]!r}")
     base = {**_DEFAULTS, **options}
     shared = _Encoder(base)
+    if queue is not None:  # one queue, the same options: the common batch, kept lean
+        bodies = list(jobs)
+        if idempotent is None:
+            keys: list[Any] = [base["idempotent"]] * len(bodies)
+        else:
+            keys = list(idempotent)
+            if len(keys) != len(bodies):
+                raise ValueError(f"add_jobs(): {'fewer' if len(keys) < len(bodies) else 'more'}"
+                                 " idempotency keys than jobs")
+        qbulk = bulk(queue)
+        one = shared.encoded
+        return ([one(qbulk, body, key) for body, key in zip(bodies, keys, strict=True)],
+                bool(bodies) and None not in keys)
     out: list[bytes] = []
     keyed = True
-    keys = iter(idempotent) if idempotent is not None else None
+    keyiter = iter(idempotent) if idempotent is not None else None
     for job in jobs:
-        if queue is not None:
-            q, body, own = queue, job, None
-        elif isinstance(job, tuple | list) and len(job) in (2, 3):
+        if isinstance(job, tuple | list) and len(job) in (2, 3):
             q, body, own = job[0], job[1], (job[2] if len(job) == 3 else None)
         else:
             raise TypeError("add_jobs(jobs): each job is (queue, body) or (queue, body, "
@@ -110,14 +125,14 @@ def commands(jobs: Iterable[Any], queue: str | None, idempotent: Sequence[Any] |
             mine = {**base, **own}
             enc = _Encoder(mine)
             key = mine["idempotent"]
-        if keys is not None:
+        if keyiter is not None:
             try:
-                key = next(keys)
+                key = next(keyiter)
             except StopIteration:
                 raise ValueError("add_jobs(): fewer idempotency keys than jobs") from None
         keyed = keyed and key is not None
         out.append(enc.command(q, body, key))
-    if keys is not None and next(keys, None) is not None:
+    if keyiter is not None and next(keyiter, None) is not None:
         raise ValueError("add_jobs(): more idempotency keys than jobs")
     return out, keyed and bool(out)
 
@@ -139,7 +154,8 @@ def plan(cmds: list[bytes], sticky: bool, follow: bool = True,
             if answered is not None:
                 replies, answered = answered, None
             else:
-                replies = yield Send([cmds[i] for i in idx], sticky)
+                replies = yield Send(cmds if len(idx) == len(cmds) else [cmds[i] for i in idx],
+                                     sticky)
             for i, r in zip(idx, replies, strict=True):
                 if type(r) is bytes:
                     results[i] = r.decode("ascii", "replace")
