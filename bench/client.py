@@ -20,9 +20,11 @@ end) and measures, in the same run:
              alternate raw/worker, each side's rate is its jobs over its summed time
 
     stages   the batched hot path, stage by stage, client CPU per job (this thread's
-             CPU time; in process, one connection): encoding an ADDJOB
-             (client/batch.py), add_jobs (1000 a call) against add_job per job and a
-             redis-py pipeline of 1000 ADDJOBs, and the worker's fetch/ack round
+             CPU time; in process, one connection): encoding an ADDJOB as add_jobs
+             does (client/addjobs.py), add_jobs (1000 a call) against add_job per job
+             and a redis-py pipeline of 1000 ADDJOBs, AsyncDisque.add_job from 16
+             coroutines (their ADDJOBs share writes: client/batch.py's Wire, what
+             disque-web's POST /jobs uses), and the worker's fetch/ack round
              (GETJOB NOHANG COUNT 64 with the last batch's ACKJOB in one write) through
              the client's pipeline against a redis-py pipeline; then the worker process
              itself: its CPU per job in the pool run above
@@ -166,7 +168,9 @@ def layer_cost(n: int = 100000) -> dict:
 
 def stages(node: Server, n: int) -> list[tuple[str, float, float]]:
     """(stage, client CPU us per job, jobs/s) of the batched hot path (see the doc)."""
-    from disquepy.client.batch import encode_many
+    import asyncio
+
+    from disquepy.client import AsyncDisque, addjobs
 
     raw = node.client()
     c = Disque([f"127.0.0.1:{node.port}"])
@@ -180,11 +184,11 @@ def stages(node: Server, n: int) -> list[tuple[str, float, float]]:
         out.append((name, (time.thread_time() - c0) / jobs * 1e6,
                     jobs / (time.perf_counter() - t0)))
 
-    cmds = [["ADDJOB", "sq", BODY, 0]] * 1000
     t0 = time.thread_time()
     for _ in range(n // 1000):
-        encode_many(cmds)
-    out.append(("encode ADDJOB (client/batch.py)", (time.thread_time() - t0) / n * 1e6, 0.0))
+        addjobs.commands([BODY] * 1000, "sq", None, {})
+    out.append(("encode ADDJOB (client/addjobs.py)", (time.thread_time() - t0) / n * 1e6,
+                0.0))
     timed("add_jobs, 1000 a call", lambda: [c.add_jobs("sq", [BODY] * 1000)
                                              for _ in range(n // 1000)], n)
 
@@ -198,6 +202,16 @@ def stages(node: Server, n: int) -> list[tuple[str, float, float]]:
     timed("redis-py pipeline, 1000 ADDJOBs", rp_addjobs, n)
     timed("add_job, one a call", lambda: [c.add_job("sq", BODY) for _ in range(n // 10)],
           n // 10)
+
+    async def coroutines(k: int, each: int) -> None:
+        async with AsyncDisque(f"127.0.0.1:{node.port}") as a:
+            async def one() -> None:
+                for _ in range(each):
+                    await a.add_job("sq", BODY)
+            await asyncio.gather(*[one() for _ in range(k)])
+
+    timed("AsyncDisque.add_job, 16 coroutines", lambda: asyncio.run(
+        coroutines(16, n // 10 // 16)), n // 10 // 16 * 16)
 
     def fetch_ack(pipe) -> None:
         ids: list = []

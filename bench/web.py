@@ -27,6 +27,12 @@ Starts its own node (bench/servers.py) and a ``disque-web`` in front of it, then
     .venv/bin/python bench/web.py --quick                # smoke run
     .venv/bin/python bench/web.py --only post --conc 8 --seconds 5
     .venv/bin/python bench/web.py --only post --web-workers 1 --http http.client
+    .venv/bin/python bench/web.py --only post --against /tmp/old/src   # A/B, same turns
+
+``--against SRC`` starts a second disque-web from another tree's package (``git archive``
+of a commit, its ``src``) in front of the same node and takes turns with it (this tree,
+that one, add_job, ...): the rows ``post_jobs_per_s``, ``ratio`` and ``cpu_us_per_job``
+of both, measured in the same minutes.
 
 disque-web runs with ``--workers 2`` (one per core of this 2-core machine) unless
 ``--web-workers`` says otherwise.
@@ -59,14 +65,15 @@ JOB = {"payload": {"to": "ann@example.net", "template": "welcome"}, "queue": "be
        "priority": "high"}
 
 
-def start_web(node_port: int, workdir: Path, workers: int = 1) -> tuple[subprocess.Popen, int]:
+def start_web(node_port: int, workdir: Path, workers: int = 1,
+              src: Path = ROOT / "src") -> tuple[subprocess.Popen, int]:
     port = free_port()
-    log = open(workdir / "web.log", "wb")  # noqa: SIM115 - lives as long as the process
+    log = open(workdir / "web.log", "ab")  # noqa: SIM115 - lives as long as the process
     p = subprocess.Popen([sys.executable, "-m", "disquepy.web", "--nodes",
                           f"127.0.0.1:{node_port}", "--port", str(port),
                           "--workers", str(workers),
                           "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+                         env=dict(os.environ, PYTHONPATH=str(src)))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if p.poll() is not None:
@@ -180,36 +187,44 @@ def proc_cpu(pid: int) -> float:
     return total
 
 
-def bench_post(node: Server, web_pid: int, web_port: int, conc: int, seconds: float,
-               rounds: int, http: str) -> dict:
-    web, cli = [], []
-    web_op = (lambda: raw_http_op(web_port)) if http == "raw" else (lambda: http_op(web_port))
-    run_threads(conc, 1.0, web_op)  # warm-up: first requests, pools
-    cpu = {"web": 0.0, "node_post": 0.0, "loadgen_post": 0.0, "node_add": 0.0,
-           "loadgen_add": 0.0}
-    n_post = n_add = 0.0
+def bench_post(node: Server, webs: list[tuple[int, int]], conc: int, seconds: float,
+               rounds: int, http: str) -> list[dict]:
+    """POST /jobs on each disque-web of ``webs`` (pid, port), then add_job, in turns:
+    one result per disque-web (its rate against add_job's of the same rounds)."""
+    make = raw_http_op if http == "raw" else http_op
+    ops = [(pid, (lambda p=port: make(p))) for pid, port in webs]
+    for _, op in ops:
+        run_threads(conc, 1.0, op)  # warm-up: first requests, pools
+    rates: list[list[float]] = [[] for _ in webs]
+    cli: list[float] = []
+    cpu = [{"web": 0.0, "node_post": 0.0, "loadgen_post": 0.0} for _ in webs]
+    add = {"node_add": 0.0, "loadgen_add": 0.0}
     for _ in range(rounds):
-        node.flush()
-        w0, n0, g0 = proc_cpu(web_pid), node.cpu(), time.process_time()
-        web.append(run_threads(conc, seconds, web_op))
-        w1, n1, g1 = proc_cpu(web_pid), node.cpu(), time.process_time()
+        for k, (pid, op) in enumerate(ops):
+            node.flush()
+            w0, n0, g0 = proc_cpu(pid), node.cpu(), time.process_time()
+            rates[k].append(run_threads(conc, seconds, op))
+            cpu[k]["web"] += proc_cpu(pid) - w0
+            cpu[k]["node_post"] += node.cpu() - n0
+            cpu[k]["loadgen_post"] += time.process_time() - g0
         node.flush()
         n1, g1 = node.cpu(), time.process_time()
         cli.append(run_threads(conc, seconds, lambda: client_op(node.port)))
-        n2, g2 = node.cpu(), time.process_time()
-        n_post += web[-1] * seconds
-        n_add += cli[-1] * seconds
-        cpu["web"] += w1 - w0
-        cpu["node_post"] += n1 - n0
-        cpu["loadgen_post"] += g1 - g0
-        cpu["node_add"] += n2 - n1
-        cpu["loadgen_add"] += g2 - g1
-    w, c = statistics.median(web), statistics.median(cli)
-    per = {k: round(v / (n_post if k != "node_add" and k != "loadgen_add" else n_add) * 1e6)
-           for k, v in cpu.items()}
-    return {"post_jobs_per_s": round(w), "add_job_per_s": round(c), "ratio": round(w / c, 2),
-            "http": http, "cpu_us_per_job": per,
-            "rounds": {"post": [round(x) for x in web], "add_job": [round(x) for x in cli]}}
+        add["node_add"] += node.cpu() - n1
+        add["loadgen_add"] += time.process_time() - g1
+    c = statistics.median(cli)
+    n_add = sum(cli) * seconds
+    out = []
+    for k in range(len(webs)):
+        w = statistics.median(rates[k])
+        n_post = sum(rates[k]) * seconds
+        per = {key: round(v / n_post * 1e6) for key, v in cpu[k].items()}
+        per.update({key: round(v / n_add * 1e6) for key, v in add.items()})
+        out.append({"post_jobs_per_s": round(w), "add_job_per_s": round(c),
+                    "ratio": round(w / c, 2), "http": http, "cpu_us_per_job": per,
+                    "rounds": {"post": [round(x) for x in rates[k]],
+                               "add_job": [round(x) for x in cli]}})
+    return out
 
 
 def bench_render(node: Server, web_port: int, jobs: int, loads: int) -> dict:
@@ -308,6 +323,9 @@ def main() -> int:
                     help="the load generator's HTTP client (raw: as cheap as add_job's)")
     ap.add_argument("--web-workers", type=int, default=2,
                     help="disque-web --workers (uvicorn worker processes; one per core)")
+    ap.add_argument("--against", type=Path, metavar="SRC",
+                    help="post: also a disque-web from this package tree (another "
+                         "commit's src), in the same turns")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 s, 1 round, 20k jobs")
     a = ap.parse_args()
     if a.quick:
@@ -315,16 +333,23 @@ def main() -> int:
     ok = True
     work = Path(tempfile.mkdtemp(prefix="disquepy-bench-web-"))
     node = Server("ours", "disquepy", work / "node", []).start()
-    web = None
+    web = other = None
     try:
         web, web_port = start_web(node.port, work, a.web_workers)
+        webs = [(web.pid, web_port)]
+        if a.against and "post" in a.only:
+            other, other_port = start_web(node.port, work, a.web_workers,
+                                          a.against.resolve())
+            webs.append((other.pid, other_port))
         result: dict = {}
         # the figures depend on what else the machine runs: printed with them
         print("load average at start:", loadavg(), flush=True)
         if "post" in a.only:
-            result["post"] = bench_post(node, web.pid, web_port, a.conc, a.seconds,
-                                        a.rounds, a.http)
+            posts = bench_post(node, webs, a.conc, a.seconds, a.rounds, a.http)
+            result["post"] = posts[0]
             print("post  ", json.dumps(result["post"]), flush=True)
+            if a.against:
+                print(f"post   {a.against}:", json.dumps(posts[1]), flush=True)
             ok &= verdict(f"POST /jobs at {result['post']['ratio']}x add_job with {a.conc} "
                           "threads each (target >= 0.5x)", result["post"]["ratio"] >= 0.5)
         if "render" in a.only:
@@ -346,9 +371,10 @@ def main() -> int:
         print("load average at end:", loadavg(), flush=True)
         return 0 if ok else 1
     finally:
-        if web is not None:
-            web.terminate()
-            web.wait(10)
+        for p in (web, other):
+            if p is not None:
+                p.terminate()
+                p.wait(10)
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -111,3 +111,62 @@ def test_async_add_jobs(server):
     ids = asyncio.run(asyncio.wait_for(main(), 60))
     with Disque(f"127.0.0.1:{server.port}") as c:
         assert c.show(ids[0])["retry"] == 5
+
+
+def test_a_batch_bound_to_a_node_never_moves(server_factory):
+    """node=: the batch goes to that node whatever node the client uses; a lost node is
+    an error (no failover to another node, whose keys would not know the jobs)."""
+    a, b = server_factory(), server_factory()
+    c = Disque([f"127.0.0.1:{a.port}"])
+    try:
+        assert c.node == f"127.0.0.1:{a.port}"
+        bound = f"127.0.0.1:{b.port}"
+        ids = c.add_jobs("q", [b"x", b"y"], idempotent=["k1", "k2"], node=bound)
+        assert c.add_jobs("q", [b"x"], idempotent=["k1"], node=bound) == ids[:1]
+        with Disque(bound) as on_b, Disque(f"127.0.0.1:{a.port}") as on_a:
+            assert on_b.qlen("q") == 2 and on_a.qlen("q") == 0
+        b.kill()
+        with pytest.raises(redis.ConnectionError):
+            c.add_jobs("q", [b"w"], node=bound)
+        assert c.node == f"127.0.0.1:{a.port}" and c.qlen("q") == 0
+    finally:
+        c.close()
+
+
+def test_error_replies_read_the_same_both_ways():
+    """An error reply read by the asyncio wire (errors.reply_error) is the same class,
+    code and text as the one redis-py reads (errors.convert_error): -TRYAGAIN included,
+    which redis-py raises as a class of its own with the code cut off."""
+    from redis._parsers.base import BaseParser
+
+    from disquepy.client import TryAgainError
+    from disquepy.client.errors import convert_error, reply_error
+
+    for msg in ["ERR unknown command 'X'", "TRYAGAIN job being replicated",
+                "PAUSED Queue paused in input", "NOPERM this user has no permissions",
+                "LEAVING node is leaving", "NOREPL Not enough reachable nodes",
+                "BADID Invalid Job ID format.", "MAXLEN queue full", "ERR", "WEIRD x"]:
+        via_redis, via_wire = convert_error(BaseParser.parse_error(msg)), reply_error(msg)
+        assert (type(via_redis), via_redis.code, str(via_redis)) == (
+            type(via_wire), via_wire.code, str(via_wire)), msg
+    assert isinstance(reply_error("TRYAGAIN x"), TryAgainError)
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_the_plan_sends_leaving_jobs_again_only_when_following_the_cluster(follow):
+    from disquepy.client import LeavingError
+    from disquepy.client.addjobs import Send, plan
+
+    p = plan([b"cmd-a", b"cmd-b"], sticky=True, follow=follow)
+    first = next(p)
+    assert first == Send([b"cmd-a", b"cmd-b"], True)
+    leaving = LeavingError("LEAVING node is leaving", "LEAVING")
+    try:
+        again = p.send([b"D-1", leaving])
+    except StopIteration as done:
+        assert not follow and done.value == ["D-1", leaving]
+    else:
+        assert follow and again == Send([b"cmd-b"], True)
+        with pytest.raises(StopIteration) as done:
+            p.send([b"D-2"])
+        assert done.value.value == ["D-1", "D-2"]

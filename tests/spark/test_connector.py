@@ -86,7 +86,7 @@ def test_options_are_case_insensitive_and_validated(single):
                           "Replicate": "1", "RETRY": "30", "Async": "TRUE"})
     spec = _AddJobSpec.from_options(opts, schema)
     assert (spec.queue_column, spec.body_column, spec.key_column) == ("Q", "Body", "K")
-    assert spec.extra == ("REPLICATE", 1, "RETRY", 30, "ASYNC")
+    assert spec.options == {"replicate": 1, "retry": 30, "async_": True}
     assert [n.id for n in discover(opts)] == single.ids
     with pytest.raises(ValueError, match="queue"):
         _AddJobSpec.from_options({}, schema)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aredis
@@ -14,9 +14,9 @@ from redis.backoff import NoBackoff
 
 from . import addjobs
 from ._commands import Commands
-from .addpipe import AddPipe
-from .args import addjob_args, jscan_args, qscan_args
-from .batch import async_round_trip, encode_many
+from .addjobs import TRYAGAIN_LIMIT, TRYAGAIN_SLEEP
+from .args import jscan_args, qscan_args
+from .batch import Wire, encode_many
 from .errors import (
     FAILOVER_CODES,
     LeavingError,
@@ -38,8 +38,8 @@ from .nodes import (
     parse_nodes,
     tls_options,
 )
-from .replies import parse_id, parse_jobs, parse_show
-from .sync import TRYAGAIN_LIMIT, add_jobs_form
+from .replies import parse_jobs, parse_show
+from .sync import add_jobs_form
 
 log = logging.getLogger("disquepy.client")
 
@@ -83,7 +83,7 @@ class AsyncDisque(Commands):
         self._my_id: str | None = None
         self._pending_move: Address | None = None
         self.moves = 0
-        self._pipes: dict[Address, AddPipe] = {}  # add_job_pipelined's, per node
+        self._wires: dict[Address, Wire] = {}  # batches and ADDJOBs, per node
 
     # ------------------------------------------------------------------ connections
 
@@ -197,9 +197,9 @@ class AsyncDisque(Commands):
             await r.aclose()
             await r.connection_pool.disconnect()
         self._clients.clear()
-        for pipe in self._pipes.values():
-            await pipe.close()
-        self._pipes.clear()
+        for wire in self._wires.values():
+            await wire.close()
+        self._wires.clear()
         self._r = None
 
     async def __aenter__(self) -> AsyncDisque:
@@ -210,7 +210,7 @@ class AsyncDisque(Commands):
 
     # ------------------------------------------------------------------ running commands
 
-    async def _run(self, args: list, parser: Any) -> Any:
+    async def _run(self, args: list[Any], parser: Any) -> Any:
         r = self._r
         if r is None or self._pending_move is not None:
             r = await self._prepare()
@@ -220,7 +220,7 @@ class AsyncDisque(Commands):
             return await self._recover(args, parser, e, r)
         return reply if parser is None else parser(reply)
 
-    async def _recover(self, args: list, parser: Any, exc: BaseException,
+    async def _recover(self, args: list[Any], parser: Any, exc: BaseException,
                        r: aredis.Redis) -> Any:
         sticky = "IDEMPOTENT" in args or "TOKEN" in args
         tries = 0
@@ -231,7 +231,7 @@ class AsyncDisque(Commands):
             if isinstance(exc, rexc.ResponseError):
                 err = convert_error(exc)
                 if isinstance(err, TryAgainError) and tries < TRYAGAIN_LIMIT:
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(TRYAGAIN_SLEEP)
                 elif err.code in FAILOVER_CODES and tries < limit:
                     r = await self._failover(r, leaving=True, sticky=False)
                 else:
@@ -269,7 +269,7 @@ class AsyncDisque(Commands):
                         await client.connection_pool.disconnect()
             return await self._connect_locked()
 
-    def _parse_jobs(self, reply: Any) -> list:
+    def _parse_jobs(self, reply: Any) -> list[Any]:
         jobs = parse_jobs(reply, self._decode_bodies)
         if self._affinity is not None and jobs:
             target = self._affinity.observe(jobs, self._my_id[:8] if self._my_id else None)
@@ -286,46 +286,35 @@ class AsyncDisque(Commands):
         self.topology.update(hello)
         return hello
 
-    # ------------------------------------------------------------------ pipelined ADDJOB
+    # ------------------------------------------------------------------ ADDJOB, batched
 
-    async def add_job_pipelined(self, queue: str, body: bytes | str, timeout_ms: int = 0, *,
-                                replicate: int | None = None, delay: int | None = None,
-                                retry: int | None = None, ttl: int | None = None,
-                                maxlen: int | None = None, async_: bool = False,
-                                idempotent: str | bytes | None = None) -> str:
-        """:meth:`add_job`, pipelined with the other ``add_job_pipelined`` calls: for a
-        server answering many producers at once, as disque-web's ``POST /jobs``.
+    # the ignore below: Commands' methods are typed as the sync client's; this is awaited
+    async def add_job(self, queue: str, body: bytes | str,  # type: ignore[override]
+                      timeout_ms: int = 0, *,
+                      replicate: int | None = None, delay: int | None = None,
+                      retry: int | None = None, ttl: int | None = None,
+                      maxlen: int | None = None, async_: bool = False,
+                      idempotent: str | bytes | None = None) -> str:
+        """ADDJOB, as :meth:`disquepy.client.Disque.add_job`; returns the job ID.
 
-        The ADDJOBs of one event-loop iteration are written together on a connection to
-        the node in use, without waiting for the replies to earlier ones, which one
-        reader takes in order (:class:`~disquepy.client.addpipe.AddPipe`); a connection
-        whose oldest command waits (a synchronous ADDJOB holds the ones behind it until
-        its copies exist) gets company, up to ``AddPipe.MAX_CONNS``. An error reply or
-        a lost connection is handled for that job alone as :meth:`add_job` handles it
-        (TRYAGAIN waits, failover, a retry on the same node first for an
-        ``idempotent`` add)."""
-        args = addjob_args(queue, body, timeout_ms, replicate, delay, retry, ttl, maxlen,
-                           async_, idempotent)
-        r = self._r
-        if r is None or self._pending_move is not None:
-            r = await self._prepare()
-        addr = self._addr
-        assert addr is not None  # set with self._r
-        pipe = self._pipes.get(addr)
-        if pipe is None:
-            pool = r.connection_pool
-            # connections of their own, without a timeout per read: the pipe has one
-            kw = dict(pool.connection_kwargs, socket_timeout=None)
-            pipe = self._pipes[addr] = AddPipe(
-                type(pool)(connection_class=pool.connection_class,
-                           max_connections=AddPipe.MAX_CONNS, **kw),
-                self._socket_timeout)
-        try:
-            reply = await pipe.call(args)
-        except (rexc.ResponseError, *_NET_ERRORS) as e:
-            jid: str = await self._recover(args, parse_id, e, r)  # parse_id: a str
-            return jid
-        return parse_id(reply)
+        Sent the way :meth:`add_jobs` sends a batch (:class:`~disquepy.client.batch.
+        Wire`): the ADDJOBs of the coroutines calling this during one event-loop
+        iteration (a server answering many producers at once, as disque-web's
+        ``POST /jobs``) go out in one write, each getting its own reply. The same rules
+        as :meth:`add_jobs` for one job: ``-TRYAGAIN`` sent again 50 ms later, failover
+        on ``-LEAVING`` and connection errors (to the same node first for an
+        ``idempotent`` add); an error the node answers for the job is raised."""
+        cmd = addjobs.encode(queue, body, timeout_ms, replicate, delay, retry, ttl, maxlen,
+                             async_, idempotent)
+        sticky = idempotent is not None
+        reply = (await self._send(cmd, 1, sticky))[0]
+        if type(reply) is bytes:  # the job ID: most adds end here
+            return reply.decode("ascii")
+        # an error: what add_jobs does with it (TRYAGAIN sent again...)
+        result = (await self._add(addjobs.plan([cmd], sticky, answered=[reply]), None))[0]
+        if isinstance(result, ResponseError):
+            raise result
+        return result
 
     # ------------------------------------------------------------------ multi-step commands
 
@@ -396,55 +385,92 @@ class AsyncDisque(Commands):
     async def add_jobs(self, jobs: Iterable[Any],
                        bodies: Iterable[bytes | str] | None = None, *,
                        idempotent: Sequence[str | bytes | None] | None = None,
+                       node: NodeSpec | None = None,
                        **options: Any) -> list[str | ResponseError]:
         """Many ADDJOBs in one round trip (per 1000 jobs), as
         :meth:`disquepy.client.Disque.add_jobs`: ``await c.add_jobs("q", bodies)`` or
         ``await c.add_jobs([(queue, body[, options]), ...])``; one result per job, its
-        ID or the error the node answered for it (an instance, not raised)."""
+        ID or the error the node answered for it (an instance, not raised); ``node``
+        binds the batch to one node (no failover). Batches of concurrent callers share
+        writes, as :meth:`add_job`'s do."""
         queue, items = add_jobs_form(jobs, bodies)
         cmds, sticky = addjobs.commands(items, queue, idempotent, options)
-        plan = addjobs.plan(cmds, sticky)
+        return await self._add(addjobs.plan(cmds, sticky, follow=node is None),
+                               None if node is None else parse_address(node))
+
+    async def _add(self, plan: Generator[addjobs.Send | addjobs.Sleep, Any,
+                                         list[addjobs.Result]],
+                   node: Address | None) -> list[addjobs.Result]:
+        """Run an :mod:`~disquepy.client.addjobs` plan: its batches through
+        :meth:`_send` (or on ``node`` alone), its sleeps."""
         value: Any = None
         while True:
             try:
                 step = plan.send(value)
             except StopIteration as done:
-                return done.value
+                results: list[addjobs.Result] = done.value
+                return results
             if isinstance(step, addjobs.Sleep):
                 await asyncio.sleep(step.seconds)
                 value = None
+                continue
+            cmds = step.commands
+            payload = cmds[0] if len(cmds) == 1 else b"".join(cmds)
+            if node is None:
+                value = await self._send(payload, len(cmds), step.sticky)
             else:
-                value = await self._execute_batch([(c, None) for c in step.commands],
-                                                  sticky=step.sticky)
+                value = await self._wire(node, self._client_for(node)).call(payload,
+                                                                             len(cmds))
 
-    async def _execute_batch(self, queued: list[tuple[list, Any]],
-                             sticky: bool = False) -> list:
+    def _wire(self, addr: Address, r: aredis.Redis) -> Wire:
+        wire = self._wires.get(addr)
+        if wire is None:
+            pool = r.connection_pool
+            # connections of their own (a lane keeps its connection; the client's pool
+            # may be emptied on failover), without redis-py's timeout per read: the
+            # wire has one
+            kw = dict(pool.connection_kwargs, socket_timeout=None)
+            wire = self._wires[addr] = Wire(
+                type(pool)(connection_class=pool.connection_class,
+                           max_connections=Wire.MAX_LANES, **kw),
+                self._socket_timeout)
+        return wire
+
+    async def _execute_batch(self, queued: list[tuple[list[Any], Any]]) -> list[Any]:
         """:meth:`disquepy.client.Disque._execute_batch`, awaited."""
-        payload = encode_many([args for args, _ in queued])
-        limit = 2 * len(self.topology.candidates(False)) + 2
-        for tries in range(limit + 1):
-            r = await self._prepare()
+        replies = await self._send(encode_many([args for args, _ in queued]), len(queued))
+        return [rep if parser is None or isinstance(rep, Exception) else parser(rep)
+                for (_, parser), rep in zip(queued, replies, strict=True)]
+
+    async def _send(self, payload: bytes, n: int, sticky: bool = False) -> list[Any]:
+        """:meth:`disquepy.client.Disque._send` on the node's :class:`~disquepy.client.
+        batch.Wire`: the batches of concurrent callers share writes."""
+        limit = tries = 0
+        while True:
+            r = self._r
+            if r is None or self._pending_move is not None:
+                r = await self._prepare()
+            addr = self._addr
+            assert addr is not None  # set with self._r
             try:
-                replies = await async_round_trip(r.connection_pool, payload, len(queued))
+                replies = await self._wire(addr, r).call(payload, n)
+            except rexc.AuthenticationError:
+                raise
             except _NET_ERRORS as e:
+                if not tries:  # how many tries: only worked out when one failed
+                    limit = 2 * len(self.topology.candidates(False)) + 2
                 if tries >= limit:
                     raise NoNodesError(f"pipeline failed on every node: {e}") from e
                 log.warning("disque node %s failed (%s); failing over",
-                            fmt_addr(self._addr) if self._addr else "?", e)
+                            fmt_addr(addr), e)
                 await self._failover(r, leaving=False, sticky=sticky and tries == 0)
+                tries += 1
                 continue
-            out = []
-            leaving = False
-            for (_, parser), rep in zip(queued, replies, strict=True):
-                if isinstance(rep, Exception):
-                    leaving = leaving or isinstance(rep, LeavingError)
-                elif parser is not None:
-                    rep = parser(rep)
-                out.append(rep)
-            if leaving:
-                await self._failover(r, leaving=True, sticky=False)
-            return out
-        raise NoNodesError("pipeline failed")  # pragma: no cover
+            for rep in replies:
+                if type(rep) is LeavingError:
+                    await self._failover(r, leaving=True, sticky=False)
+                    break
+            return replies
 
 
 class AsyncPipeline(Commands):
@@ -454,13 +480,13 @@ class AsyncPipeline(Commands):
     def __init__(self, client: AsyncDisque) -> None:
         self._client = client
         self._decode_bodies = client._decode_bodies
-        self._queued: list[tuple[list, Any]] = []
+        self._queued: list[tuple[list[Any], Any]] = []
 
-    def _run(self, args: list, parser: Any) -> AsyncPipeline:
+    def _run(self, args: list[Any], parser: Any) -> AsyncPipeline:
         self._queued.append((args, parser))
         return self
 
-    def _parse_jobs(self, reply: Any) -> list:
+    def _parse_jobs(self, reply: Any) -> list[Any]:
         return parse_jobs(reply, self._decode_bodies)
 
     def _parse_hello(self, reply: Any) -> Hello:
@@ -475,7 +501,7 @@ class AsyncPipeline(Commands):
     async def __aexit__(self, *exc: object) -> None:
         self._queued.clear()
 
-    async def execute(self) -> list:
+    async def execute(self) -> list[Any]:
         """Send the queued commands; their replies in order (errors as instances)."""
         queued, self._queued = self._queued, []
         if not queued:

@@ -84,17 +84,41 @@ _CODE_CLASSES: dict[str, type[ResponseError]] = {
 }
 
 
+#: redis-py raises a class of its own for these codes, their code cut off the message
+_REDIS_CLASSES: tuple[tuple[type[Exception], str], ...] = (
+    (rexc.TryAgainError, "TRYAGAIN"),
+    (rexc.NoPermissionError, "NOPERM"),
+    (rexc.BusyLoadingError, "LOADING"),
+    (rexc.ReadOnlyError, "READONLY"),
+    (rexc.ExecAbortError, "EXECABORT"),
+)
+_CUT = frozenset({"ERR", *(code for _, code in _REDIS_CLASSES)})
+
+
+def _error(code: str, message: str) -> ResponseError:
+    return _CODE_CLASSES.get(code, ResponseError)(message, code)
+
+
 def convert_error(e: rexc.ResponseError) -> ResponseError:
     """A redis-py ``ResponseError`` as the matching :class:`ResponseError` subclass."""
     if isinstance(e, ResponseError):
         return e
     msg = str(e)
-    word = msg.split(" ", 1)[0]
-    code = word if word in ERROR_CODES else "ERR"  # redis-py strips a leading "ERR "
-    if isinstance(e, rexc.NoPermissionError):  # ... and "NOPERM "
-        code = "NOPERM"
-    cls = _CODE_CLASSES.get(code, ResponseError)
-    err = cls(msg, code)
+    code = next((c for cls, c in _REDIS_CLASSES if isinstance(e, cls)), None)
+    if code is None:
+        word = msg.split(" ", 1)[0]
+        code = word if word in ERROR_CODES else "ERR"  # redis-py strips a leading "ERR "
+    err = _error(code, msg)
     err.__cause__ = e
     return err
 
+
+def reply_error(message: str) -> ResponseError:
+    """An error reply read off the wire (``"PAUSED Queue paused in input"``, without the
+    ``-``) as the matching :class:`ResponseError`, with the text redis-py would show
+    for it (``ERR``, and the codes redis-py has a class for, cut off), so an error
+    reads the same whichever way its command went."""
+    word = message.split(" ", 1)[0]
+    if word in _CUT:
+        return _error(word, message[len(word) + 1:])
+    return _error(word if word in ERROR_CODES else "ERR", message)

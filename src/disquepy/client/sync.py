@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import redis
@@ -15,6 +15,7 @@ from redis.retry import Retry
 
 from . import addjobs
 from ._commands import Commands
+from .addjobs import TRYAGAIN_LIMIT, TRYAGAIN_SLEEP
 from .args import jscan_args, qscan_args
 from .batch import encode_many, round_trip
 from .errors import (
@@ -43,7 +44,6 @@ from .replies import parse_jobs, parse_show
 log = logging.getLogger("disquepy.client")
 
 _NET_ERRORS = (rexc.ConnectionError, rexc.TimeoutError)
-TRYAGAIN_LIMIT = 100  # -TRYAGAIN retries (50 ms apart) before giving up
 
 
 class Disque(Commands):
@@ -112,14 +112,19 @@ class Disque(Commands):
 
     def _client_for(self, addr: Address) -> redis.Redis:
         r = self._clients.get(addr)
-        if r is None:
-            r = redis.Redis(host=addr[0], port=addr[1], username=self._username,
-                            password=self._password,
-                            socket_timeout=self._socket_timeout,
-                            socket_connect_timeout=self._connect_timeout, protocol=2,
-                            retry=Retry(NoBackoff(), 0), max_connections=self._max_connections, **self._tls)
-            r.response_callbacks.pop("INFO", None)  # our parser keeps strings as strings
-            self._clients[addr] = r
+        if r is not None:
+            return r
+        with self._lock:  # threads asking for the same new node share one pool
+            return self._clients.get(addr) or self._new_client(addr)
+
+    def _new_client(self, addr: Address) -> redis.Redis:
+        r = redis.Redis(host=addr[0], port=addr[1], username=self._username,
+                        password=self._password, socket_timeout=self._socket_timeout,
+                        socket_connect_timeout=self._connect_timeout, protocol=2,
+                        retry=Retry(NoBackoff(), 0), max_connections=self._max_connections,
+                        **self._tls)
+        r.response_callbacks.pop("INFO", None)  # our parser keeps strings as strings
+        self._clients[addr] = r
         return r
 
     def _try(self, addr: Address) -> tuple[redis.Redis, Hello] | None:
@@ -202,12 +207,14 @@ class Disque(Commands):
     def node(self) -> str:
         """``"host:port"`` of the node the client uses now."""
         self._ensure()
+        assert self._addr is not None  # set by _ensure
         return fmt_addr(self._addr)
 
     @property
     def node_id(self) -> str:
         """The ID of the node the client uses now."""
         self._ensure()
+        assert self._my_id is not None  # set by _ensure
         return self._my_id
 
     def close(self) -> None:
@@ -227,7 +234,7 @@ class Disque(Commands):
 
     # ------------------------------------------------------------------ running commands
 
-    def _run(self, args: list, parser: Any) -> Any:
+    def _run(self, args: list[Any], parser: Any) -> Any:
         r = self._r
         if r is None or self._pending_move is not None:
             r = self._prepare()
@@ -237,7 +244,7 @@ class Disque(Commands):
             return self._recover(args, parser, e, r)
         return reply if parser is None else parser(reply)
 
-    def _recover(self, args: list, parser: Any, exc: Exception, r: redis.Redis) -> Any:
+    def _recover(self, args: list[Any], parser: Any, exc: Exception, r: redis.Redis) -> Any:
         """Error path of ``_run``: -TRYAGAIN waits, -LEAVING and connection errors fail over."""
         sticky = "IDEMPOTENT" in args or "TOKEN" in args
         tries = 0
@@ -248,7 +255,7 @@ class Disque(Commands):
             if isinstance(exc, rexc.ResponseError):
                 err = convert_error(exc)
                 if isinstance(err, TryAgainError) and tries < TRYAGAIN_LIMIT:
-                    time.sleep(0.05)
+                    time.sleep(TRYAGAIN_SLEEP)
                 elif err.code in FAILOVER_CODES and tries < limit:
                     r = self._failover(r, leaving=True, sticky=False)
                 else:
@@ -287,7 +294,7 @@ class Disque(Commands):
 
     # ------------------------------------------------------------------ parsers with state
 
-    def _parse_jobs(self, reply: Any) -> list:
+    def _parse_jobs(self, reply: Any) -> list[Any]:
         jobs = parse_jobs(reply, self._decode_bodies)
         if self._affinity is not None and jobs:
             target = self._affinity.observe(jobs, self._my_id[:8] if self._my_id else None)
@@ -377,7 +384,7 @@ class Disque(Commands):
         except rexc.ResponseError as e:
             raise convert_error(e) from None
 
-    def execute_many_on(self, node: NodeSpec, commands: Sequence[Sequence[Any]]) -> list:
+    def execute_many_on(self, node: NodeSpec, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Raw commands on one given node in one round trip, without failover; replies
         in order, error replies as :class:`ResponseError` instances (not raised)."""
         p = self._client_for(parse_address(node)).pipeline(transaction=False)
@@ -421,7 +428,7 @@ class Disque(Commands):
 
     def add_jobs(self, jobs: Iterable[Any], bodies: Iterable[bytes | str] | None = None, *,
                  idempotent: Sequence[str | bytes | None] | None = None,
-                 **options: Any) -> list[str | ResponseError]:
+                 node: NodeSpec | None = None, **options: Any) -> list[str | ResponseError]:
         """Many ADDJOBs in one round trip (per 1000 jobs): ``add_jobs("q", bodies)`` adds
         each body to queue ``q``; ``add_jobs([("q1", b1), ("q2", b2, {"delay": 5})])``
         adds jobs to their own queues with their own options. ``options`` are
@@ -431,57 +438,79 @@ class Disque(Commands):
 
         Returns one result per job, in order: its ID, or the error the node answered
         for it (a :class:`ResponseError` instance, e.g. ``PausedError``, not raised).
-        After a connection error the batch is sent again, on another node (first on the
-        same node when every job has a key, so none is added twice; without keys a job
-        may then be added twice, as with :meth:`add_job`). Raises
-        :class:`NoNodesError` when no node takes the batch.
+        Jobs answered ``-TRYAGAIN`` are sent again 50 ms later (up to 100 times), as
+        :meth:`add_job` does. After a connection error the batch is sent again, on
+        another node (first on the same node when every job has a key, so none is
+        added twice; without keys a job may then be added twice, as with
+        :meth:`add_job`); a ``-LEAVING`` answer moves the client and those jobs are sent
+        again. Raises :class:`NoNodesError` when no node takes the batch.
+
+        ``node="host:port"`` binds the batch to that node, whatever node the client
+        uses: no failover, a connection error is raised (redis-py's
+        ``ConnectionError``) and a ``-LEAVING`` answer is that job's result. For a
+        writer that retries a failed batch itself, on the same node with the same
+        idempotency keys (keys are deduplicated per node), as the Spark connector does.
         """
         queue, items = add_jobs_form(jobs, bodies)
         cmds, sticky = addjobs.commands(items, queue, idempotent, options)
-        plan = addjobs.plan(cmds, sticky)
+        return self._add(addjobs.plan(cmds, sticky, follow=node is None),
+                         None if node is None else parse_address(node))
+
+    def _add(self, plan: Generator[addjobs.Send | addjobs.Sleep, Any, list[addjobs.Result]],
+             node: Address | None) -> list[addjobs.Result]:
+        """Run an :mod:`~disquepy.client.addjobs` plan: its batches through
+        :meth:`_send` (or on ``node`` alone), its sleeps."""
         value: Any = None
         while True:
             try:
                 step = plan.send(value)
             except StopIteration as done:
-                return done.value
+                results: list[addjobs.Result] = done.value
+                return results
             if isinstance(step, addjobs.Sleep):
                 time.sleep(step.seconds)
                 value = None
+                continue
+            payload = b"".join(step.commands)
+            if node is None:
+                value = self._send(payload, len(step.commands), step.sticky)
             else:
-                value = self._execute_batch([(c, None) for c in step.commands],
-                                            sticky=step.sticky)
+                value = round_trip(self._client_for(node).connection_pool, payload,
+                                   len(step.commands))
 
-    def _execute_batch(self, queued: list[tuple[list, Any]], sticky: bool = False) -> list:
+    def _execute_batch(self, queued: list[tuple[list[Any], Any]]) -> list[Any]:
         """Send ``(args, parser)`` commands in one write, their parsed replies in order
-        (errors as instances). On a connection error the client fails over (``sticky``:
-        to the same node first) and the whole batch is sent again; a ``-LEAVING`` reply
-        moves the client after the batch (its replies stand)."""
-        payload = encode_many([args for args, _ in queued])
-        limit = 2 * len(self.topology.candidates(False)) + 2
-        for tries in range(limit + 1):
+        (errors as instances), through :meth:`_send`."""
+        replies = self._send(encode_many([args for args, _ in queued]), len(queued))
+        return [rep if parser is None or isinstance(rep, Exception) else parser(rep)
+                for (_, parser), rep in zip(queued, replies, strict=True)]
+
+    def _send(self, payload: bytes, n: int, sticky: bool = False) -> list[Any]:
+        """Send ``n`` encoded commands in one write (:func:`~disquepy.client.batch.
+        round_trip`), their replies in order (errors as instances). On a connection
+        error the client fails over (``sticky``: to the same node first) and the whole
+        batch is sent again; a ``-LEAVING`` reply moves the client after the batch (its
+        replies stand)."""
+        limit = tries = 0
+        while True:
             r = self._prepare()
             try:
-                replies = round_trip(r.connection_pool, payload, len(queued))
+                replies = round_trip(r.connection_pool, payload, n)
+            except rexc.AuthenticationError:
+                raise
             except _NET_ERRORS as e:
+                if not tries:  # how many tries: only worked out when one failed
+                    limit = 2 * len(self.topology.candidates(False)) + 2
                 if tries >= limit:
                     raise NoNodesError(f"pipeline failed on every node: {e}") from e
                 log.warning("disque node %s failed (%s); failing over",
                             fmt_addr(self._addr) if self._addr else "?", e)
                 self._failover(r, leaving=False, sticky=sticky and tries == 0)
+                tries += 1
                 continue
-            out = []
-            leaving = False
-            for (_, parser), rep in zip(queued, replies, strict=True):
-                if isinstance(rep, Exception):
-                    leaving = leaving or isinstance(rep, LeavingError)
-                elif parser is not None:
-                    rep = parser(rep)
-                out.append(rep)
-            if leaving:  # next commands go elsewhere; this batch's replies stand
-                self._failover(r, leaving=True, sticky=False)
-            return out
-        raise NoNodesError("pipeline failed")  # pragma: no cover
+            if any(type(rep) is LeavingError for rep in replies):
+                self._failover(r, leaving=True, sticky=False)  # next commands elsewhere
+            return replies
 
 
 class Pipeline(Commands):
@@ -496,13 +525,13 @@ class Pipeline(Commands):
     def __init__(self, client: Disque) -> None:
         self._client = client
         self._decode_bodies = client._decode_bodies
-        self._queued: list[tuple[list, Any]] = []
+        self._queued: list[tuple[list[Any], Any]] = []
 
-    def _run(self, args: list, parser: Any) -> Pipeline:
+    def _run(self, args: list[Any], parser: Any) -> Pipeline:
         self._queued.append((args, parser))
         return self
 
-    def _parse_jobs(self, reply: Any) -> list:
+    def _parse_jobs(self, reply: Any) -> list[Any]:
         return parse_jobs(reply, self._decode_bodies)
 
     def _parse_hello(self, reply: Any) -> Hello:
@@ -517,7 +546,7 @@ class Pipeline(Commands):
     def __exit__(self, *exc: object) -> None:
         self._queued.clear()
 
-    def execute(self) -> list:
+    def execute(self) -> list[Any]:
         """Send the queued commands; their replies in order (errors as instances)."""
         queued, self._queued = self._queued, []
         if not queued:

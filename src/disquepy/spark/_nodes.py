@@ -1,20 +1,19 @@
 """Options, node discovery and raw connections shared by the Spark readers and writers.
 
-Executors stay lean: plain redis-py connections (RESP2) and hand-rolled pipelining
-(``pack_commands`` / ``read_response``), no client-library state to pickle.
+Executors stay lean: plain redis-py connections (RESP2) and the client library's
+batches (:mod:`disquepy.client.batch`), no client-library state to pickle.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
 import redis
-from redis.connection import Connection
-from redis.exceptions import ResponseError
 
+from ..client.batch import encode_many, round_trip
 from ..codec.nodes import NodeInfo, parse_address, parse_hello
 
 log = logging.getLogger("disquepy.spark")
@@ -177,61 +176,6 @@ def discover(opts: dict[str, str]) -> list[NodeInfo]:
 
 def pipeline(conn: redis.Redis, commands: Sequence[Command]) -> list[Any]:
     """Send ``commands`` in one write, read every reply; error replies are returned as
-    ResponseError instances (not raised) so one bad command does not hide the others."""
-    return _round_trip(conn, len(commands), lambda c: c.pack_commands(commands))
-
-
-def send_packed(conn: redis.Redis, payload: bytes, n: int) -> list[Any]:
-    """Like :func:`pipeline` for ``n`` commands already encoded as RESP in ``payload``."""
-    return _round_trip(conn, n, lambda c: [payload], check_health=False)
-
-
-def _round_trip(conn: redis.Redis, n: int, pack: Callable[[Connection], list[bytes]],
-                check_health: bool = True) -> list[Any]:
-    """One write of what ``pack(connection)`` returns, then ``n`` replies read."""
-    c = conn.connection_pool.get_connection()
-    try:
-        c.send_packed_command(pack(c), check_health=check_health)
-        out: list[Any] = []
-        for _ in range(n):
-            try:
-                out.append(c.read_response())
-            except ResponseError as e:
-                out.append(e)
-        return out
-    except BaseException:
-        c.disconnect()
-        raise
-    finally:
-        conn.connection_pool.release(c)
-
-
-def _bulk(b: bytes) -> bytes:
-    return b"$%d\r\n%b\r\n" % (len(b), b)
-
-
-def _arg(v: Any) -> bytes:
-    return v if isinstance(v, bytes) else str(v).encode()
-
-
-class AddJobPacker:
-    """RESP encoding of ADDJOB commands that differ only in queue, body and key: the
-    constant parts are encoded once (several times cheaper than generic packing)."""
-
-    def __init__(self, timeout_ms: int, extra: tuple[Any, ...], with_key: bool) -> None:
-        self.nargs = 4 + len(extra) + (2 if with_key else 0)
-        self.head = b"*%d\r\n$6\r\nADDJOB\r\n" % self.nargs
-        self.tail = _bulk(_arg(timeout_ms)) + b"".join(_bulk(_arg(x)) for x in extra)
-        if with_key:
-            self.tail += _bulk(b"IDEMPOTENT")
-        self._queues: dict[bytes, bytes] = {}
-
-    def command(self, queue: bytes, body: bytes, key: bytes | None) -> bytes:
-        """One ADDJOB queue body timeout [options] [IDEMPOTENT key]."""
-        q = self._queues.get(queue)
-        if q is None:
-            q = self._queues[queue] = self.head + _bulk(queue)
-        if key is None:
-            return b"%b$%d\r\n%b\r\n%b" % (q, len(body), body, self.tail)
-        return b"%b$%d\r\n%b\r\n%b$%d\r\n%b\r\n" % (q, len(body), body, self.tail,
-                                                        len(key), key)
+    ResponseError instances (not raised) so one bad command does not hide the others
+    (the client library's :func:`~disquepy.client.batch.round_trip`)."""
+    return round_trip(conn.connection_pool, encode_many(commands), len(commands))

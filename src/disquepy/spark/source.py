@@ -15,7 +15,9 @@ Batch and streaming write (``df.write`` / ``writeStream``)
     same id), so a replayed micro-batch does not enqueue twice either. With
     ``keyColumn`` a column supplies the key instead of the row index: use it when the
     rows of a partition do not come back in the same order on recomputation (e.g.
-    after an unsorted shuffle). ADDJOBs are pipelined ``batchSize`` at a time, spread
+    after an unsorted shuffle). ADDJOBs are sent ``batchSize`` at a time with the client
+    library's ``add_jobs`` bound to the partition's node (``node=``: no failover to
+    another node, whose idempotency keys would not know the first one's jobs), spread
     over ``connections`` connections per task (default 16 when jobs are replicated
     synchronously: a node runs a connection's next command only once the previous job
     is replicated; else 1). Every task reports how many
@@ -100,6 +102,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import redis
@@ -120,6 +123,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..client import Disque, ResponseError
+
 if TYPE_CHECKING:
     from pyarrow import RecordBatch  # no type hints (pyproject.toml): Any
     from pyspark import TaskContext
@@ -130,7 +135,6 @@ from ._nodes import (
     READ_OPTIONS,
     STREAM_READ_OPTIONS,
     WRITE_OPTIONS,
-    AddJobPacker,
     Auth,
     Command,
     Offset,
@@ -143,7 +147,6 @@ from ._nodes import (
     opt_int,
     opt_list,
     pipeline,
-    send_packed,
 )
 from .rows import (
     SNAPSHOT_COLUMNS,
@@ -179,7 +182,7 @@ class _AddJobSpec:
     key_column: str | None
     idempotent: bool
     timeout_ms: int
-    extra: tuple[str | int, ...] = ()  # ADDJOB's options after the timeout
+    options: dict[str, Any] = field(default_factory=dict)  # add_jobs' (replicate...)
     batch_size: int = 1000
     connections: int | None = None  # None: see sync_connections
     auth: Auth | None = None
@@ -191,9 +194,8 @@ class _AddJobSpec:
         at once; more connections would only add threads)."""
         if self.connections is not None:
             return self.connections
-        extra = list(self.extra)
-        one_copy = "REPLICATE" in extra and extra[extra.index("REPLICATE") + 1] == 1
-        return 16 if n_nodes > 1 and "ASYNC" not in extra and not one_copy else 1
+        one_copy = self.options.get("replicate") == 1
+        return 16 if n_nodes > 1 and not self.options.get("async_") and not one_copy else 1
 
     @classmethod
     def from_options(cls, opts: dict[str, str], schema: StructType) -> _AddJobSpec:
@@ -219,18 +221,17 @@ class _AddJobSpec:
             key_col = lower.get(key_col.lower())
             if key_col is None:
                 raise ValueError(f"keyColumn {opts['keycolumn']!r} is not a column")
-        extra: list[str | int] = []
-        for opt, word in (("replicate", "REPLICATE"), ("retry", "RETRY"), ("ttl", "TTL"),
-                          ("delay", "DELAY"), ("maxlen", "MAXLEN")):
+        options: dict[str, Any] = {}
+        for opt in ("replicate", "retry", "ttl", "delay", "maxlen"):
             v = opt_int(opts, opt, None)
             if v is not None:
-                extra += [word, v]
+                options[opt] = v
         if opt_bool(opts, "async", False):
-            extra.append("ASYNC")
+            options["async_"] = True
         return cls(queue=queues[0] if queues else None, queue_column=queue_col,
                    body_column=body_col, key_column=key_col,
                    idempotent=opt_bool(opts, "idempotent", True),
-                   timeout_ms=opt_int(opts, "timeout", 10000), extra=tuple(extra),
+                   timeout_ms=opt_int(opts, "timeout", 10000), options=options,
                    batch_size=max(1, opt_int(opts, "batchsize", 1000)),
                    connections=_connections(opts), auth=auth_options(opts))
 
@@ -260,33 +261,27 @@ def _column_values(batch: RecordBatch, name: str) -> list[bytes]:
     return [b"" if v is None else str(v).encode() for v in values]
 
 
-def _add_all(conn: redis.Redis, node: NodeInfo, cmds: list[bytes], tries: int = 100) -> int:
-    """Send the RESP-encoded ADDJOBs ``cmds`` in one write; resend those answered
-    -TRYAGAIN (the same key's first job is still being replicated: a retried task racing
-    its predecessor) for up to ~10 s. Any other error fails the task."""
-    done = 0
-    for _ in range(tries):
-        again = []
-        for cmd, reply in zip(cmds, send_packed(conn, b"".join(cmds), len(cmds)),
-                              strict=True):
-            if isinstance(reply, Exception):
-                if str(reply).startswith("TRYAGAIN"):
-                    again.append(cmd)
-                    continue
-                raise RuntimeError(f"ADDJOB on {node.host}:{node.port} failed: {reply}")
-            done += 1
-        if not again:
-            return done
-        cmds = again
-        time.sleep(0.1)
-    raise RuntimeError(f"ADDJOB on {node.host}:{node.port}: still TRYAGAIN after {tries} tries")
+def _add_all(client: Disque, node: NodeInfo, spec: _AddJobSpec, queue: str | None,
+             jobs: Sequence[Any], keys: Sequence[bytes | None] | None) -> int:
+    """Add ``jobs`` (bodies for ``queue``, else ``(queue, body)`` pairs) on ``node``
+    alone with ``add_jobs`` (jobs answered -TRYAGAIN, the same key's first job still
+    being replicated by a retried task racing its predecessor, are sent again by it).
+    Any other error fails the task, as a lost connection does."""
+    results = client.add_jobs(queue if queue is not None else jobs,
+                              jobs if queue is not None else None, idempotent=keys,
+                              node=(node.host, node.port), timeout_ms=spec.timeout_ms,
+                              **spec.options)
+    for r in results:
+        if isinstance(r, ResponseError):
+            raise RuntimeError(f"ADDJOB on {node.host}:{node.port} failed: {r}")
+    return len(results)
 
 
 def write_partition(nodes: list[NodeInfo], spec: _AddJobSpec, key_prefix: str | None,
                     partition: int, batches: Iterable[RecordBatch]) -> tuple[NodeInfo, int]:
     """Write every row of ``batches`` (Arrow record batches) to the partition's node with
-    pipelined ADDJOBs; returns (node, jobs written). Raises on any error reply, so Spark
-    retries the task, on the same node, with the same keys.
+    ``add_jobs`` bound to it; returns (node, jobs written). Raises on any error reply or
+    lost connection, so Spark retries the task, on the same node, with the same keys.
 
     A node answers a synchronously replicated ADDJOB once its copies are made, and runs
     a connection's next command only then (as Disque does): one connection moves one job
@@ -296,15 +291,14 @@ def write_partition(nodes: list[NodeInfo], spec: _AddJobSpec, key_prefix: str | 
     together in one message per peer."""
     node = nodes[partition % len(nodes)]
     keyed = spec.idempotent and key_prefix is not None
-    packer = AddJobPacker(spec.timeout_ms, spec.extra, keyed)
     prefix = (key_prefix or "").encode()
     n_conns = spec.sync_connections(len(nodes))
-    conns: list[redis.Redis] = []
+    client = Disque([(node.host, node.port)], socket_timeout=30.0,
+                    socket_connect_timeout=10.0, **(spec.auth or Auth()).redis_options())
     pool = ThreadPoolExecutor(n_conns) if n_conns > 1 else None
     written = 0
     row = 0
     try:
-        conns.append(connect(node.host, node.port, spec.auth))
         for batch in batches:
             n = batch.num_rows
             if n == 0:
@@ -314,36 +308,32 @@ def write_partition(nodes: list[NodeInfo], spec: _AddJobSpec, key_prefix: str | 
             else:
                 bodies = [json.dumps(r, separators=(",", ":"), default=str).encode()
                           for r in batch.to_pylist()]
+            jobs: Sequence[Any] = bodies
             if spec.queue_column:
-                queues = _column_values(batch, spec.queue_column)
-            else:
-                assert spec.queue is not None  # from_options: a queue or a queue column
-                queues = [spec.queue.encode()] * n
-            keys: Sequence[bytes | None]
-            if not keyed:
-                keys = [None] * n
-            elif spec.key_column:
+                jobs = list(zip(_column_values(batch, spec.queue_column), bodies,
+                                strict=True))
+            keys: Sequence[bytes | None] | None = None
+            if keyed and spec.key_column:
                 keys = _column_values(batch, spec.key_column)
-            else:
+            elif keyed:
                 keys = [b"%b%d" % (prefix, row + i) for i in range(n)]
-            cmd = packer.command
+            queue = None if spec.queue_column else spec.queue
             for lo in range(0, n, spec.batch_size):
                 hi = min(n, lo + spec.batch_size)
-                cmds = [cmd(queues[i], bodies[i], keys[i]) for i in range(lo, hi)]
+                part_keys = None if keys is None else keys[lo:hi]
                 if pool is None:
-                    written += _add_all(conns[0], node, cmds)
+                    written += _add_all(client, node, spec, queue, jobs[lo:hi], part_keys)
                     continue
-                k = min(n_conns, len(cmds))
-                while len(conns) < k:
-                    conns.append(connect(node.host, node.port, spec.auth))
-                written += sum(pool.map(lambda c, part: _add_all(c, node, part), conns[:k],
-                                        [cmds[j::k] for j in range(k)]))
+                k = min(n_conns, hi - lo)
+                written += sum(pool.map(
+                    partial(_add_all, client, node, spec, queue),
+                    [jobs[lo + j:hi:k] for j in range(k)],
+                    [None if part_keys is None else part_keys[j::k] for j in range(k)]))
             row += n
     finally:
         if pool is not None:
             pool.shutdown()
-        for c in conns:
-            c.close()
+        client.close()
     return node, written
 
 

@@ -18,9 +18,11 @@ What the cluster is asked (:class:`SubmitPolicy`, from ``disque-web``'s options)
   once the copies exist (202), or ``-NOREPL`` after it deleted the job (503: nothing
   was accepted, a retry is safe). ``ASYNC`` is not used: the reply would come before
   the copies, and a node lost then would lose a job already answered 202.
-* **ADDJOBs of concurrent requests pipelined** on one pooled connection
-  (:meth:`~disquepy.client.AsyncDisque.add_job_pipelined`), each handled as
-  ``add_job`` would on an error.
+* **ADDJOBs of concurrent requests share writes**: each request is one
+  :meth:`~disquepy.client.AsyncDisque.add_job`, which the client sends the way it
+  sends ``add_jobs`` batches (:class:`~disquepy.client.batch.Wire`: the ADDJOBs of one
+  event-loop iteration in one write, each request getting its own reply and its own
+  error handling).
 * **An idempotency key on every ADDJOB**: the request's ``Idempotency-Key`` header, or
   one made per request. A failure whose outcome is unknown (the connection to a node
   lost mid-request, no node confirming) is a 503 naming the key (and a header with it):
@@ -210,7 +212,7 @@ class Submitter:
                 if not aio.topology.nodes:
                     await aio.connect()  # HELLO: how many nodes the cluster has
                 replicate = majority(len(aio.topology.nodes))
-            jid = await aio.add_job_pipelined(
+            jid = await aio.add_job(
                 queue_for(job.queue, job.priority), body, self.policy.timeout_ms,
                 replicate=replicate, delay=job.delay or None, ttl=job.ttl,
                 retry=job.requeue_after, idempotent="h:" + key)
