@@ -138,6 +138,7 @@ SAMPLE = {
     "select": ("SELECT", 0), "qstatus": ("QSTATUS", "q"), "qinfo": ("QINFO", "q"),
     "client|setname": ("CLIENT", "SETNAME", "x"), "client|getname": ("CLIENT", "GETNAME"),
     "client|setinfo": ("CLIENT", "SETINFO", "lib-name", "x"), "client|id": ("CLIENT", "ID"),
+    "client|reply": ("CLIENT", "REPLY", "ON"),
     "acl|whoami": ("ACL", "WHOAMI"), "acl|cat": ("ACL", "CAT"),
     "addjob": ("ADDJOB", "q", "x", 0), "qadd": ("QADD", "q", 60, "x"),
     "getjob": ("GETJOB", "NOHANG", "FROM", "q"), "ackjob": ("ACKJOB", FAKE_ID),

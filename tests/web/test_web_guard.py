@@ -126,19 +126,29 @@ def test_state_changes_come_from_this_origin_as_json(web, http):
     for headers in ({}, {"Content-Type": "text/plain"},
                     {"Content-Type": "application/x-www-form-urlencoded"},
                     {"Content-Type": "multipart/form-data; boundary=x"}):
-        r = http.post(f"/jobs/{jid}/cancel", headers=headers)
+        r = http.post(f"/jobs/{jid}/cancel", headers=headers, content=b"confirm=1")
         assert r.status_code == 415, (headers, r.text)
         assert "Content-Type: application/json" in r.json()["detail"]
+    # a form's empty body still names its type; only a bodiless, typeless request passes
+    r = http.post(f"/jobs/{jid}/cancel",
+                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 415, r.text
     for headers in ({"Origin": "http://evil.test"}, {"Origin": "null"},
                     {"Origin": f"http://localhost:{web.port}"},  # another origin, same site
                     {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}):
         r = http.post(f"/jobs/{jid}/cancel", headers={**headers, **JSON})
+        assert r.status_code == 403, (headers, r.text)
+        r = http.post(f"/jobs/{jid}/cancel", headers=headers)  # bodiless, as curl's
         assert r.status_code == 403, (headers, r.text)
         r = http.post("/jobs", json={"payload": 1}, headers=headers)
         assert r.status_code == 403, (headers, r.text)
     assert http.get(f"/jobs/{jid}").json()["status"] == "scheduled"  # nothing went through
     own = {"Origin": web.url, "Sec-Fetch-Site": "same-origin", **JSON}
     r = http.post(f"/jobs/{jid}/cancel", headers=own)
+    assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
+    # Disqueue's own call: curl -X POST .../cancel, no body, no Content-Type, no Origin
+    jid = http.post("/jobs", json={"payload": 2, "queue": "csrf", "delay": 60}).json()["job_id"]
+    r = http.post(f"/jobs/{jid}/cancel")
     assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
 
 

@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from conftest import make_driver
+from chromium import make_driver
 from support import ROLE_USERS, free_port
 
 

@@ -10,9 +10,11 @@ In order, for every HTTP request:
    rebinding) reaches nothing.
 2. **State changes** (any method but GET, HEAD, OPTIONS) must come from this origin
    (a ``Sec-Fetch-Site`` other than ``same-origin``/``none``, or an ``Origin`` other
-   than the ``Host``, is a 403) and carry a JSON ``Content-Type`` (415): a form or a
-   ``no-cors`` fetch of another page can send neither, and a JSON request from
-   another origin needs a CORS pre-flight this server never grants.
+   than the ``Host``, is a 403) and carry a JSON ``Content-Type`` (415) unless they
+   have no body and no ``Content-Type`` at all (a bodiless ``POST .../cancel``, as in
+   Disqueue's README): a form or a ``no-cors`` fetch of another page cannot send JSON,
+   and a JSON request from another origin needs a CORS pre-flight this server never
+   grants.
 3. **Who**: with a login configured (``--auth nodes``, ``--token-file``), every route
    but ``/health``, ``/healthz``, the login page and the static files needs a session
    cookie (from ``POST /login``), HTTP Basic credentials of a node user, or a bearer
@@ -261,7 +263,7 @@ class Guard:
             if origin == "null" or authority.lower() != headers.get("host", "").lower():
                 raise Refused(403, f"cross-origin request refused (Origin: {origin[:100]})")
         ctype = headers.get("content-type")
-        if not is_json(ctype):
+        if not is_json(ctype) and not _bodiless(headers):
             raise Refused(415, json_required(ctype))
 
     async def _who(self, scope: Scope, headers: dict[str, str]) -> Clients | None:
@@ -406,6 +408,15 @@ class _Redirect(Exception):
     def __init__(self, location: str) -> None:
         super().__init__(location)
         self.location = location
+
+
+def _bodiless(headers: dict[str, str]) -> bool:
+    """A request with no body and no ``Content-Type`` at all (Disqueue's own
+    ``curl -X POST .../cancel``): it carries nothing a form could have smuggled, and a
+    browser sends one only from a script, with ``Origin`` and ``Sec-Fetch-Site``
+    (checked before)."""
+    return ("content-type" not in headers and "transfer-encoding" not in headers
+            and headers.get("content-length", "0").strip() == "0")
 
 
 def _public(path: str) -> bool:
