@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chromium import chromium_paths, make_driver
 from support import ROOT, end_process, free_port
 
 
@@ -39,7 +40,8 @@ class Web:
                 raise RuntimeError(f"disque-web exited with {self.proc.returncode}:\n"
                                    + self.log())
             try:
-                if httpx.get(self.url + "/openapi.json", timeout=2).status_code == 200:
+                # 401: up, behind a login (--auth nodes, --token-file)
+                if httpx.get(self.url + "/openapi.json", timeout=2).status_code in (200, 401):
                     return
             except httpx.HTTPError:
                 pass
@@ -91,33 +93,6 @@ def web_factory(tmp_path):
 
 
 # ---------------------------------------------------------------- the browser
-
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                  "--window-size=1440,1000")
-
-
-def chromium_paths() -> tuple[str | None, str | None]:
-    return (shutil.which("chromium") or shutil.which("chromium-browser"),
-            shutil.which("chromedriver"))
-
-
-def make_driver(user_data_dir: str):
-    """A selenium Chrome driver on Debian's chromium + chromium-driver, headless, with a
-    fresh profile in ``user_data_dir``."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver = chromium_paths()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = binary
-    for f in CHROMIUM_FLAGS:
-        opts.add_argument(f)
-    opts.add_argument(f"--user-data-dir={user_data_dir}")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(driver), options=opts)
-
 
 @pytest.fixture(scope="session")
 def browser():

@@ -13,6 +13,8 @@ from disquepy.client import Disque
 from disquepy.client.priority import PriorityOrder
 from disquepy.worker import Worker
 
+JSON = {"Content-Type": "application/json"}  # a change is JSON (web/guard.py)
+
 
 def submit(http, **job) -> dict:
     r = http.post("/jobs", json=job)
@@ -107,37 +109,37 @@ def test_not_json_and_wrong_ids(http):
     r = http.post("/jobs", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and "JSON" in r.json()["detail"][0]["msg"]
     assert http.get("/jobs/nope").status_code == 400
-    assert http.post("/jobs/nope/cancel").status_code == 400
+    assert http.post("/jobs/nope/cancel", headers=JSON).status_code == 400
     r = http.get("/jobs/D-00000000-zPCUrbeByrnG+JCK2hpi3/i4-05a1")
     assert r.status_code == 404 and r.json()["status"] == "unknown"
 
 
 def test_cancel_a_queued_job(http, dq):
     jid = submit(http, payload={"x": 1}, queue="emails")["job_id"]
-    r = http.post(f"/jobs/{jid}/cancel")
+    r = http.post(f"/jobs/{jid}/cancel", headers=JSON)
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
     assert dq.qlen("emails") == 0 and dq.show(jid) is None
     assert http.get(f"/jobs/{jid}").json()["status"] == "cancelled"
-    assert http.post(f"/jobs/{jid}/cancel").status_code == 200  # twice: still cancelled
+    assert http.post(f"/jobs/{jid}/cancel", headers=JSON).status_code == 200  # twice: still cancelled
 
 
 def test_cancel_a_scheduled_job(http, dq):
     jid = submit(http, payload=1, queue="later", delay=300)["job_id"]
-    assert http.post(f"/jobs/{jid}/cancel").status_code == 200
+    assert http.post(f"/jobs/{jid}/cancel", headers=JSON).status_code == 200
     assert dq.show(jid) is None
 
 
 def test_cancel_refuses_a_job_in_progress(http, dq):
     jid = submit(http, payload={"x": 1}, queue="emails")["job_id"]
     assert dq.get_jobs("emails", nohang=True)[0].id == jid  # a worker holds it now
-    r = http.post(f"/jobs/{jid}/cancel")
+    r = http.post(f"/jobs/{jid}/cancel", headers=JSON)
     assert r.status_code == 409
     assert r.json()["status"] == "in_progress" and "in progress" in r.json()["detail"]
     assert http.get(f"/jobs/{jid}").json()["status"] == "in_progress"
     assert dq.show(jid) is not None
     dq.ack(jid)
     assert http.get(f"/jobs/{jid}").json()["status"] == "completed"
-    assert http.post(f"/jobs/{jid}/cancel").status_code == 409
+    assert http.post(f"/jobs/{jid}/cancel", headers=JSON).status_code == 409
 
 
 def test_failing_job_retries_then_lands_in_dead_letters_as_failed(http, dq):
@@ -165,19 +167,19 @@ def test_failing_job_retries_then_lands_in_dead_letters_as_failed(http, dq):
     q = http.get("/queues/imports").json()
     assert q["dead"] == 1 and q["depth"] == 0
     # requeue by the original job's ID: back in its priority level
-    r = http.post(f"/queues/imports/dead-letters/{jid}/requeue")
+    r = http.post(f"/queues/imports/dead-letters/{jid}/requeue", headers=JSON)
     assert r.status_code == 200 and r.json() == {"requeued": 1}
     assert dq.qlen("imports:high") == 1 and dq.qlen("imports:dead") == 0
-    assert http.post(f"/queues/imports/dead-letters/{jid}/requeue").status_code == 404
+    assert http.post(f"/queues/imports/dead-letters/{jid}/requeue", headers=JSON).status_code == 404
 
 
 def test_delete_dead_letter(http, dq):
     from disquepy.client.deadletter import dead_letter_body
 
     dl = dq.add_job("q:dead", dead_letter_body("q", "D-x", b'{"a":1}', "err", 3, 0))
-    assert http.delete(f"/queues/q/dead-letters/{dl}").json() == {"deleted": 1}
+    assert http.delete(f"/queues/q/dead-letters/{dl}", headers=JSON).json() == {"deleted": 1}
     assert dq.qlen("q:dead") == 0
-    assert http.delete(f"/queues/q/dead-letters/{dl}").status_code == 404
+    assert http.delete(f"/queues/q/dead-letters/{dl}", headers=JSON).status_code == 404
 
 
 def test_queues_stats_and_pause(http, dq):
@@ -198,7 +200,7 @@ def test_queues_stats_and_pause(http, dq):
     r = http.post("/jobs", json={"payload": 1, "queue": "emails"})
     assert r.status_code == 409 and "paused" in r.json()["detail"].lower()
     assert http.get("/queues/emails").json()["paused"] == "in"
-    http.post("/queues/emails/resume")
+    http.post("/queues/emails/resume", headers=JSON)
     submit(http, payload=1, queue="emails")
     assert dq.qlen("emails") == 4
 

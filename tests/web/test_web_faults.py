@@ -14,6 +14,8 @@ from support import wait_for
 from disquepy.client import Disque
 from disquepy.client.envelope import unwrap
 
+JSON = {"Content-Type": "application/json"}  # a change is JSON (web/guard.py)
+
 
 def test_one_node_of_three_down_keeps_every_route_working(make_cluster, web_factory):
     servers, _ = make_cluster(3)
@@ -63,10 +65,10 @@ def test_one_node_of_three_down_keeps_every_route_working(make_cluster, web_fact
         assert page["unreachable"] == [f"127.0.0.1:{victim.port}"]
         assert http.get("/health").json() == {"ok": True, "nodes": 3, "nodes_up": 2}
         later = list(accepted)[12]  # queued on a node that answers
-        assert http.post(f"/jobs/{later}/cancel").json()["status"] == "cancelled"
+        assert http.post(f"/jobs/{later}/cancel", headers=JSON).json()["status"] == "cancelled"
         assert http.get(f"/jobs/{later}").json()["status"] == "cancelled"
         # one queued on the dead node: its copies cannot say nobody works on it
-        r = http.post(f"/jobs/{some}/cancel")
+        r = http.post(f"/jobs/{some}/cancel", headers=JSON)
         assert r.status_code == 409 and r.json()["status"] == "in_progress", r.text
 
 
@@ -90,7 +92,7 @@ def test_nodes_down_are_a_503_on_every_route(server_factory, web_factory):
                              ("GET", "/queues/q/dead-letters"), ("POST", "/queues/q/pause"),
                              ("GET", "/jobs/finished"), ("GET", "/workers"),
                              ("GET", "/groups/q/g/dead-letters")):
-            r = http.request(method, path)
+            r = http.request(method, path, headers=JSON)
             assert r.status_code == 503, (path, r.text)
             assert "detail" in r.json() and "node" in r.json()["detail"], (path, r.text)
         r = http.post("/jobs", json={"payload": 2, "queue": "q"})

@@ -10,6 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from disquepy.client import Disque
 
+JSON = {"Content-Type": "application/json"}  # a change is JSON (web/guard.py)
+
 
 def scrape(url: str) -> tuple[dict, dict]:
     """({(name, sorted labels): value}, {family name: type})."""
@@ -32,7 +34,7 @@ def test_metrics_per_node_and_queue_by_priority(web, http, dq, server):
     got = dq.get_jobs("mail:high", count=1, nohang=True)
     dq.ack(got[0].id)
     jid = http.post("/jobs", json={"payload": 9, "queue": "mail", "priority": "low"}).json()
-    assert http.post(f"/jobs/{jid['job_id']}/cancel").status_code == 200
+    assert http.post(f"/jobs/{jid['job_id']}/cancel", headers=JSON).status_code == 200
     dq.add_job("mail:dead", b'{"queue": "mail", "id": "D-x", "error": "e"}')
     dq.pause("mail:low", "in")
     time.sleep(0.3)  # the web's snapshot cache (0.2 s in the tests)
@@ -164,7 +166,7 @@ def test_node_job_counters_and_time_histograms(web, http, dq, server):
     dq.nack(ids[3], delay=600)
     dq.fail(ids[4], "ValueError", reason="attempts")
     queued = http.post("/jobs", json={"payload": 9, "queue": "metq", "priority": "high"})
-    assert http.post(f"/jobs/{queued.json()['job_id']}/cancel").status_code == 200
+    assert http.post(f"/jobs/{queued.json()['job_id']}/cancel", headers=JSON).status_code == 200
     time.sleep(0.3)  # the web's snapshot cache
     m, types = scrape(web.url)
     lab = (("node", node), ("priority", "high"), ("queue", "metq"))

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis.exceptions as rexc
 
 from .args import wait_backoff
+from .errors import convert_error
 from .nodes import Topology, fmt_addr
 from .priority import split
 from .replies import job_node_prefix, parse_show
@@ -431,6 +432,9 @@ def cancel_plan(topology: Topology, job_id: str) -> Plan[CancelResult]:
         try:
             yield Ask(addr, ("CANCEL", job_id))
         except rexc.ResponseError as e:
+            err = convert_error(e)
+            if err.code == "NOPERM":  # the user may not cancel: not the job's state
+                raise err from None
             reason = str(e)
             continue
         except rexc.RedisError:

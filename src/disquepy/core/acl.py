@@ -38,17 +38,44 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
+from fnmatch import fnmatchcase
 
 from .authlimit import AuthThrottle
+from .ids import is_valid_job_id
 
 READ = frozenset({
     "show", "qlen", "qstat", "qpeek", "qscan", "jscan", "jobstatus", "info", "hello",
     "ping", "echo", "time", "command", "select", "quit", "auth",
+    "qstatus", "qinfo",
     "client|setname", "client|getname", "client|setinfo", "client|id", "client|reply",
     "acl|whoami", "acl|cat",
 })
-PRODUCE = frozenset({"addjob", "cancel"})
-CONSUME = frozenset({"getjob", "ackjob", "fastack", "acktoken", "nack", "working", "failjob"})
+# a producer adds (jobs, group events); cancelling or deleting is not producing (a
+# user may be given ``+cancel`` on its own queues: ``+@producer +cancel ~orders:*``)
+PRODUCE = frozenset({"addjob", "qadd"})
+CONSUME = frozenset({"getjob", "ackjob", "fastack", "acktoken", "nack", "working", "failjob",
+                     "qget", "qack", "qworking", "qnotify", "qdead"})
+
+# the arguments of each command that name queues or jobs: checked against the user's
+# queue patterns (``~pattern``); a job's queue is the one this node knows it by.
+# "q1": the first argument is a queue; "ids": every argument shaped as a job ID;
+# "from": the queues after FROM (GETJOB); "q3+": the queues from the third (QNOTIFY);
+# "qs": the queues before GROUPS (QSTATUS, QINFO); "opt": the queue of a QUEUE option
+QUEUE_ARGS: dict[str, str] = {
+    "addjob": "q1", "qlen": "q1", "qstat": "q1", "qpeek": "q1", "pause": "q1",
+    "qadd": "q1", "qget": "q1", "qack": "q1", "qworking": "q1", "qdead": "q1",
+    "qflush": "q1", "getjob": "from", "qnotify": "q3+", "qstatus": "qs", "qinfo": "qs",
+    "jscan": "opt", "joboutcomes": "opt", "jobmetrics": "q1",
+    "show": "ids", "jobstatus": "ids", "ackjob": "ids", "fastack": "ids", "nack": "ids",
+    "working": "ids", "failjob": "ids", "cancel": "ids", "deljob": "ids",
+    "enqueue": "ids", "dequeue": "ids",
+}
+# job commands that change the job: one this node does not know (so neither its
+# queue) is refused to a user with queue patterns (an ACKJOB of an unknown ID would
+# otherwise make a dummy ack that deletes the copies on the other nodes)
+JOB_CHANGES = frozenset({"ackjob", "fastack", "nack", "working", "failjob", "cancel",
+                         "deljob", "enqueue", "dequeue"})
 
 # subcommands checked one by one: the command's name -> the subcommands it has
 SUBCOMMANDS: dict[str, frozenset[str]] = {
@@ -78,10 +105,35 @@ def password_hash(password: str) -> str:
     return hashlib.sha256(password.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-class User:
-    """One user: enabled, its password hashes (or nopass), its command rules."""
+class QueueAccess:
+    """The queues a user may touch: glob patterns (Redis's key patterns: ``*``, ``?``,
+    ``[...]``), matched against Disque queue names; each name's answer is cached."""
 
-    __slots__ = ("name", "enabled", "nopass", "hashes", "rules", "all", "commands")
+    __slots__ = ("patterns", "cache")
+
+    MAX_CACHE = 4096
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self.patterns = patterns
+        self.cache: dict[bytes, bool] = {}
+
+    def allows(self, queue: bytes) -> bool:
+        ok = self.cache.get(queue)
+        if ok is None:
+            name = queue.decode("utf-8", "surrogateescape")
+            ok = any(fnmatchcase(name, p) for p in self.patterns)
+            if len(self.cache) >= self.MAX_CACHE:
+                self.cache.clear()
+            self.cache[queue] = ok
+        return ok
+
+
+class User:
+    """One user: enabled, its password hashes (or nopass), its command rules, and the
+    queue patterns it is limited to (None: every queue)."""
+
+    __slots__ = ("name", "enabled", "nopass", "hashes", "rules", "all", "commands",
+                 "patterns")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -91,6 +143,8 @@ class User:
         self.rules: list[str] = []  # the command rules as given, for ACL LIST
         self.all = False  # every command (then ``commands`` holds the ones taken away)
         self.commands: set[str] = set()
+        # ``~pattern`` rules; None (no such rule, or ``allkeys``): every queue
+        self.patterns: list[str] | None = None
 
     def check(self, password: str) -> bool:
         if not self.enabled:
@@ -118,6 +172,8 @@ class User:
         if self.nopass:
             parts.append("nopass")
         parts.extend("#" + h for h in self.hashes)
+        if self.patterns is not None:
+            parts.extend(["resetkeys", *("~" + p for p in self.patterns)])
         parts.extend(self.rules or ["nocommands"])
         return " ".join(parts)
 
@@ -188,6 +244,17 @@ def parse_user(args: list[str], known: frozenset[str] | None) -> User:
             elif h not in user.hashes:
                 user.hashes.append(h)
                 user.nopass = False
+        elif rule.startswith("~") and len(rule) > 1:
+            if user.patterns is None:
+                user.patterns = []
+            if rule[1:] == "*":
+                user.patterns = None
+            elif rule[1:] not in user.patterns:
+                user.patterns.append(rule[1:])
+        elif low in ("allkeys", "allqueues"):
+            user.patterns = None
+        elif low == "resetkeys":
+            user.patterns = []
         elif low in ("allcommands", "nocommands"):
             user.all = low == "allcommands"
             user.commands = set()
@@ -203,8 +270,8 @@ def parse_user(args: list[str], known: frozenset[str] | None) -> User:
 class Acl:
     """The users of a node, and the bookkeeping of failed AUTH attempts."""
 
-    __slots__ = ("users", "known", "before_auth", "cache", "default_state", "fails",
-                 "denied", "logged_at", "unlogged", "throttle")
+    __slots__ = ("users", "known", "before_auth", "cache", "queues", "default_state",
+                 "fails", "denied", "logged_at", "unlogged", "throttle")
 
     def __init__(self, known: frozenset[str], before_auth: frozenset[str]) -> None:
         self.known = known  # every command name the node has
@@ -213,6 +280,7 @@ class Acl:
         self.before_auth = before_auth
         self.users: dict[str, User] = {}
         self.cache: dict[str, frozenset[str] | None] = {}  # user name -> allowed()
+        self.queues: dict[str, QueueAccess | None] = {}  # user name -> queue_access()
         self.default_state: tuple[bool, frozenset[str] | None] = (True, None)
         self.fails = 0  # failed AUTH attempts since start (INFO)
         self.denied = 0  # commands refused with NOPERM (INFO)
@@ -243,6 +311,8 @@ class Acl:
 
     def _changed(self) -> None:
         self.cache = {name: self._allowed(u) for name, u in self.users.items()}
+        self.queues = {name: None if u.patterns is None else QueueAccess(tuple(u.patterns))
+                       for name, u in self.users.items()}
         d = self.users["default"]
         if d.enabled and d.nopass:
             self.default_state = (True, self.cache["default"])
@@ -257,6 +327,10 @@ class Acl:
     def allowed(self, name: str) -> frozenset[str] | None:
         """What a connection authenticated as user ``name`` may run (see _allowed)."""
         return self.cache[name]
+
+    def queue_access(self, name: str) -> QueueAccess | None:
+        """The queues user ``name`` may touch; None: every queue."""
+        return self.queues.get(name)
 
     def _allowed(self, user: User) -> frozenset[str] | None:
         """What a connection authenticated as ``user`` may run: None for everything,
@@ -322,3 +396,60 @@ def category_commands(cat: str, known: frozenset[str]) -> list[str] | None:
         return sorted(known)
     names = CATEGORIES.get(cat)
     return None if names is None else sorted(names)
+
+
+def queue_denied(access: QueueAccess, name: str, argv: list[bytes],
+                 queue_of: Callable[[bytes], bytes | None]) -> str | None:
+    """The first queue (or job ID) of a command ``name`` that ``access`` does not allow:
+    the queue's name, ``"job <id>"`` for a job whose queue is not known here and that
+    the command would change, or None when every one is allowed. ``queue_of``: the
+    queue of a job this node knows (None: unknown)."""
+    kind = QUEUE_ARGS.get(name)
+    if kind is None:
+        return None
+    allows = access.allows
+    if kind == "ids":
+        for a in argv[1:]:
+            if not is_valid_job_id(a):
+                continue
+            q = queue_of(a)
+            if q is None:
+                if name in JOB_CHANGES:
+                    return "job " + a.decode("latin-1")
+                continue  # reading an unknown job shows nothing
+            if not allows(q):
+                return q.decode("utf-8", "replace")
+        return None
+    queues: list[bytes]
+    if kind == "q1":
+        queues = argv[1:2]
+    elif kind == "q3+":
+        queues = argv[3:]
+    elif kind == "from":
+        low = [a.lower() for a in argv]
+        queues = argv[low.index(b"from") + 1:] if b"from" in low else []
+    elif kind == "qs":
+        low = [a.lower() for a in argv]
+        queues = argv[1:low.index(b"groups")] if b"groups" in low else argv[1:]
+    else:  # "opt": QUEUE q (the scan itself keeps to the allowed queues)
+        queues = [argv[i + 1] for i in range(1, len(argv) - 1) if argv[i].lower() == b"queue"]
+    for q in queues:
+        if not allows(q):
+            return q.decode("utf-8", "replace")
+    return None
+
+
+def role_table() -> str:
+    """docs/SECURITY.md's table of the roles, from the categories above (a test keeps
+    the document equal to it)."""
+    def names(cmds: frozenset[str]) -> str:
+        return ", ".join(f"`{c.upper().replace('|', ' ')}`" for c in sorted(cmds))
+    rows = [
+        "| category | commands |",
+        "|---|---|",
+        "| `@admin` (`@all`, `allcommands`) | every command |",
+        f"| `@producer` | `@read` and {names(PRODUCE)} |",
+        f"| `@consumer` | `@read` and {names(CONSUME)} |",
+        f"| `@read` (`@readonly`) | {names(READ)} |",
+    ]
+    return "\n".join(rows) + "\n"

@@ -8,7 +8,10 @@ outbox, so the same code runs under the asyncio server and the simulator.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .acl import QueueAccess
 
 # CLIENT REPLY: what happens to this client's replies
 REPLY_ON = 0
@@ -40,6 +43,7 @@ class Client:
         "authed",
         "user",
         "allowed",
+        "queues",
         "auth_fails",
         "name",
         "lib_name",
@@ -67,6 +71,8 @@ class Client:
         self.user = "default"  # the ACL user (core/acl.py)
         # the command names it may run, None for all: set at AUTH (Acl.allowed)
         self.allowed: frozenset[str] | None = None
+        # the queues its user may touch, None for all: set at AUTH (Acl.queue_access)
+        self.queues: QueueAccess | None = None
         self.auth_fails = 0  # failed AUTH attempts on this connection (their delay)
         self.name = b""
         self.lib_name = b""

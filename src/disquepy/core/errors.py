@@ -64,6 +64,15 @@ def noperm(user: str, name: str) -> str:
     return f"NOPERM User {user} has no permissions to run the '{name}' command"
 
 
+def noperm_queue(user: str, what: str) -> str:
+    """A queue (or ``job <id>``, whose queue this node does not know) outside the
+    user's queue patterns."""
+    if what.startswith("job "):
+        return (f"NOPERM User {user} has no permissions to change {what}: this node does "
+                "not know the job, so neither its queue")
+    return f"NOPERM User {user} has no permissions to access the '{what}' queue"
+
+
 def body_too_big(size: int, limit: int) -> str:
     """ADDJOB of a body over job-max-body-size (disquepy)."""
     return (f"ERR job body too big: {size} bytes, over job-max-body-size ({limit} bytes; "

@@ -18,7 +18,7 @@ from ..codec import resp
 from . import errors
 from . import messages as M
 from .acks import Acks
-from .acl import Acl, AclError
+from .acl import Acl, AclError, queue_denied
 from .awake import NEVER, AwakeIndex
 from .client import REPLY_OFF, REPLY_ON, REPLY_SKIP, REPLY_SKIP_NEXT, Client
 from .config import ConfigError
@@ -376,6 +376,7 @@ class Node:
         self._next_client_id += 1
         c = Client(self._next_client_id, conn, addr, now)
         c.authed, c.allowed = self.acl.default_state
+        c.queues = self.acl.queue_access("default") if c.authed else None
         self.clients[c.id] = c
         self.stats.connections += 1
         self.mem.used += CLIENT_OVERHEAD
@@ -454,6 +455,12 @@ class Node:
         # what the client's user may run, None for everything (set at AUTH, acl.py)
         if client.allowed is not None and cmd.name not in client.allowed:
             return self._refused(client, cmd.name)
+        # the queues the user may touch (``~pattern`` rules), None for all (acl.py)
+        if client.queues is not None:
+            denied = queue_denied(client.queues, cmd.name, argv, self.queue_of)
+            if denied is not None:
+                self.acl.denied += 1
+                return resp.error(errors.noperm_queue(client.user, denied))
         if cmd.denyoom and self.mem.used >= self.mem.limit:
             oom = self.mem.refuse_oom()
             if oom is not None:
@@ -560,6 +567,12 @@ class Node:
                 for c in self.clients.values():
                     if not c.authed:
                         c.authed, c.allowed, c.user = authed, allowed, "default"
+                        c.queues = self.acl.queue_access("default")
+
+    def queue_of(self, jid: bytes) -> bytes | None:
+        """The queue of a job this node knows (None: unknown here, or a dummy ack)."""
+        job = self.jobs.get(jid)
+        return None if job is None or job.flags & F_DUMMY else job.queue
 
     def _refused(self, client: Client, name: str) -> bytes:
         if not client.authed:

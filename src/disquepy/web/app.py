@@ -31,9 +31,11 @@ from ..client.deadqueue import delete_dead, list_dead, requeue_dead
 from ..client.jobstatus import json_or_text, valid_id
 from ..client.priority import PRIORITIES, levels
 from ..client.replies import job_node_prefix
+from .acting import ActingClient, UserClients, acting_aio
 from .cluster import ClusterView, NodesDown
-from .fastpath import FastJobs, is_json
+from .fastpath import FastJobs
 from .finished import STATES, list_finished
+from .guard import Guard, Policy, is_json, json_required
 from .history import History
 from .jobs import list_jobs
 from .metrics import install_metrics
@@ -78,29 +80,32 @@ def _error(http_status: int, detail: Any, headers: dict[str, str] | None = None,
 def _json_body(content_type: str | None = Header(None, include_in_schema=False)) -> None:
     """POST /jobs takes JSON only: anything else is a 415 that says so."""
     if not is_json(content_type):
-        raise HTTPException(415, "POST /jobs takes a JSON body: send it with the header "
-                                 "'Content-Type: application/json'"
-                            + ("" if content_type is None else f" (got {content_type!r})"))
+        raise HTTPException(415, json_required(content_type))
 
 
-def asgi_app(nodes: list[str], **options: Any) -> FastJobs:
+def asgi_app(nodes: list[str], policy: Policy | None = None, **options: Any) -> Guard:
     """What uvicorn runs: :func:`create_app`'s app behind the fast ``POST /jobs`` layer
     (:class:`~disquepy.web.fastpath.FastJobs`, a plain ASGI middleware wrapping it: a
     valid job is answered before FastAPI's own per-request work, with the same answer
-    as its route)."""
+    as its route), both behind the guard (:mod:`disquepy.web.guard`: the allowed
+    hosts, body limits, same-origin and JSON-only state changes, the login; ``policy``,
+    by default no login and the loopback names)."""
     app = create_app(nodes, **options)
-    return FastJobs(app, app.state.submitter)
+    return Guard(FastJobs(app, app.state.submitter), policy or Policy(), app.state.users)
 
 
-def app_from_env() -> FastJobs:
+def app_from_env() -> Guard:
     """The app of one of ``disque-web --workers N``'s processes: the nodes, the client
-    options (user, password, TLS) and the app's options from ``DISQUE_NODES``,
-    ``DISQUE_WEB_CONNECTION`` and ``DISQUE_WEB_OPTIONS`` (JSON)."""
+    options (user, password, TLS), the app's options and the guard's policy from
+    ``DISQUE_NODES``, ``DISQUE_WEB_CONNECTION``, ``DISQUE_WEB_OPTIONS`` and
+    ``DISQUE_WEB_POLICY`` (JSON)."""
     nodes = [n.strip() for n in os.environ.get("DISQUE_NODES", "127.0.0.1:7711").split(",")
              if n.strip()]
     connection = json.loads(os.environ.get("DISQUE_WEB_CONNECTION", "{}"))
     options = json.loads(os.environ.get("DISQUE_WEB_OPTIONS", "{}"))
-    return asgi_app(nodes, **options, **connection)
+    policy = os.environ.get("DISQUE_WEB_POLICY")
+    return asgi_app(nodes, Policy.from_json(policy) if policy else None, **options,
+                    **connection)
 
 
 def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: float = 1.0,
@@ -123,9 +128,13 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
     seeds = list(nodes)  # (the name "nodes" is a route below)
     if not 0 < replication_timeout < socket_timeout:
         raise ValueError("replication_timeout must be above 0 and below socket_timeout")
+    users = UserClients(seeds, connection, socket_timeout)  # logged-in users' (acting.py)
     connection["password"] = password
-    client = Disque(seeds, socket_timeout=socket_timeout, **connection)
-    view = ClusterView(client, cache_ttl)
+    own = Disque(seeds, socket_timeout=socket_timeout, **connection)
+    # the routes act as the request's user (its own connections, so the nodes' ACL
+    # decides), the cluster overview, metrics and history as the web itself
+    client: Any = ActingClient(own)
+    view = ClusterView(own, cache_ttl)
     history = History(view, history_interval, directory=history_dir)
     state: dict[str, AsyncDisque] = {}
 
@@ -138,7 +147,8 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         finally:
             history.stop()
             await state["aio"].close()
-            client.close()
+            await users.close()
+            own.close()
 
     app = FastAPIOffline(
         title="disquepy", version=__version__, lifespan=lifespan,
@@ -149,9 +159,10 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
                     "are unreachable.",
         static_url="/_docs-assets")
     app.state.client = client
+    app.state.users = users
     app.state.view = view
     install_metrics(app, view)
-    submitter = Submitter(lambda: state["aio"],
+    submitter = Submitter(lambda: acting_aio(state["aio"]),
                           SubmitPolicy(replicate, int(replication_timeout * 1000),
                                        default_retry),
                           app.state.submitted)

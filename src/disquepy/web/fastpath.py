@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
+from .guard import is_json
 from .submit import MAX_KEY, JobIn, Submitter
 
 Scope = MutableMapping[str, Any]
@@ -31,15 +32,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_READ = 8 * 1024 * 1024  # a body larger than this is left to FastAPI (it answers 413)
-
-
-def is_json(content_type: str | None) -> bool:
-    """``application/json`` or a ``+json`` type, parameters (charset) allowed."""
-    if not content_type:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/")
-                                           and media.endswith("+json"))
 
 
 class FastJobs:

@@ -60,10 +60,13 @@ def acktoken(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     consumer that reads by token (the Spark source) acks a whole batch in one
     command, without replaying the tokens to learn the IDs."""
     acked = 0
+    access = client.queues  # a user limited to some queues acks only their jobs
     for token in argv[1:]:
         for jid in node.keys.token_get(token, now) or ():
             job = node.jobs.get(jid)
             if job is None or job.state == ACKED:
+                continue
+            if access is not None and not access.allows(job.queue):
                 continue
             acked += 1
             node.acks.ack(job, now)

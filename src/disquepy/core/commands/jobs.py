@@ -246,10 +246,14 @@ def jscan(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     cursor, count, busyloop = parse_scan(argv, {
         b"queue": queue_opt, b"state": state, b"reply": reply})
 
+    access = client.queues  # a user limited to some queues sees only their jobs
+
     def keep(job: Job) -> bool:
         if job.flags & F_DUMMY:
             return False
         if queue is not None and job.queue != queue:
+            return False
+        if access is not None and not access.allows(job.queue):
             return False
         return not states or bool(states & (1 << job.state))
 

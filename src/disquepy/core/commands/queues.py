@@ -162,10 +162,13 @@ def qscan(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     cursor, count, busyloop = parse_scan(argv, {name: setter(name) for name in lim})
     minlen, maxlen, importrate = lim[b"minlen"], lim[b"maxlen"], lim[b"importrate"]
 
+    access = client.queues  # a user limited to some queues sees only their names
+
     def keep(q: Queue) -> bool:
         ln = len(q.jobs)
         return ((minlen < 0 or ln >= minlen) and (maxlen < 0 or ln <= maxlen)
-                and (importrate < 0 or q.import_rate(now) >= importrate))
+                and (importrate < 0 or q.import_rate(now) >= importrate)
+                and (access is None or access.allows(q.name)))
 
     cursor, found = node.queues.scan(cursor, count, busyloop, keep)
     return resp.array([resp.bulk(b"%d" % cursor), resp.bulk_array([q.name for q in found])])

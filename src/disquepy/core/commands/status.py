@@ -136,6 +136,9 @@ def joboutcomes(node: Node, client: Client, argv: list[bytes], now: int) -> byte
                                       0 if busyloop else OUTCOMES_BUDGET)
     b, i = resp.bulk, resp.integer
     null = resp.null_bulk(client.proto)
+    access = client.queues  # a user limited to some queues sees only their outcomes
+    if access is not None:
+        found = [(pos, o) for pos, o in found if access.allows(o.queue.encode("latin-1"))]
     items = [resp.array([
         _ID, b(o.job_id.encode("latin-1")),
         _STATE, _STATES[o.state],

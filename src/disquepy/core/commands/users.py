@@ -54,6 +54,7 @@ def login(node: Node, client: Client, name: str, password: bytes) -> bool:
     client.authed = True
     client.user = name
     client.allowed = acl.allowed(name)
+    client.queues = acl.queue_access(name)
     client.auth_fails = 0
     return True
 

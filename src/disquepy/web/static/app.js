@@ -10,9 +10,15 @@ const PRIOS = ["high", "medium", "low"];
 const POLL_MS = 2000;
 
 async function api(method, path, body) {
+  // a change is JSON, always (disque-web refuses one without the JSON content type)
   const opts = { method, headers: {} };
-  if (body !== undefined) { opts.headers["Content-Type"] = "application/json"; opts.body = JSON.stringify(body); }
+  if (method !== "GET") opts.headers["Content-Type"] = "application/json";
+  if (body !== undefined) opts.body = JSON.stringify(body);
   const r = await fetch(path, opts);
+  if (r.status === 401) {  // not logged in (any more): the login page, then back here
+    location.assign("/login?next=" + encodeURIComponent(location.pathname + location.hash));
+    throw new Error("not logged in");
+  }
   let data = null;
   try { data = await r.json(); } catch (e) { data = null; }
   if (!r.ok) {
@@ -563,5 +569,18 @@ function history(s) {
 
 // ------------------------------------------------------------------ start
 
+async function whoami() {
+  // who is logged in (disque-web --auth nodes / --token-file), and the way out
+  const d = await api("GET", "/session").catch(() => null);
+  if (!d || !d.user) return;
+  $("#who-name").textContent = d.user;
+  $("#who").hidden = false;
+  $("#logout").addEventListener("click", async () => {
+    await api("POST", "/logout").catch(() => null);
+    location.assign("/login");
+  });
+}
+
 route();
+whoami();
 poll();
