@@ -192,8 +192,9 @@ soak: $(STAMP) $(EXT)
 # Fuzzing (issue #18, docs/SECURITY.md): the decoders' Hypothesis targets (RESP readers,
 # bus frames and messages into the core, AOF records into a node) with FUZZ_EXAMPLES
 # examples each, then a live node under FUZZ_CASES random malformed requests and bus
-# frames (plus the fixed cases, one byte a second for a whole request); prints the
-# cases run per target. `make test` runs the same with a small budget.
+# frames (plus the fixed cases, one byte a second for a whole request), then disque-web's
+# routes (from its OpenAPI schema) under random hostile requests and raw malformed HTTP
+# (tests/web/test_fuzz_web.py); prints the cases run per target. `make test` runs the same with a small budget.
 FUZZ_EXAMPLES ?= 3000
 FUZZ_CASES ?= 5000
 FUZZ_SEED ?= 18
@@ -207,4 +208,8 @@ fuzz: $(STAMP) $(EXT)
 	DISQUEPY_FUZZ_CASES=$(FUZZ_CASES) DISQUEPY_FUZZ_SEED=$(FUZZ_SEED) \
 	  DISQUEPY_FUZZ_SLOW_BYTES=13 DISQUEPY_FUZZ_REPORT=var/fuzz-live.json \
 	  $(BIN)/python -m pytest -p no:cacheprovider -q tests/integration/test_fuzz_live.py
-	@$(BIN)/python scripts/fuzz_report.py var/fuzz-decoders.json var/fuzz-live.json
+	DISQUEPY_FUZZ_CASES=$(FUZZ_CASES) DISQUEPY_FUZZ_SEED=$(FUZZ_SEED) \
+	  DISQUEPY_FUZZ_REPORT=var/fuzz-web.json \
+	  $(BIN)/python -m pytest -p no:cacheprovider -q tests/web/test_fuzz_web.py
+	@$(BIN)/python scripts/fuzz_report.py var/fuzz-decoders.json var/fuzz-live.json \
+	  var/fuzz-web.json
