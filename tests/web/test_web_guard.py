@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import socket
 import subprocess
 import sys
@@ -212,6 +213,43 @@ def test_half_sent_bodies_are_closed_after_the_body_timeout(server, web_factory)
         s.close()
     assert closed == 300
     assert httpx.get(w.url + "/health").status_code == 200
+
+
+def test_half_sent_heads_are_closed_after_the_head_timeout(server, web_factory):
+    """Slowloris: request heads that never end, on new and on kept-alive connections,
+    are closed HEAD_TIMEOUT seconds after they began; whole requests still pass."""
+    from disquepy.web.headtimeout import HEAD_TIMEOUT
+
+    w = web_factory([f"127.0.0.1:{server.port}"])
+    conns = []
+    for i in range(100):
+        s = socket.create_connection(("127.0.0.1", w.port))
+        if i % 2:  # a whole request first, then a head that never ends on the same one
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += s.recv(4096)
+            head, _, rest = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200")
+            length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))
+            while len(rest) < length:  # the whole answer read: what comes next is new
+                rest += s.recv(4096)
+        s.sendall(b"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        conns.append(s)
+    t0 = time.monotonic()
+    assert httpx.get(w.url + "/health").status_code == 200  # others are served meanwhile
+    closed = 0
+    for s in conns:
+        s.settimeout(max(0.1, t0 + HEAD_TIMEOUT + 10 - time.monotonic()))
+        try:
+            closed += s.recv(4096) == b""  # closed, no answer
+        except OSError as e:  # a reset is a close too; a timeout is not
+            closed += isinstance(e, ConnectionResetError)
+        s.close()
+    waited = time.monotonic() - t0
+    assert closed == 100
+    assert HEAD_TIMEOUT - 1 <= waited < HEAD_TIMEOUT + 10, waited
+    wait_for(lambda: "no whole request head within" in w.log(), what="the log line")
 
 
 def test_a_non_loopback_address_without_a_login_refuses_to_start():
