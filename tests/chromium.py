@@ -3,7 +3,23 @@ headless browser (the web fixtures and any test that needs a browser of its own)
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
+
+from support import ROOT
+
+#: where browser tests leave their screenshots, for a person to look at
+SHOTS = Path(os.environ.get("DISQUEPY_SCREENSHOTS", ROOT / "build" / "screenshots"))
+
+
+def shot(browser, name: str) -> Path:
+    """Save the page as ``SHOTS/name.png`` (checked to be a page, not a blank)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    browser.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000  # a page, not a blank
+    return path
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
                   "--disable-background-networking", "--disable-component-update",

@@ -6,30 +6,19 @@ requeued with a click, and nodes down said so. Screenshots go to
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import redis
+from chromium import shot
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
-from support import ROOT, wait_for
+from support import wait_for
 from test_web_dashboard import no_console_errors, open_view, wait
 
 from disquepy.client import Disque
 from disquepy.client.workerinfo import WorkerInfo
-
-SHOTS = Path(os.environ.get("DISQUEPY_SCREENSHOTS", ROOT / "build" / "screenshots"))
-
-
-def shot(browser, name: str) -> Path:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    path = SHOTS / f"{name}.png"
-    browser.save_screenshot(str(path))
-    assert path.stat().st_size > 10_000  # a page, not a blank
-    return path
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ import time
 
 import httpx
 import pytest
-from chromium import make_driver
+from chromium import make_driver, shot
 from support import ROLE_USERS, free_port
 
 
@@ -110,7 +110,7 @@ def test_the_dashboard_behind_the_login_page(secure_server, web_factory, tmp_pat
     while "/login" not in b.current_url and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "/login" in b.current_url
-    b.save_screenshot(str(tmp_path / "login.png"))
+    shot(b, "login")
     b.find_element("id", "username").send_keys("producer")
     b.find_element("id", "password").send_keys("wrong")
     b.find_element("css selector", "button[type=submit]").click()
@@ -129,7 +129,7 @@ def test_the_dashboard_behind_the_login_page(secure_server, web_factory, tmp_pat
         time.sleep(0.2)
     assert b.find_element("id", "who-name").text == "producer"
     time.sleep(2.5)  # a poll of the overview
-    b.save_screenshot(str(tmp_path / "dashboard.png"))
+    shot(b, "dashboard-signed-in")
     assert "connecting" not in b.find_element("id", "cluster-pill").text
     cookies = {c["name"]: c for c in b.get_cookies()}
     c = cookies["disque_web_session"]
