@@ -218,7 +218,7 @@ def test_half_sent_bodies_are_closed_after_the_body_timeout(server, web_factory)
 def test_half_sent_heads_are_closed_after_the_head_timeout(server, web_factory):
     """Slowloris: request heads that never end, on new and on kept-alive connections,
     are closed HEAD_TIMEOUT seconds after they began; whole requests still pass."""
-    from disquepy.web.headtimeout import HEAD_TIMEOUT
+    from disquepy.web.httpproto import HEAD_TIMEOUT
 
     w = web_factory([f"127.0.0.1:{server.port}"])
     conns = []

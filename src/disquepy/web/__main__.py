@@ -114,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("no login (--auth nodes or --token-file): every process that can reach "
                     "%s:%d can add, read and cancel jobs as disque-web's own user",
                     a.host, a.port)
-    from .headtimeout import HeadTimeoutProtocol
+    from .httpproto import HttpProtocol
 
     opts = dict(host=a.host, port=a.port, log_level=a.log_level.lower(), access_log=False,
-                loop="auto", limit_concurrency=a.limit_concurrency, http=HeadTimeoutProtocol)
+                loop="auto", limit_concurrency=a.limit_concurrency, http=HttpProtocol)
     if a.workers == 1:
         from .app import asgi_app
 
