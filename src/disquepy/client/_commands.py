@@ -216,11 +216,13 @@ class Commands:
         return self._run(status_args("QINFO", queues, groups),
                          lambda r: [x.decode("utf-8", "surrogateescape") for x in r])
 
-    def qdead(self, queue: str, group: str) -> list[Event | None]:
+    def qdead(self, queue: str, group: str) -> list[Event]:
         """QDEAD (disquepy): ``group``'s dead letters of ``queue`` held on this node, as
         :class:`Event` (``deliveries`` set), oldest first."""
-        return self._run(["QDEAD", queue, group],
-                         lambda r: [parse_event(x, queue, self._decode_bodies) for x in r])
+        def events(r: Any) -> list[Event]:  # (an entry is never nil)
+            return [e for x in r if (e := parse_event(x, queue, self._decode_bodies))]
+
+        return self._run(["QDEAD", queue, group], events)
 
     def qrequeue(self, queue: str, group: str, *ids: str) -> int:
         """QDEAD ... REQUEUE (disquepy): give dead letters back to ``group``; how many."""
