@@ -155,3 +155,18 @@ def test_cli_single_seed_and_bad_options():
         timeout=60,
     )
     assert bad.returncode == 2 and "unknown fault kind" in bad.stderr
+
+
+def test_a_reply_of_the_wrong_shape_is_a_protocol_failure_not_a_crash():
+    """A GETJOB answered by a status line (a core bug the checkers must report): the
+    run records a protocol failure and goes on, as for an undecodable reply."""
+    from disquepy.sim.workload import Pending
+    from disquepy.sim.world import World
+
+    w = World(SimConfig(seed=1, nodes=1, faults=frozenset()))
+    a = w.workload.agents[0]
+    a.pending = Pending("get", 0, w.now)
+    w.workload.reply(a, 0, b"+OK\r\n")
+    assert w.checker.counts == {"protocol": 1}
+    assert "odd get reply" in w.checker.failures[0].message
+    assert a.pending is None and a.next_at < float("inf")  # the agent goes on

@@ -5,11 +5,14 @@ queues it (pipeline)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-from .args import addjob_args, getjob_args, qget_args, result_args, seconds_arg, status_args
+from ..codec.nodes import Hello
+from .args import Arg, addjob_args, getjob_args, qget_args, result_args, seconds_arg, status_args
 from .replies import (
+    Event,
+    Job,
     parse_event,
     parse_id,
     parse_info,
@@ -22,19 +25,33 @@ from .replies import (
     parse_str,
 )
 
+T = TypeVar("T")
+
+# a reply parser: redis-py's reply -> the method's result
+Parser = Callable[[Any], T]
+
+
+def raw(reply: Any) -> Any:
+    """The parser of a command whose result is redis-py's reply as it is."""
+    return reply
+
 
 class Commands:
-    """The Disque command set. ``_run`` and ``_parse_jobs`` come from the concrete class."""
+    """The Disque command set. ``_run`` and ``_parse_jobs`` come from the concrete class.
+
+    The results are typed as :class:`Disque` returns them (``_run`` runs the command);
+    the asyncio client's ``_run`` returns an awaitable of that, a pipeline's itself."""
 
     __slots__ = ()
+    _decode_bodies: bool  # (set by the concrete class)
 
-    def _run(self, args: list, parser: Any) -> Any:  # pragma: no cover - overridden
+    def _run(self, args: list[Arg], parser: Parser[T]) -> T:  # pragma: no cover
         raise NotImplementedError
 
-    def _parse_jobs(self, reply: Any) -> Any:  # pragma: no cover - overridden
+    def _parse_jobs(self, reply: Any) -> list[Job]:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def _parse_hello(self, reply: Any) -> Any:  # pragma: no cover - overridden
+    def _parse_hello(self, reply: Any) -> Hello:  # pragma: no cover - overridden
         raise NotImplementedError
 
     # -- jobs
@@ -56,7 +73,7 @@ class Commands:
 
     def get_jobs(self, queues: str | Sequence[str], *, count: int = 1,
                  timeout_ms: int | None = None, nohang: bool = False,
-                 with_counters: bool = False, token: str | bytes | None = None) -> list:
+                 with_counters: bool = False, token: str | bytes | None = None) -> list[Job]:
         """GETJOB: up to ``count`` jobs from ``queues`` (served left to right); ``[]`` when
         none arrived in ``timeout_ms`` (``None``: block until a job arrives; ``nohang``:
         never block). ``with_counters`` fills ``Job.nacks`` and
@@ -88,7 +105,8 @@ class Commands:
         """NACK: put jobs back in their queue, counting a nack; with ``delay`` (seconds,
         disquepy's NACK ... DELAY) only after it, under the same ID (a retry with
         back-off). Returns how many."""
-        return self._run(["NACK", *ids, *(["DELAY", delay] if delay else [])], parse_int)
+        delay_args: list[Arg] = ["DELAY", delay] if delay else []
+        return self._run(["NACK", *ids, *delay_args], parse_int)
 
     def fail(self, id: str, error: str = "", reason: str | None = None) -> int:
         """FAILJOB (disquepy): give up on a job: its outcome is ``failed`` with ``error``
@@ -99,11 +117,11 @@ class Commands:
         return self._run(["FAILJOB", id, *(["ERROR", error] if error else []),
                           *(["REASON", reason] if reason else [])], parse_int)
 
-    def job_metrics(self, *queues: str) -> list:
+    def job_metrics(self, *queues: str) -> list[Any]:
         """JOBMETRICS (disquepy) on one node: per-queue counters and histograms, raw."""
         return self._run(["JOBMETRICS", *queues], lambda r: r)
 
-    def job_status(self, id: str) -> list:
+    def job_status(self, id: str) -> list[Any]:
         """JOBSTATUS (disquepy) on one node: the raw field/value list; see :meth:`status`
         for the cluster-wide answer."""
         return self._run(["JOBSTATUS", id], lambda r: r)
@@ -125,7 +143,7 @@ class Commands:
         """DELJOB: delete jobs from this node only; returns how many were deleted."""
         return self._run(["DELJOB", *ids], parse_int)
 
-    def show(self, id: str) -> dict | None:
+    def show(self, id: str) -> dict[str, Any] | None:
         """SHOW: the job's fields as a dict (keys str, ``"body"`` bytes), ``None`` if this
         node does not know it."""
         return self._run(["SHOW", id], parse_show)
@@ -136,11 +154,11 @@ class Commands:
         """QLEN: jobs queued in ``queue`` on this node."""
         return self._run(["QLEN", queue], parse_int)
 
-    def qstat(self, queue: str) -> dict | None:
+    def qstat(self, queue: str) -> dict[str, str | None] | None:
         """QSTAT: the queue's fields as a dict (str keys), ``None`` if it does not exist."""
         return self._run(["QSTAT", queue], parse_kv)
 
-    def qpeek(self, queue: str, count: int) -> list:
+    def qpeek(self, queue: str, count: int) -> list[Job]:
         """QPEEK: up to ``count`` queued jobs without taking them (negative: newest first)."""
         return self._run(["QPEEK", queue, count], self._parse_jobs_plain)
 
@@ -155,11 +173,11 @@ class Commands:
              noblock: bool = False) -> str | None:
         """QADD: push an event on ``queue``, kept ``expire`` seconds; every consumer group
         gets it. Returns its ID (``None`` with ``noblock``: replicated in the background)."""
-        args = ["QADD", queue, seconds_arg(expire), body, *(["NOBLOCK"] if noblock else [])]
+        args: list[Arg] = ["QADD", queue, seconds_arg(expire), body, *(["NOBLOCK"] if noblock else [])]
         return self._run(args, lambda r: None if noblock else parse_str(r))
 
     def qget(self, queue: str, group: str, *, lease: float | None = None,
-             with_counters: bool = False, max_deliveries: int | None = None) -> Any:
+             with_counters: bool = False, max_deliveries: int | None = None) -> Event | None:
         """QGET: lease ``group``'s next event of ``queue`` for ``lease`` seconds (server
         default 30; 0 acknowledges it at once): an :class:`Event`, or ``None``. With
         ``max_deliveries`` an event delivered that many times unacknowledged goes to the
@@ -174,7 +192,7 @@ class Commands:
     def qworking(self, queue: str, group: str, id: str, lease: float | None = None) -> bool:
         """QWORKING (disquepy): still working; the lease now ends ``lease`` seconds from
         now (server default 30). ``False`` if the lease had run out."""
-        args = ["QWORKING", queue, group, id, *(["EX", seconds_arg(lease)] if lease else [])]
+        args: list[Arg] = ["QWORKING", queue, group, id, *(["EX", seconds_arg(lease)] if lease else [])]
         return self._run(args, lambda r: bool(parse_int(r)))
 
     def qnotify(self, group: str, timeout: float, *queues: str) -> str | None:
@@ -187,21 +205,24 @@ class Commands:
         """QFLUSH: drop every event of ``queue``, on every node."""
         return self._run(["QFLUSH", queue], lambda r: True)
 
-    def qstatus(self, *queues: str, groups: Sequence[str] | None = None) -> dict:
+    def qstatus(self, *queues: str, groups: Sequence[str] | None = None
+                ) -> dict[str, dict[str, dict[str, int]]]:
         """QSTATUS: ``{queue: {group: {"total": n, "inprogress": n, ..., "lag": n,
         "pending": n, "oldest-pending-ms": n}}}`` (this node's view)."""
         return self._run(status_args("QSTATUS", queues, groups), parse_qstatus)
 
-    def qinfo(self, *queues: str, groups: Sequence[str] | None = None) -> list:
+    def qinfo(self, *queues: str, groups: Sequence[str] | None = None) -> list[str]:
         """QINFO: one human-readable line per queue and group."""
         return self._run(status_args("QINFO", queues, groups),
                          lambda r: [x.decode("utf-8", "surrogateescape") for x in r])
 
-    def qdead(self, queue: str, group: str) -> list:
+    def qdead(self, queue: str, group: str) -> list[Event]:
         """QDEAD (disquepy): ``group``'s dead letters of ``queue`` held on this node, as
         :class:`Event` (``deliveries`` set), oldest first."""
-        return self._run(["QDEAD", queue, group],
-                         lambda r: [parse_event(x, queue, self._decode_bodies) for x in r])
+        def events(r: Any) -> list[Event]:  # (an entry is never nil)
+            return [e for x in r if (e := parse_event(x, queue, self._decode_bodies))]
+
+        return self._run(["QDEAD", queue, group], events)
 
     def qrequeue(self, queue: str, group: str, *ids: str) -> int:
         """QDEAD ... REQUEUE (disquepy): give dead letters back to ``group``; how many."""
@@ -209,13 +230,13 @@ class Commands:
 
     # -- server
 
-    def hello(self) -> Any:
+    def hello(self) -> Hello:
         """HELLO: :class:`Hello` (version, this node's ID, every node with its priority)."""
         return self._run(["HELLO"], self._parse_hello)
 
-    def info(self, section: str | None = None) -> dict:
+    def info(self, section: str | None = None) -> dict[str, Any]:
         """INFO: the fields as a flat dict (numbers converted)."""
-        args = ["INFO"] if section is None else ["INFO", section]
+        args: list[Arg] = ["INFO"] if section is None else ["INFO", section]
         return self._run(args, parse_info)
 
     def ping(self) -> bool:
@@ -224,7 +245,7 @@ class Commands:
 
     def execute_command(self, *args: Any) -> Any:
         """Any command, raw reply (as redis-py returns it), on the current node."""
-        return self._run(list(args), None)
+        return self._run(list(args), raw)
 
-    def _parse_jobs_plain(self, reply: Any) -> Any:
+    def _parse_jobs_plain(self, reply: Any) -> list[Job]:
         return parse_jobs(reply, self._decode_bodies)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Generator, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aredis
 import redis.exceptions as rexc
@@ -13,9 +13,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from . import addjobs
-from ._commands import Commands
+from ._commands import Commands, Parser, raw
 from .addjobs import TRYAGAIN_LIMIT, TRYAGAIN_SLEEP
-from .args import jscan_args, qscan_args
+from .args import Arg, command_name, jscan_args, qscan_args
 from .batch import Wire, encode_many
 from .errors import (
     FAILOVER_CODES,
@@ -38,10 +38,12 @@ from .nodes import (
     parse_nodes,
     tls_options,
 )
-from .replies import parse_jobs, parse_show
+from .replies import Job, parse_jobs, parse_show
 from .sync import add_jobs_form
 
 log = logging.getLogger("disquepy.client")
+
+T = TypeVar("T")
 
 _NET_ERRORS = (rexc.ConnectionError, rexc.TimeoutError, asyncio.TimeoutError)
 
@@ -210,7 +212,9 @@ class AsyncDisque(Commands):
 
     # ------------------------------------------------------------------ running commands
 
-    async def _run(self, args: list[Any], parser: Any) -> Any:
+    # (the commands' results, awaitable: see Commands)
+    async def _run(  # type: ignore[override]
+            self, args: list[Arg], parser: Parser[T]) -> T:
         r = self._r
         if r is None or self._pending_move is not None:
             r = await self._prepare()
@@ -218,10 +222,10 @@ class AsyncDisque(Commands):
             reply = await r.execute_command(*args)
         except (rexc.ResponseError, *_NET_ERRORS) as e:
             return await self._recover(args, parser, e, r)
-        return reply if parser is None else parser(reply)
+        return parser(reply)
 
-    async def _recover(self, args: list[Any], parser: Any, exc: BaseException,
-                       r: aredis.Redis) -> Any:
+    async def _recover(self, args: list[Arg], parser: Parser[T], exc: BaseException,
+                       r: aredis.Redis) -> T:
         sticky = "IDEMPOTENT" in args or "TOKEN" in args
         tries = 0
         limit = 2 * len(self.topology.candidates(False)) + 2
@@ -238,7 +242,7 @@ class AsyncDisque(Commands):
                     raise err from None
             else:
                 if tries >= limit:
-                    raise NoNodesError(f"{args[0]} failed on every node: {exc}") from exc
+                    raise NoNodesError(f"{command_name(args)} failed on every node: {exc}") from exc
                 log.warning("disque node %s failed (%s); failing over",
                             fmt_addr(self._addr) if self._addr else "?", exc)
                 r = await self._failover(r, leaving=False, sticky=sticky and tries == 0)
@@ -248,7 +252,7 @@ class AsyncDisque(Commands):
             except (rexc.ResponseError, *_NET_ERRORS) as e:
                 exc = e
                 continue
-            return reply if parser is None else parser(reply)
+            return parser(reply)
 
     async def _failover(self, failed: aredis.Redis, *, leaving: bool,
                         sticky: bool) -> aredis.Redis:
@@ -269,7 +273,7 @@ class AsyncDisque(Commands):
                         await client.connection_pool.disconnect()
             return await self._connect_locked()
 
-    def _parse_jobs(self, reply: Any) -> list[Any]:
+    def _parse_jobs(self, reply: Any) -> list[Job]:
         jobs = parse_jobs(reply, self._decode_bodies)
         if self._affinity is not None and jobs:
             target = self._affinity.observe(jobs, self._my_id[:8] if self._my_id else None)
@@ -325,7 +329,7 @@ class AsyncDisque(Commands):
         cursor = 0
         while True:
             reply = await self._run(
-                qscan_args(cursor, count, busyloop, minlen, maxlen, importrate), None)
+                qscan_args(cursor, count, busyloop, minlen, maxlen, importrate), raw)
             cursor = int(reply[0])
             for q in reply[1]:
                 yield q.decode("utf-8", "surrogateescape")
@@ -339,7 +343,7 @@ class AsyncDisque(Commands):
         cursor = 0
         while True:
             res = await self._run(jscan_args(cursor, count, busyloop, queue, state, reply),
-                                  None)
+                                  raw)
             cursor = int(res[0])
             for item in res[1]:
                 yield item.decode("ascii") if reply == "id" else parse_show(item)
@@ -436,7 +440,7 @@ class AsyncDisque(Commands):
                 self._socket_timeout)
         return wire
 
-    async def _execute_batch(self, queued: list[tuple[list[Any], Any]]) -> list[Any]:
+    async def _execute_batch(self, queued: list[tuple[list[Arg], Parser[Any] | None]]) -> list[Any]:
         """:meth:`disquepy.client.Disque._execute_batch`, awaited."""
         replies = await self._send(encode_many([args for args, _ in queued]), len(queued))
         return [rep if parser is None or isinstance(rep, Exception) else parser(rep)
@@ -480,13 +484,15 @@ class AsyncPipeline(Commands):
     def __init__(self, client: AsyncDisque) -> None:
         self._client = client
         self._decode_bodies = client._decode_bodies
-        self._queued: list[tuple[list[Any], Any]] = []
+        self._queued: list[tuple[list[Arg], Parser[Any] | None]] = []
 
-    def _run(self, args: list[Any], parser: Any) -> AsyncPipeline:
+    # (queues the command: every command method returns the pipeline, see Commands)
+    def _run(self, args: list[Arg], parser: Parser[Any] | None  # type: ignore[override]
+             ) -> AsyncPipeline:
         self._queued.append((args, parser))
         return self
 
-    def _parse_jobs(self, reply: Any) -> list[Any]:
+    def _parse_jobs(self, reply: Any) -> list[Job]:
         return parse_jobs(reply, self._decode_bodies)
 
     def _parse_hello(self, reply: Any) -> Hello:

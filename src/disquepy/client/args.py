@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
+
+# one argument of a command, as redis-py sends it
+Arg: TypeAlias = str | bytes | int | float
+
+
+def command_name(args: Sequence[Arg]) -> str:
+    """The command's name, for messages."""
+    name = args[0]
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
 
 
 def addjob_args(queue: str, body: bytes | str, timeout_ms: int, replicate: int | None,
                 delay: int | None, retry: int | None, ttl: int | None, maxlen: int | None,
-                async_: bool, idempotent: str | bytes | None) -> list:
-    args: list = ["ADDJOB", queue, body, timeout_ms]
+                async_: bool, idempotent: str | bytes | None) -> list[Arg]:
+    args: list[Arg] = ["ADDJOB", queue, body, timeout_ms]
     if replicate is not None:
         args += ("REPLICATE", replicate)
     if delay is not None:
@@ -30,8 +39,8 @@ def addjob_args(queue: str, body: bytes | str, timeout_ms: int, replicate: int |
 
 
 def getjob_args(queues: str | Sequence[str], count: int, timeout_ms: int | None, nohang: bool,
-                with_counters: bool, token: str | bytes | None) -> list:
-    args: list = ["GETJOB"]
+                with_counters: bool, token: str | bytes | None) -> list[Arg]:
+    args: list[Arg] = ["GETJOB"]
     if nohang:
         args.append("NOHANG")
     if timeout_ms is not None:
@@ -51,8 +60,8 @@ def getjob_args(queues: str | Sequence[str], count: int, timeout_ms: int | None,
 
 
 def qscan_args(cursor: int, count: int | None, busyloop: bool, minlen: int | None,
-               maxlen: int | None, importrate: int | None) -> list:
-    args: list = ["QSCAN", cursor]
+               maxlen: int | None, importrate: int | None) -> list[Arg]:
+    args: list[Arg] = ["QSCAN", cursor]
     if count is not None:
         args += ("COUNT", count)
     if busyloop:
@@ -67,8 +76,8 @@ def qscan_args(cursor: int, count: int | None, busyloop: bool, minlen: int | Non
 
 
 def jscan_args(cursor: int, count: int | None, busyloop: bool, queue: str | None,
-               state: str | Iterable[str] | None, reply: str = "id") -> list:
-    args: list = ["JSCAN", cursor]
+               state: str | Iterable[str] | None, reply: str = "id") -> list[Arg]:
+    args: list[Arg] = ["JSCAN", cursor]
     if count is not None:
         args += ("COUNT", count)
     if busyloop:
@@ -84,8 +93,8 @@ def jscan_args(cursor: int, count: int | None, busyloop: bool, queue: str | None
 
 
 def qget_args(queue: str, group: str, lease: float | None, with_counters: bool,
-              max_deliveries: int | None) -> list:
-    args: list = ["QGET", queue, group]
+              max_deliveries: int | None) -> list[Arg]:
+    args: list[Arg] = ["QGET", queue, group]
     if lease is not None:
         args += ["EX", seconds_arg(lease)]
     if with_counters:
@@ -102,11 +111,11 @@ def seconds_arg(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:.3f}"
 
 
-def status_args(cmd: str, queues: Sequence[str], groups: Sequence[str] | None) -> list:
+def status_args(cmd: str, queues: Sequence[str], groups: Sequence[str] | None) -> list[Arg]:
     return [cmd, *queues, *(["GROUPS", *groups] if groups else [])]
 
 
-def result_args(result: Any) -> list:
+def result_args(result: Any) -> list[Arg]:
     """``["RESULT", data]`` for ACKJOB/FASTACK (none for ``None``): bytes and str as they
     are, anything else as JSON (``default=str`` for what JSON cannot say)."""
     if result is None:
@@ -118,5 +127,5 @@ def result_args(result: Any) -> list:
 
 def wait_backoff(attempt: int) -> float:
     """Poll interval of wait_for_ack: 5 ms doubling up to 250 ms."""
-    return min(0.005 * (2 ** min(attempt, 10)), 0.25)
+    return min(0.005 * (2.0 ** min(attempt, 10)), 0.25)
 

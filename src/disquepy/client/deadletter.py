@@ -54,7 +54,7 @@ class DeadLetter:
     nacks: int
     additional_deliveries: int
     failed_at: int
-    extra: dict
+    extra: dict[str, Any]
 
     def json(self) -> Any:
         """The original body decoded as JSON."""

@@ -9,11 +9,11 @@ from typing import Any
 
 from .deadletter import DEFAULT_DLQ, DeadLetter, dead_queue_name, parse_dead_letter
 from .jobstatus import node_addresses
-from .replies import parse_jobs
+from .replies import Job, parse_jobs
 from .sync import Disque
 
 
-def _peek(client: Disque, dq: str, count: int, node: str | None) -> list:
+def _peek(client: Disque, dq: str, count: int, node: str | None) -> list[Job]:
     if node is None:
         return client.qpeek(dq, count)
     return parse_jobs(client.execute_on(node, "QPEEK", dq, count))
@@ -25,7 +25,7 @@ def list_dead(client: Disque, queue: str, count: int = 100, *,
     from the client's current node, or (``cluster=True``) from every node HELLO lists,
     up to ``count`` from each, oldest first overall."""
     dq = dead_queue_name(queue, pattern)
-    nodes: list = [None]
+    nodes: list[str | None] = [None]
     if cluster:
         nodes = list(node_addresses(client))
     out = []

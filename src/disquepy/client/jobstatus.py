@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Generator
+from collections.abc import Awaitable, Generator
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import redis.exceptions as rexc
 
@@ -35,7 +35,9 @@ from .priority import split
 from .replies import job_node_prefix, parse_show
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..codec.nodes import Hello
     from .aio import AsyncDisque
+    from .deadletter import DeadLetter
     from .sync import Disque
 
 STATES = ("queued", "scheduled", "in_progress", "retrying", "completed", "failed",
@@ -142,19 +144,26 @@ class Sleep:
     seconds: float
 
 
-HELLO = object()  # what a plan yields for the client's HELLO (parsed: ``Hello``)
 MAX_STEPS = 1_000_000  # what a plan may ask, at most (each plan bounds itself first)
 
+class _HelloNeed:
+    """(the type of HELLO)"""
+
+
+HELLO = _HelloNeed()  # what a plan yields for the client's HELLO (parsed: ``Hello``)
+
 T = TypeVar("T")
-Plan = Generator[Any, Any, T]
+# what a plan yields (its needs), is sent (a reply), and returns
+Plan = Generator[Ask | Sleep | _HelloNeed, Any, T]
 
 
 @dataclass(frozen=True, slots=True)
-class _Done:
-    value: Any
+class _Done(Generic[T]):
+    value: T
 
 
-def _advance(plan: Plan[T], value: Any, error: BaseException | None) -> Any:
+def _advance(plan: Plan[T], value: Any, error: BaseException | None
+             ) -> _Done[T] | Ask | Sleep | _HelloNeed:
     """The plan's next need, given the last answer (or error); ``_Done`` at its end."""
     try:
         return plan.send(value) if error is None else plan.throw(error)
@@ -174,7 +183,7 @@ def run(client: Disque, plan: Plan[T]) -> T:
         try:
             if isinstance(need, Sleep):
                 time.sleep(need.seconds)
-            elif need is HELLO:
+            elif isinstance(need, _HelloNeed):
                 value = client.hello()
             else:
                 value = client.execute_on(need.addr, *need.args)
@@ -195,8 +204,9 @@ async def arun(client: AsyncDisque, plan: Plan[T]) -> T:
         try:
             if isinstance(need, Sleep):
                 await asyncio.sleep(need.seconds)
-            elif need is HELLO:
-                value = await client.hello()
+            elif isinstance(need, _HelloNeed):
+                # (AsyncDisque's commands are typed as Disque's results: see Commands)
+                value = await cast("Awaitable[Hello]", client.hello())
             else:
                 value = await client.execute_on(need.addr, *need.args)
         except rexc.RedisError as e:
@@ -250,7 +260,8 @@ def node_queues(client: Disque, addr: str) -> list[str]:
     return run(client, queues_plan(addr))
 
 
-def dead_letter_plan(topology: Topology, job_id: str, queue: str | None = None) -> Plan[Any]:
+def dead_letter_plan(topology: Topology, job_id: str, queue: str | None = None
+                     ) -> Plan[DeadLetter | None]:
     """The dead letter of ``job_id`` (:class:`~disquepy.client.deadletter.DeadLetter`) on
     any node, looking in ``queue``'s dead-letter queue (every ``*:dead`` queue if
     ``None``); ``None`` if there is none."""
@@ -272,7 +283,7 @@ def dead_letter_plan(topology: Topology, job_id: str, queue: str | None = None) 
     return None
 
 
-def find_dead_letter(client: Disque, job_id: str, queue: str | None = None):
+def find_dead_letter(client: Disque, job_id: str, queue: str | None = None) -> DeadLetter | None:
     """The dead letter of ``job_id`` on any node (see :func:`dead_letter_plan`)."""
     return run(client, dead_letter_plan(client.topology, job_id, queue))
 
@@ -283,14 +294,14 @@ FINAL = ("failed", "cancelled", "completed", "expired")  # which one wins if cop
 LIVE = ("in_progress", "retrying", "queued", "scheduled")  # a copy that knows more first
 
 
-def _fields(r: list) -> dict:
+def _fields(r: list[Any]) -> dict[str, Any]:
     return {k.decode(): v for k, v in zip(r[::2], r[1::2], strict=True)}
 
 
-def _statuses_plan(topology: Topology, job_id: str) -> Plan[tuple[dict[str, dict], list[str]]]:
+def _statuses_plan(topology: Topology, job_id: str) -> Plan[tuple[dict[str, dict[str, Any]], list[str]]]:
     """JOBSTATUS on every node, the creating node first: ({address: fields} of the nodes
     that know the job, unreachable addresses)."""
-    known: dict[str, dict] = {}
+    known: dict[str, dict[str, Any]] = {}
     down: list[str] = []
     for addr in (yield from _ordered_plan(topology, job_id)):
         try:
@@ -318,7 +329,7 @@ def json_or_text(v: bytes | None) -> Any:
         return v.decode("utf-8", "replace")
 
 
-def status_from(job_id: str, known: dict[str, dict]) -> tuple[JobStatus, str]:
+def status_from(job_id: str, known: dict[str, dict[str, Any]]) -> tuple[JobStatus, str]:
     """The status told by the JOBSTATUS answers in ``known`` ({address: fields}, at least
     one): an outcome on any node wins (failed, cancelled, completed, expired), else the
     copy that knows most (in progress, retrying, queued, scheduled); copies that only

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from ..codec.nodes import Address, Hello, NodeInfo, parse_address, parse_hello
 from .replies import Job
@@ -18,7 +19,7 @@ NodeSpec = str | Address
 
 
 def tls_options(ssl: bool, ssl_ca_certs: str | None, ssl_certfile: str | None,
-                ssl_keyfile: str | None, ssl_check_hostname: bool) -> dict:
+                ssl_keyfile: str | None, ssl_check_hostname: bool) -> dict[str, Any]:
     """redis-py's keyword arguments for a TLS connection (empty without ``ssl``): the
     server's certificate is verified against ``ssl_ca_certs`` (the system's CAs when
     None), and ``ssl_certfile``/``ssl_keyfile`` are shown to a server that asks for a
@@ -99,7 +100,7 @@ class Topology:
                 addrs.append(a)
         now = time.monotonic()
 
-        def key(a: Address) -> tuple:
+        def key(a: Address) -> tuple[bool, int]:
             failed_at = self.failed.get(a)
             recent = failed_at is not None and now - failed_at < self.FAIL_COOLDOWN
             return (recent, self.priority_of(a))

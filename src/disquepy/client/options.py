@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--key", default=None, metavar="FILE", help="private key of --cert")
 
 
-def client_kwargs(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict:
+def client_kwargs(p: argparse.ArgumentParser, a: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~disquepy.client.Disque` keyword arguments the options give (an error
     through ``p`` for TLS files without ``--tls``, or a certificate without its key)."""
     if not a.tls and (a.cacert or a.cert or a.key):

@@ -94,9 +94,9 @@ def parse_event(reply: Any, queue: str, decode_bodies: bool = False) -> Event | 
                  int(reply[2]) if len(reply) > 2 else None)
 
 
-def parse_qstatus(reply: Any) -> dict:
+def parse_qstatus(reply: Any) -> dict[str, dict[str, dict[str, int]]]:
     """QSTATUS: {queue: {group: {field: int}}} (bananaq's fields, then disquepy's)."""
-    out: dict = {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
     for name, per in reply or []:
         groups = {}
         for g, stats in zip(per[::2], per[1::2], strict=True):
@@ -106,7 +106,7 @@ def parse_qstatus(reply: Any) -> dict:
     return out
 
 
-def parse_show(reply: Any) -> dict | None:
+def parse_show(reply: Any) -> dict[str, Any] | None:
     """SHOW / JSCAN REPLY all: flat key-value list -> dict (``body`` stays bytes)."""
     if reply is None:
         return None
@@ -118,7 +118,7 @@ def parse_show(reply: Any) -> dict | None:
     return out
 
 
-def parse_kv(reply: Any) -> dict | None:
+def parse_kv(reply: Any) -> dict[str, str | None] | None:
     """QSTAT and similar flat key-value replies, keys and values as str."""
     if reply is None:
         return None
@@ -139,7 +139,7 @@ def _num(v: str) -> Any:
         return v
 
 
-def parse_info(reply: Any) -> dict:
+def parse_info(reply: Any) -> dict[str, Any]:
     """INFO text -> flat dict (numbers converted); redis-py may have parsed it already."""
     if isinstance(reply, dict):
         return reply
@@ -159,8 +159,10 @@ def parse_int(reply: Any) -> int:
     return int(reply)
 
 
-def parse_str(reply: Any) -> Any:
-    return reply.decode("utf-8", "surrogateescape") if isinstance(reply, bytes) else reply
+def parse_str(reply: Any) -> str:
+    if isinstance(reply, bytes):
+        return reply.decode("utf-8", "surrogateescape")
+    return reply if isinstance(reply, str) else str(reply)
 
 
 def parse_id(reply: Any) -> str:

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.exceptions as rexc
@@ -14,9 +14,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import addjobs
-from ._commands import Commands
+from ._commands import Commands, Parser, raw
 from .addjobs import TRYAGAIN_LIMIT, TRYAGAIN_SLEEP
-from .args import jscan_args, qscan_args
+from .args import Arg, command_name, jscan_args, qscan_args
 from .batch import encode_many, round_trip
 from .errors import (
     FAILOVER_CODES,
@@ -39,9 +39,11 @@ from .nodes import (
     parse_nodes,
     tls_options,
 )
-from .replies import parse_jobs, parse_show
+from .replies import Job, parse_jobs, parse_show
 
 log = logging.getLogger("disquepy.client")
+
+T = TypeVar("T")
 
 _NET_ERRORS = (rexc.ConnectionError, rexc.TimeoutError)
 
@@ -234,7 +236,7 @@ class Disque(Commands):
 
     # ------------------------------------------------------------------ running commands
 
-    def _run(self, args: list[Any], parser: Any) -> Any:
+    def _run(self, args: list[Arg], parser: Parser[T]) -> T:
         r = self._r
         if r is None or self._pending_move is not None:
             r = self._prepare()
@@ -242,9 +244,10 @@ class Disque(Commands):
             reply = r.execute_command(*args)
         except (rexc.ResponseError, *_NET_ERRORS) as e:
             return self._recover(args, parser, e, r)
-        return reply if parser is None else parser(reply)
+        return parser(reply)
 
-    def _recover(self, args: list[Any], parser: Any, exc: Exception, r: redis.Redis) -> Any:
+    def _recover(self, args: list[Arg], parser: Parser[T], exc: Exception, r: redis.Redis
+                 ) -> T:
         """Error path of ``_run``: -TRYAGAIN waits, -LEAVING and connection errors fail over."""
         sticky = "IDEMPOTENT" in args or "TOKEN" in args
         tries = 0
@@ -262,7 +265,7 @@ class Disque(Commands):
                     raise err from None
             else:
                 if tries >= limit:
-                    raise NoNodesError(f"{args[0]} failed on every node: {exc}") from exc
+                    raise NoNodesError(f"{command_name(args)} failed on every node: {exc}") from exc
                 log.warning("disque node %s failed (%s); failing over",
                             fmt_addr(self._addr) if self._addr else "?", exc)
                 r = self._failover(r, leaving=False, sticky=sticky and tries == 0)
@@ -272,7 +275,7 @@ class Disque(Commands):
             except (rexc.ResponseError, *_NET_ERRORS) as e:
                 exc = e
                 continue
-            return reply if parser is None else parser(reply)
+            return parser(reply)
 
     def _failover(self, failed: redis.Redis, *, leaving: bool, sticky: bool) -> redis.Redis:
         with self._lock:
@@ -294,7 +297,7 @@ class Disque(Commands):
 
     # ------------------------------------------------------------------ parsers with state
 
-    def _parse_jobs(self, reply: Any) -> list[Any]:
+    def _parse_jobs(self, reply: Any) -> list[Job]:
         jobs = parse_jobs(reply, self._decode_bodies)
         if self._affinity is not None and jobs:
             target = self._affinity.observe(jobs, self._my_id[:8] if self._my_id else None)
@@ -320,7 +323,7 @@ class Disque(Commands):
         cursor = 0
         while True:
             reply = self._run(qscan_args(cursor, count, busyloop, minlen, maxlen, importrate),
-                              None)
+                              raw)
             cursor = int(reply[0])
             for q in reply[1]:
                 yield q.decode("utf-8", "surrogateescape")
@@ -333,7 +336,7 @@ class Disque(Commands):
         """JSCAN with the cursor loop hidden: yields job IDs (``reply="all"``: SHOW dicts)."""
         cursor = 0
         while True:
-            res = self._run(jscan_args(cursor, count, busyloop, queue, state, reply), None)
+            res = self._run(jscan_args(cursor, count, busyloop, queue, state, reply), raw)
             cursor = int(res[0])
             for item in res[1]:
                 yield item.decode("ascii") if reply == "id" else parse_show(item)
@@ -478,7 +481,7 @@ class Disque(Commands):
                 value = round_trip(self._client_for(node).connection_pool, payload,
                                    len(step.commands))
 
-    def _execute_batch(self, queued: list[tuple[list[Any], Any]]) -> list[Any]:
+    def _execute_batch(self, queued: list[tuple[list[Arg], Parser[Any] | None]]) -> list[Any]:
         """Send ``(args, parser)`` commands in one write, their parsed replies in order
         (errors as instances), through :meth:`_send`."""
         replies = self._send(encode_many([args for args, _ in queued]), len(queued))
@@ -525,13 +528,15 @@ class Pipeline(Commands):
     def __init__(self, client: Disque) -> None:
         self._client = client
         self._decode_bodies = client._decode_bodies
-        self._queued: list[tuple[list[Any], Any]] = []
+        self._queued: list[tuple[list[Arg], Parser[Any] | None]] = []
 
-    def _run(self, args: list[Any], parser: Any) -> Pipeline:
+    # (queues the command: every command method returns the pipeline, see Commands)
+    def _run(self, args: list[Arg], parser: Parser[Any] | None  # type: ignore[override]
+             ) -> Pipeline:
         self._queued.append((args, parser))
         return self
 
-    def _parse_jobs(self, reply: Any) -> list[Any]:
+    def _parse_jobs(self, reply: Any) -> list[Job]:
         return parse_jobs(reply, self._decode_bodies)
 
     def _parse_hello(self, reply: Any) -> Hello:

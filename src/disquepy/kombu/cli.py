@@ -13,12 +13,15 @@ import json
 
 import click
 
-import disquepy.kombu  # noqa: F401  (registers disque:// for every celery command)
+from ..client import Disque
+
+# (importing this module imports its package, disquepy.kombu, first: that registers
+# disque:// for every celery command)
 
 SCAN_ROUNDS = 10_000  # JSCAN calls per node at most
 
 
-def find_task_jobs(client, task_id: str) -> list[str]:
+def find_task_jobs(client: Disque, task_id: str) -> list[str]:
     """IDs of the jobs (queued or in progress, on any node) whose kombu message is
     Celery task ``task_id``: JSCAN over every node HELLO lists."""
     from disquepy.client.nodes import fmt_addr
@@ -54,7 +57,7 @@ def disquepy() -> None:
 @click.pass_context
 def find(ctx: click.Context, task_id: str) -> None:
     """The Disque job(s) of Celery task TASK_ID and their status."""
-    from kombu import Connection
+    from kombu.connection import Connection
 
     app = ctx.obj.app
     with Connection(app.conf.broker_url, transport_options=app.conf.broker_transport_options) as conn:

@@ -77,10 +77,11 @@ from kombu.utils.eventio import ERR, READ, poll
 from kombu.utils.json import dumps, loads
 
 from ..client import Disque, NoNodesError, ResponseError
+from ..client.args import Arg
 from ..client.errors import convert_error
 from ..client.nodes import parse_address
 from ..client.priority import PriorityOrder, queue_for, split
-from ..client.replies import parse_jobs
+from ..client.replies import Job, parse_jobs
 
 log = logging.getLogger("disquepy.kombu")
 
@@ -125,7 +126,7 @@ def _as_bool(v: Any) -> bool:
     return bool(v)
 
 
-def parse_url(url: str) -> tuple[list[tuple[str, int]], bool, dict]:
+def parse_url(url: str) -> tuple[list[tuple[str, int]], bool, dict[str, Any]]:
     """``disque[s]://[[user]:password@]host:port[,host:port...][/][?opt=v...]`` as
     ``(nodes, tls, options)``; each ``host:port`` is read by the client's own parser."""
     scheme, sep, rest = url.partition("://")
@@ -145,7 +146,7 @@ def parse_url(url: str) -> tuple[list[tuple[str, int]], bool, dict]:
     return nodes or [("127.0.0.1", DEFAULT_PORT)], scheme.lower() == "disques", opts
 
 
-def read_options(raw: dict) -> dict:
+def read_options(raw: dict[str, Any]) -> dict[str, Any]:
     """The transport's options from ``raw`` (strings from a URL, or typed values), with
     defaults; a value of the wrong kind is a ``ValueError`` that names the option."""
     out = {}
@@ -209,7 +210,7 @@ class QoS(virtual.QoS):
         self.channel._server_reject(delivery_tag, requeue)
         self._quick_ack(delivery_tag)
 
-    def restore_unacked(self) -> list:
+    def restore_unacked(self) -> list[Any]:
         """Every unacked delivery back to its queue, as the same job (NACK)."""
         self._flush()
         tags = list(self._delivered)
@@ -311,7 +312,7 @@ class _Topic(TopicExchange):
     """A topic exchange is an event queue: every binding's group gets each message and
     keeps those whose routing key matches its pattern (matched by the consumer)."""
 
-    def deliver(self, message: dict, exchange: str, routing_key: str, **kwargs: Any) -> None:
+    def deliver(self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any) -> None:
         self.channel._put_fanout(exchange, message, routing_key, **kwargs)
 
 
@@ -321,7 +322,8 @@ class Channel(virtual.Channel):
     QoS = QoS
     supports_fanout = True
     exchange_types = {"direct": _Direct, "topic": _Topic, "fanout": FanoutExchange}
-    default_priority = None
+    # None: no priority given (kombu's class says int, from its default 0)
+    default_priority = None  # type: ignore[assignment]
     min_priority = 0
     max_priority = MAX_PRIORITY
 
@@ -335,7 +337,7 @@ class Channel(virtual.Channel):
         self._order: PriorityOrder | None = None
         self._queue_of: dict[str, str] = {}  # Disque queue -> kombu queue consuming it
         self._event_tags: dict[str, tuple[str, str]] = {}  # event ID -> (exchange, group)
-        self._queue_args: dict[str, dict] = {}
+        self._queue_args: dict[str, dict[str, Any]] = {}
         connection.cycle.add(self)
 
     # ------------------------------------------------------------------ declarations
@@ -345,7 +347,7 @@ class Channel(virtual.Channel):
         if (type or "direct") not in self.exchange_types:
             raise ChannelError(f"disque transport: exchange type {type!r} is not supported "
                                "(direct, topic and fanout are)")
-        return super().exchange_declare(exchange, type, *args, **kwargs)
+        super().exchange_declare(exchange, type, *args, **kwargs)
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         args = kwargs.get("arguments") or {}
@@ -388,7 +390,7 @@ class Channel(virtual.Channel):
                 out.append(routing_key)
         return out
 
-    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list:
+    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
         if exchange and self.typeof(exchange).type == "direct":
             try:
                 table = self.get_table(exchange)
@@ -396,7 +398,8 @@ class Channel(virtual.Channel):
                 table = []
             if not table:  # no binding known here: the routing key names the queue
                 return [routing_key] if routing_key else []
-        return super()._lookup(exchange, routing_key, default)
+        queues: list[str] = super()._lookup(exchange, routing_key, default)
+        return queues
 
     # ------------------------------------------------------------------ consuming
 
@@ -451,7 +454,7 @@ class Channel(virtual.Channel):
                 if exchanges:
                     self._send(gw, ["QNOTIFY", group, f"{t:g}", *exchanges])
 
-    def _send(self, w: _Waiter, args: list) -> None:
+    def _send(self, w: _Waiter, args: list[Arg]) -> None:
         if w.conn is None:
             w.conn = self.client.borrow_connection()
             try:
@@ -517,7 +520,7 @@ class Channel(virtual.Channel):
         for w in self._groups.values():
             self._drop(w)
 
-    def _deliver_jobs(self, jobs: list) -> int:
+    def _deliver_jobs(self, jobs: list[Job]) -> int:
         deliver = self.connection._deliver
         out = []
         no_ack = []
@@ -547,7 +550,7 @@ class Channel(virtual.Channel):
         self.connection._deliver(payload, group)
         return 1
 
-    def _get(self, queue: str, timeout: float | None = None) -> dict:
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         """One message now (``basic_get``), or ``Empty``."""
         bound = self._event_bindings(queue)
         for exchange in bound:
@@ -565,7 +568,7 @@ class Channel(virtual.Channel):
                 self._fail_malformed(job.id, job.queue, e)
         raise Empty()
 
-    def _get_event(self, group: str, exchange: str) -> dict | None:
+    def _get_event(self, group: str, exchange: str) -> dict[str, Any] | None:
         """The next event of ``exchange`` for ``group`` whose routing key its bindings
         match (others are acknowledged and skipped), as a kombu message, or ``None``."""
         patterns = self._event_bindings(group).get(exchange, [None])
@@ -576,6 +579,7 @@ class Channel(virtual.Channel):
             event = self.client.qget(exchange, group, lease=lease)
             if event is None:
                 return None
+            payload: dict[str, Any] | None
             try:
                 payload = loads(event.body)
                 props = payload["properties"]
@@ -593,8 +597,8 @@ class Channel(virtual.Channel):
                 self.client.qack(exchange, group, event.id)
         return None
 
-    def _job_payload(self, job: Any) -> dict:
-        payload = loads(job.body)
+    def _job_payload(self, job: Job) -> dict[str, Any]:
+        payload: dict[str, Any] = loads(job.body)
         props = payload["properties"]
         props["delivery_tag"] = job.id
         info = props.setdefault("delivery_info", {})
@@ -639,7 +643,7 @@ class Channel(virtual.Channel):
 
     def prepare_message(self, body: Any, priority: Any = None, content_type: Any = None,
                         content_encoding: Any = None, headers: Any = None,
-                        properties: Any = None) -> dict:
+                        properties: Any = None) -> dict[str, Any]:
         """As kombu's, but a message without a priority keeps none (medium)."""
         properties = properties or {}
         properties.setdefault("delivery_info", {})
@@ -648,19 +652,21 @@ class Channel(virtual.Channel):
                 "content-type": content_type, "headers": headers or {},
                 "properties": properties}
 
-    def encode_body(self, body: Any, encoding: Any = None) -> tuple:
+    def encode_body(self, body: Any, encoding: Any = None) -> tuple[Any, Any]:
         """Text stays text (readable in the dashboard); bytes go as base64."""
         if isinstance(body, str):
             return body, None
-        return super().encode_body(body, encoding or "base64")
+        encoded: tuple[Any, Any] = super().encode_body(body, encoding or "base64")
+        return encoded
 
-    def _job_body(self, message: dict) -> str:
+    def _job_body(self, message: dict[str, Any]) -> str:
         # headers first: Celery's task name and ID lead the dashboard's preview
         ordered = {"headers": message.get("headers") or {}}
         ordered.update((k, v) for k, v in message.items() if k != "headers")
-        return dumps(ordered)
+        text: str = dumps(ordered)
+        return text
 
-    def _times(self, queue: str | None, message: dict) -> tuple[float | None, float]:
+    def _times(self, queue: str | None, message: dict[str, Any]) -> tuple[float | None, float]:
         """(seconds to live or None, seconds of delay) of a message put now."""
         now = time.time()
         props = message.get("properties") or {}
@@ -678,7 +684,7 @@ class Channel(virtual.Channel):
         delay = max(0.0, eta - now) if eta is not None else 0.0
         return ttl, delay
 
-    def _put(self, queue: str, message: dict, **kwargs: Any) -> None:
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """ADDJOB: the message as a job of ``queue`` at its priority level."""
         o = self.opts
         ttl, delay = self._times(queue, message)
@@ -698,7 +704,7 @@ class Channel(virtual.Channel):
                             maxlen=int(maxlen) if maxlen else None,
                             async_=o["async_replication"])
 
-    def _put_fanout(self, exchange: str, message: dict, routing_key: str,
+    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str,
                     **kwargs: Any) -> None:
         """QADD: one event on ``exchange``'s event queue; every bound group gets it."""
         ttl, _ = self._times(None, message)
@@ -747,16 +753,20 @@ class Transport(virtual.Transport):
     """kombu transport for disquepy (``disque://`` and ``disques://``)."""
 
     Channel = Channel
-    polling_interval = None  # consumers block in GETJOB: no sleep between polls
-    default_port = DEFAULT_PORT
+    # (kombu's class attributes are typed by their defaults: a float and None)
+    polling_interval = None  # type: ignore[assignment]  # consumers block in GETJOB: no sleep
+    default_port = DEFAULT_PORT  # type: ignore[assignment]
     can_parse_url = True  # several host:port seeds: kombu's URL parser takes one
     driver_type = "disque"
     driver_name = "disquepy"
-    connection_errors = virtual.Transport.connection_errors + (
+    connection_errors = virtual.Transport.connection_errors + (  # type: ignore[assignment]
         rexc.ConnectionError, rexc.TimeoutError, NoNodesError, OSError)
-    channel_errors = virtual.Transport.channel_errors + (ResponseError, rexc.ResponseError)
+    channel_errors = virtual.Transport.channel_errors + (  # type: ignore[assignment]
+        ResponseError, rexc.ResponseError)
     implements = virtual.Transport.implements.extend(
         asynchronous=True, exchange_type=frozenset(["direct", "topic", "fanout"]))
+
+    cycle: Poller  # type: ignore[assignment]  # (kombu's FairCycle replaced: see Poller)
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
@@ -783,6 +793,7 @@ class Transport(virtual.Transport):
         elif ssl:
             tls = True
         self.options = read_options(raw)
+        self._connect_timeout = float(client.connect_timeout or 5)
         self.nodes = nodes
         self.tls = tls
         self.disque = self._new_client()
@@ -791,7 +802,7 @@ class Transport(virtual.Transport):
         o = self.options
         return Disque(self.nodes, username=o["username"], password=o["password"],
                       socket_timeout=o["socket_timeout"],
-                      socket_connect_timeout=float(self.client.connect_timeout or 5),
+                      socket_connect_timeout=self._connect_timeout,
                       ssl=self.tls, ssl_ca_certs=o["ssl_ca_certs"],
                       ssl_certfile=o["ssl_certfile"], ssl_keyfile=o["ssl_keyfile"],
                       ssl_check_hostname=o["ssl_check_hostname"])
@@ -816,5 +827,6 @@ class Transport(virtual.Transport):
         self.cycle.use_hub(loop)
         loop.on_tick.add(self.cycle.on_poll_start)
 
-    def on_readable(self, fileno: int) -> None:
+    # (as kombu's redis transport: the hub calls it with the readable socket)
+    def on_readable(self, fileno: int) -> None:  # type: ignore[override]
         self.cycle.on_readable(fileno)

@@ -22,11 +22,19 @@ recording which jobs are queued, for the controlled restart.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..core import aofrecords as codec
 from .log import log
+
+if TYPE_CHECKING:
+    from ..core.node import Node
+    from .driver import Driver
+    from .protocol import ClientProtocol
 
 REWRITE_SLICE = 1000  # jobs serialized per loop iteration during a rewrite (~5 ms)
 REWRITE_SYNC_BYTES = 32 << 20  # aof-rewrite-incremental-fsync: as Redis, every 32 MB
@@ -45,7 +53,7 @@ def write_all(fd: int, data: bytes) -> int:
     return len(data)
 
 
-def load(path: str, truncate_torn: bool):
+def load(path: str, truncate_torn: bool) -> list[tuple[int, str, Any]]:
     """Read and check the AOF. Returns the records; a torn tail is cut off (logged) when
     ``truncate_torn``; anything else wrong raises AofError naming the offset."""
     try:
@@ -73,7 +81,7 @@ def load(path: str, truncate_torn: bool):
 
 
 class AofFile:
-    def __init__(self, driver, path: str, fsync: str) -> None:
+    def __init__(self, driver: Driver, path: str, fsync: str) -> None:
         self.driver = driver
         self.node = driver.node
         self.loop = driver.loop
@@ -84,8 +92,8 @@ class AofFile:
         self.base_size = self.size
         # (write function, bytes) waiting for the write (and fsync): replies to clients
         # and cluster bus frames (a replica's GOTJOB must not promise an unsynced copy)
-        self.held: list = []
-        self.pending: list = []  # records of this loop iteration
+        self.held: list[tuple[Callable[[bytes], object], bytes]] = []
+        self.pending: list[bytes] = []  # records of this loop iteration
         self._flush_scheduled = False
         self._fsync_running = False
         self._last_fsync = time.monotonic()
@@ -96,7 +104,7 @@ class AofFile:
         self.longest_slice_ms = 0.0
 
     # ----------------------------------------------------------------- writes
-    def append(self, records: list) -> None:
+    def append(self, records: list[bytes]) -> None:
         """Queue records; they are written (and synced, per policy) at the end of this
         loop iteration, before the replies that depend on them are released."""
         self.pending.extend(records)
@@ -109,10 +117,10 @@ class AofFile:
         """True while replies must wait for the records to be written (and synced)."""
         return self._flush_scheduled
 
-    def hold(self, conn, data: bytes) -> None:
+    def hold(self, conn: ClientProtocol, data: bytes) -> None:
         self.held.append((conn.write, data))
 
-    def hold_call(self, write, data: bytes) -> None:
+    def hold_call(self, write: Callable[[bytes], object], data: bytes) -> None:
         self.held.append((write, data))
 
     def _flush(self) -> None:
@@ -153,7 +161,7 @@ class AofFile:
         fut = self.loop.run_in_executor(None, _sync_and_close, os.dup(self.fd))
         fut.add_done_callback(self._fsync_done)
 
-    def _fsync_done(self, fut) -> None:
+    def _fsync_done(self, fut: asyncio.Future[None]) -> None:
         self._fsync_running = False
         if fut.exception() is not None:
             self.last_write_ok = False
@@ -197,7 +205,7 @@ class AofFile:
         self.last_rewrite_secs = int(secs)
         self.rewrite = None
 
-    def info(self) -> list:
+    def info(self) -> list[tuple[str, int | str]]:
         return [
             ("aof_rewrite_in_progress", int(self.rewrite is not None)),
             ("aof_rewrite_scheduled", 0),  # a BGREWRITEAOF during one is refused
@@ -229,8 +237,9 @@ class Rewrite:
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.jobs = list(aof.node.jobs.values())  # the snapshot: 8 bytes a job
         self.pos = 0
-        self.outcomes = None  # then the outcomes, a chunk of the store per step
-        self.buffer: list = []
+        # then the outcomes, a chunk of the store per step
+        self.outcomes: Iterator[list[bytes]] | None = None
+        self.buffer: list[bytes] = []
         self.unsynced = 0  # bytes written since the last incremental fsync
         log.info("Background append only file rewriting started (%d jobs)", len(self.jobs))
 
@@ -281,11 +290,12 @@ class Rewrite:
             fut = self.aof.loop.run_in_executor(None, _sync_and_close, os.dup(self.fd))
             fut.add_done_callback(_log_sync_failure)
 
-    def _synced(self, fut) -> None:
+    def _synced(self, fut: asyncio.Future[None]) -> None:
         t0 = time.perf_counter()
         try:
-            if fut.exception() is not None:
-                raise fut.exception()
+            exc = fut.exception()
+            if exc is not None:
+                raise exc
             self.finish()
         except OSError as e:
             log.warning("Background AOF rewrite failed: %s", e.strerror)
@@ -322,13 +332,13 @@ class Rewrite:
         self.aof.rewrite_done(False, time.monotonic() - self.started)
 
 
-def write_snapshot(node, path: str) -> int:
+def write_snapshot(node: Node, path: str) -> int:
     """A complete AOF of the live jobs with their queue state, written atomically (for
     SHUTDOWN REWRITE-AOF and the controlled restart). Returns its size."""
     tmp = f"{path}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        batch = []
+        batch: list[bytes] = []
         size = 0
         for job in node.jobs.values():
             rec = node.aof.snapshot(job)
@@ -354,7 +364,7 @@ def write_snapshot(node, path: str) -> int:
     return size
 
 
-def _log_sync_failure(fut) -> None:
+def _log_sync_failure(fut: asyncio.Future[None]) -> None:
     """An incremental fsync of a rewrite failed: said (the final fsync still decides)."""
     if fut.exception() is not None:
         log.warning("Incremental fsync of the AOF rewrite failed: %s", fut.exception())

@@ -60,13 +60,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import ssl
 from asyncio import sslproto
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import Any
 
-from ..codec.bus import MAX_FRAME, BusProtocolError, FrameReader
+from ..codec.bus import MAX_FRAME, BusMessage, BusProtocolError, FrameReader
 from ..core.config import glob_match
 from .busauth import (
     MAGIC,
@@ -124,11 +126,11 @@ _DOWN = "down"
 _CLOSED = "closed"
 
 
-def _tune_socket(transport) -> None:
+def _tune_socket(transport: asyncio.BaseTransport) -> None:
     keepalive(transport, KEEPALIVE_IDLE, nodelay=True)
 
 
-def certificate_names(cert: dict) -> list[str]:
+def certificate_names(cert: dict[str, Any]) -> list[str]:
     """The names a peer certificate (``getpeercert()``) goes by: its subject's common
     names, then the DNS names of its subjectAltName."""
     names = [value for rdn in cert.get("subject", ()) for key, value in rdn
@@ -137,7 +139,7 @@ def certificate_names(cert: dict) -> list[str]:
     return names
 
 
-def check_peer_certificate(transport, patterns: list[str]) -> str | None:
+def check_peer_certificate(transport: asyncio.BaseTransport, patterns: list[str]) -> str | None:
     """Why the TLS peer of ``transport`` is not a cluster node (None: it is one): its
     certificate must have a name matching one of ``patterns`` (tls-cluster-peer-name;
     none: any certificate of the CA)."""
@@ -152,12 +154,13 @@ def check_peer_certificate(transport, patterns: list[str]) -> str | None:
             "node's")
 
 
-def channel_binding(transport) -> bytes:
+def channel_binding(transport: asyncio.BaseTransport) -> bytes:
     """The TLS channel's ``tls-unique`` (empty on plain TCP)."""
     sslobj = transport.get_extra_info("ssl_object")
     if sslobj is None:
         return b""
-    return sslobj.get_channel_binding("tls-unique") or b""
+    binding: bytes | None = sslobj.get_channel_binding("tls-unique")
+    return binding or b""
 class _Link:
     """The outbound link to one peer."""
 
@@ -187,15 +190,15 @@ class _Link:
         self.addr = addr
         self.state = _DOWN
         self.gen = 0  # bumped per connect attempt: stale protocols and tasks see a mismatch
-        self.transport = None
+        self.transport: asyncio.Transport | None = None
         self.writable = False  # up and not paused: send may schedule a flush
         self.paused = False
         self.dirty = False  # in Bus._dirty, a flush is scheduled
         self.queue: deque[bytes] = deque()
         self.qbytes = 0
         self.backoff = BACKOFF_MIN
-        self.retry = None  # TimerHandle of the next attempt
-        self.task = None  # the connect attempt in progress
+        self.retry: asyncio.TimerHandle | None = None  # the next attempt
+        self.task: asyncio.Task[None] | None = None  # the connect attempt in progress
         self.up_since = 0.0
         self.attempts = 0
         self.overflowing = False  # logged once until the queue drains
@@ -214,12 +217,13 @@ class _OutProtocol(asyncio.Protocol):
         self.link = link
         self.gen = gen
         self.hs: Handshake | None = None  # set while the handshake runs
-        self.timer = None
+        self.timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport) -> None:
+    # (a stream's transport: asyncio says BaseTransport)
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.bus._connected(self, transport)
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
         self.bus._disconnected(self, exc)
@@ -266,7 +270,8 @@ def _ssl_protocol(loop: asyncio.AbstractEventLoop) -> type:
     Cython; the stdlib's pure-Python one cost the bus over TLS ~15% of its jobs a
     second) or asyncio's."""
     try:
-        from uvloop.loop import Loop, SSLProtocol
+        # (uvloop's stubs leave out its SSLProtocol)
+        from uvloop.loop import Loop, SSLProtocol  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         return sslproto.SSLProtocol
     return SSLProtocol if isinstance(loop, Loop) else sslproto.SSLProtocol
@@ -284,7 +289,7 @@ class _TlsAccept(asyncio.Protocol):
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
 
-    def connection_made(self, raw) -> None:
+    def connection_made(self, raw: asyncio.Transport) -> None:  # type: ignore[override]
         bus = self.bus
         app = _InProtocol(bus)
         if not app.admit(raw):
@@ -307,19 +312,20 @@ class _InProtocol(asyncio.Protocol):
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
-        self.transport = None
-        self.raw = None  # the TCP transport under TLS, while its handshake runs
+        self.transport: asyncio.Transport | None = None
+        # the TCP transport under TLS, while its handshake runs
+        self.raw: asyncio.Transport | None = None
         self.reader = FrameReader(bus.max_frame)
         self.ip = "?"
         self.closing = False
         self.hs: Handshake | None = None  # set while the handshake runs
-        self.timer = None
+        self.timer: asyncio.TimerHandle | None = None
         self.first = True  # no byte received yet
         self.claim = 0  # bytes of the big frame being received, counted in bus._claimed
         self.unsealer: Unsealer | None = None  # cluster-secret on plain TCP
         self.pending = False  # in bus.pending (not authenticated yet)
 
-    def admit(self, raw) -> bool:
+    def admit(self, raw: asyncio.Transport) -> bool:
         """The connection was accepted: count it (False: refused and closed)."""
         bus = self.bus
         peer = raw.get_extra_info("peername")
@@ -348,7 +354,7 @@ class _InProtocol(asyncio.Protocol):
                                              f"no handshake within {HANDSHAKE_TIMEOUT:g}s")
         return True
 
-    def tls_done(self, waiter: asyncio.Future) -> None:
+    def tls_done(self, waiter: asyncio.Future[None]) -> None:
         """The TLS handshake ended (its callbacks run after connection_made, which
         is called only when it succeeded): on failure, log, count and forget it."""
         if self.transport is not None:
@@ -360,7 +366,7 @@ class _InProtocol(asyncio.Protocol):
         self.authenticated()
         self.bus._inbound.discard(self)
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.raw is None and not self.admit(transport):  # plain TCP: just accepted
             return
         self.transport = transport
@@ -402,7 +408,7 @@ class _InProtocol(asyncio.Protocol):
             self.pending = False
             self.bus.pending.remove(self)
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         if self.hs is not None and not self.closing:
             self.refuse("connection closed during the cluster-secret handshake")
         self.authenticated()
@@ -427,6 +433,7 @@ class _InProtocol(asyncio.Protocol):
             except HandshakeError as e:
                 self.refuse(str(e))
                 return
+            assert self.transport is not None  # (not closing)
             if reply:
                 self.transport.write(reply)
             if not hs.done:
@@ -508,10 +515,10 @@ class Bus:
 
     def __init__(
         self,
-        on_frame: Callable[[list, str], None],
+        on_frame: Callable[[BusMessage, str], None],
         on_link: Callable[[str, bool], None],
         loop: asyncio.AbstractEventLoop,
-        log,
+        log: logging.Logger,
         *,
         max_frame: int = MAX_FRAME,
         max_queue_bytes: int = SEND_QUEUE_MAX_BYTES,
@@ -558,12 +565,12 @@ class Bus:
         self._claimed = 0  # bytes of the big frames arriving, all connections together
         self.on_claimed = on_claimed  # told the new total (the node counts it as used)
         self.refusals = RateLimited(log, REFUSAL_LOG_INTERVAL)
-        self._servers: list = []
+        self._servers: list[asyncio.Server] = []
         self._links: dict[str, _Link] = {}
         self._inbound: set[_InProtocol] = set()
         self._drop: set[str] = set()
         self._dirty: list[_Link] = []
-        self._flush_handle = None
+        self._flush_handle: asyncio.Handle | None = None
         self._closed = False
         # counters
         self._frames_out = 0
@@ -642,12 +649,12 @@ class Bus:
             return
         links = self._links
         for node_id in [nid for nid in links if nid not in peers]:
-            link = links.pop(node_id)
+            gone = links.pop(node_id)
             self.log.debug("Closing cluster bus link to node %.8s", node_id)
-            self._shutdown_link(link)
-            link.state = _CLOSED
-            link.queue.clear()
-            link.qbytes = 0
+            self._shutdown_link(gone)
+            gone.state = _CLOSED
+            gone.queue.clear()
+            gone.qbytes = 0
         for node_id, (ip, port) in peers.items():
             addr = (ip, int(port))
             link = links.get(node_id)
@@ -692,7 +699,7 @@ class Bus:
     async def _connect(self, link: _Link, gen: int) -> None:
         ip, port = link.addr
         try:
-            kw = {}
+            kw: dict[str, Any] = {}
             if self.ssl_client is not None:
                 kw = {"ssl": self.ssl_client, "server_hostname": ip,
                       "ssl_handshake_timeout": HANDSHAKE_TIMEOUT}
@@ -738,7 +745,7 @@ class Bus:
         link.backoff = min(BACKOFF_MAX, b * 2)
         link.retry = self.loop.call_later(delay, self._start_connect, link)
 
-    def _connected(self, proto: _OutProtocol, transport) -> None:
+    def _connected(self, proto: _OutProtocol, transport: asyncio.Transport) -> None:
         link = proto.link
         if link.gen != proto.gen or link.state is not _CONNECTING or self._closed:
             transport.close()  # a stale attempt that completed anyway
@@ -783,7 +790,7 @@ class Bus:
             self._write_out(link)  # what was queued while connecting, in order
         self._notify(link.node_id, True)
 
-    def _disconnected(self, proto: _OutProtocol, exc) -> None:
+    def _disconnected(self, proto: _OutProtocol, exc: Exception | None) -> None:
         link = proto.link
         if link.gen != proto.gen:
             return  # stale connection (address changed, removed) or already handled
@@ -945,7 +952,7 @@ class Bus:
         link = self._links.get(node_id)
         return link is not None and link.state is _UP
 
-    def link_info(self) -> dict[str, dict]:
+    def link_info(self) -> dict[str, dict[str, Any]]:
         """Per outbound link: address, state, queued frames/bytes, overflow drops."""
         return {
             nid: {
@@ -958,7 +965,7 @@ class Bus:
             for nid, lk in self._links.items()
         }
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         links = self._links.values()
         return {
             "frames_sent": self._frames_out,
@@ -1010,7 +1017,7 @@ class Bus:
         that node would refuse this one (or this one it) as a peer, or None when the
         link would work, or when nothing answers (the MEET then goes on, retried as
         for any node that is down, as in Disque). One connection, closed after."""
-        kw: dict = {}
+        kw: dict[str, Any] = {}
         if self.ssl_client is not None:
             kw = {"ssl": self.ssl_client, "server_hostname": ip,
                   "ssl_handshake_timeout": HANDSHAKE_TIMEOUT}

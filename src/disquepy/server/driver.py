@@ -16,17 +16,24 @@ import os
 import sys
 import time
 from functools import partial
+from typing import TYPE_CHECKING
 
 from ..codec import resp
-from ..codec.bus import encode_frame
+from ..codec.bus import BusMessage, encode_frame
 from ..core.awake import NEVER
-from ..core.client import REPLY_OFF
-from ..core.config import ConfigError, OutputBufferLimit
+from ..core.client import REPLY_OFF, Client
+from ..core.config import Config, ConfigError, OutputBufferLimit
 from ..core.info import HostFacts
-from ..core.messages import BATCH
-from ..core.outputs import Shell
+from ..core.messages import BATCH, Outgoing
+from ..core.node import Node
+from ..core.outputs import Event, Outputs, Shell
 from .log import VERBOSE, log, set_level
-from .protocol import ClientBatch
+from .protocol import ClientBatch, ClientProtocol
+
+if TYPE_CHECKING:
+    from .aof import AofFile
+    from .bus import Bus
+    from .eventlog import EventLog
 
 # MONITOR's output limit: Redis's default for its pubsub clients (C Disque has no such
 # class): closed at 32 MB held, or at 8 MB held for 60 s
@@ -34,34 +41,35 @@ MONITOR_LIMIT = OutputBufferLimit(32 << 20, 8 << 20, 60)
 
 
 class Driver(Shell):
-    def __init__(self, node, config, config_path: str | None, loop, pure_resp: bool = False):
+    def __init__(self, node: Node, config: Config, config_path: str | None,
+                 loop: asyncio.AbstractEventLoop, pure_resp: bool = False) -> None:
         self.node = node
         self.config = config
         self.config_path = config_path
         self.loop = loop
         self.pure_resp = pure_resp
-        self.servers: list = []
-        self._timer = None
+        self.servers: list[asyncio.Server] = []
+        self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float = NEVER
         self.stopping = asyncio.Event()
         self.exit_code = 0
-        self.bus = None  # server.bus.Bus, set by main once listening
+        self.bus: Bus | None = None  # set by main once listening
         self._after_scheduled = False
         self.batch = ClientBatch(loop, self.after_event_soon)  # the clients' iteration work
-        self.aof = None  # server.aof.AofFile while appendonly is on
+        self.aof: AofFile | None = None  # while appendonly is on
         self.aof_path = os.path.join(config.dir, config.appendfilename)
         self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)
         self._nodes_conf_lock: int | None = None  # fd holding the flock on nodes.conf
-        self.events = None  # server.eventlog.EventLog, opened at the first events
+        self.events: EventLog | None = None  # opened at the first events
         self._events_ticking = False
         self._security_logged = -NEVER  # when the cross-protocol warning was last logged
         node.events_on = config.event_log
         node.probe_meet = True  # CLUSTER MEET: see _meet
-        self._tasks: set = set()  # CLUSTER MEET probes running (a reference keeps each)
-        self.obuf_limit = None  # client-output-buffer-limit when set (ClientProtocol)
+        self._tasks: set[asyncio.Task[None]] = set()  # CLUSTER MEET probes running (a reference keeps each)
+        self.obuf_limit: OutputBufferLimit | None = None  # client-output-buffer-limit when set (ClientProtocol)
         # CLIENT PAUSE: the connections waiting for its end (batch.paused_until)
-        self.paused: set = set()
-        self._pause_timer = None
+        self.paused: set[ClientProtocol] = set()
+        self._pause_timer: asyncio.TimerHandle | None = None
         self._idle_ticking = False  # the `timeout` check runs (while timeout > 0)
         self.config_changed(["client-output-buffer-limit", "timeout"])
 
@@ -119,21 +127,21 @@ class Driver(Shell):
             node.wake_hint()
             self.arm()
 
-    def deliver(self, out) -> None:
+    def deliver(self, out: Outputs) -> None:
         Shell.deliver(self, out)
         if out.wake < self._timer_at:
             self.arm()
 
     # Shell methods: what each output becomes here
-    def persist(self, records: list) -> None:
+    def persist(self, records: list[bytes]) -> None:
         if self.aof is not None:
             self.aof.append(records)
 
-    def sync_links(self, links: dict) -> None:
+    def sync_links(self, links: dict[str, tuple[str, int]]) -> None:
         if self.bus is not None:
             self.bus.sync_links(links)
 
-    def reply(self, client, data: bytes) -> None:
+    def reply(self, client: Client, data: bytes) -> None:
         conn = client.conn
         if conn is None:
             return
@@ -167,7 +175,7 @@ class Driver(Shell):
             if not conn.closing and not conn.waiting:
                 self.batch.run_later(conn)
 
-    def kill(self, client, data: bytes) -> None:
+    def kill(self, client: Client, data: bytes) -> None:
         """CLIENT KILL: close the connection after ``data`` (the killer's own reply)."""
         conn = client.conn
         if conn is not None and not conn.closing:
@@ -175,7 +183,7 @@ class Driver(Shell):
                 conn.write(data)
             conn.close()
 
-    def feed_monitor(self, client, data: bytes) -> None:
+    def feed_monitor(self, client: Client, data: bytes) -> None:
         """The MONITOR feed, within an output limit: a monitor that does not read is
         closed (with a log line) before it can hold more than MONITOR_LIMIT's bytes."""
         conn = client.conn
@@ -193,17 +201,18 @@ class Driver(Shell):
         if self.node.aof.out:
             self.deliver(self.node.take_outputs())
 
-    def record_events(self, out: list) -> None:
-        if self.events is None:
+    def record_events(self, out: list[Event]) -> None:
+        events = self.events
+        if events is None:
             from .eventlog import EventLog
 
             cfg = self.config
-            self.events = EventLog(os.path.join(cfg.dir, cfg.event_log_dir), self.node.myid,
+            self.events = events = EventLog(os.path.join(cfg.dir, cfg.event_log_dir), self.node.myid,
                                    cfg.event_log_max_size)
             if not self._events_ticking:
                 self._events_ticking = True
                 self.loop.call_later(0.2, self._events_tick)
-        self.events.write(out)
+        events.write(out)
 
     def _events_tick(self) -> None:
         """Every 200 ms: buffered events reach the file (a quiet node too)."""
@@ -235,10 +244,10 @@ class Driver(Shell):
         if rewrite:
             with open(self.aof_path, "wb"):
                 pass
-        self.aof = AofFile(self, self.aof_path, self.config.appendfsync)
+        self.aof = aof = AofFile(self, self.aof_path, self.config.appendfsync)
         self.node.aof.on = True
         if rewrite:
-            self.aof.start_rewrite()
+            aof.start_rewrite()
         self.loop.call_later(1.0, self._aof_tick)
 
     def stop_aof(self) -> None:
@@ -273,7 +282,7 @@ class Driver(Shell):
             self.loop.call_later(1.0, self._aof_tick)
 
 
-    def send_messages(self, per: dict) -> None:
+    def send_messages(self, per: dict[str, Outgoing]) -> None:
         """One frame per peer (the node grouped its messages so)."""
         bus = self.bus
         if bus is None:
@@ -286,7 +295,7 @@ class Driver(Shell):
                 frame = self.fit_frame(msg, bus)
                 if not frame:
                     continue
-            if hold:
+            if aof is not None and hold:
                 aof.hold_call(partial(bus.send, d), frame)
             else:
                 bus.send(d, frame)
@@ -295,12 +304,12 @@ class Driver(Shell):
             # write now rather than wait for the bus's own end-of-iteration flush
             bus.flush_now()
 
-    def fit_frame(self, msg, bus) -> bytes:
+    def fit_frame(self, msg: Outgoing, bus: Bus) -> bytes:
         """The frames of an output past cluster-bus-max-frame, which the peer would
         refuse: each message of its BATCHes alone, and any message still too big
         dropped with a warning (the cluster protocol retries, or the client times out)."""
         msgs = msg if type(msg) is tuple else (msg,)
-        out = []
+        out: list[bytes] = []
         for m in msgs:
             for one in (m[4] if m[0] == BATCH else (m,)):
                 frame = encode_frame(one)
@@ -347,14 +356,15 @@ class Driver(Shell):
                     path)
         return False
 
-    def save_nodes_conf(self, text: str | None = None) -> bool:  # also a Shell method
+    # (also the Shell method: the shell ignores whether it saved, CLUSTER SAVECONFIG not)
+    def save_nodes_conf(self, text: str | None = None) -> bool:  # type: ignore[override]
         if text is None:
             text = self.node.members.nodes_conf_text()
         try:
-            lock = self._nodes_conf_lock is not None
-            fd = write_atomically(self.nodes_conf_path, text.encode(), lock=lock)
-            if lock:  # the new file is locked: release the one it replaced
-                os.close(self._nodes_conf_lock)
+            held = self._nodes_conf_lock
+            fd = write_atomically(self.nodes_conf_path, text.encode(), lock=held is not None)
+            if held is not None:  # the new file is locked: release the one it replaced
+                os.close(held)
                 self._nodes_conf_lock = fd
             return True
         except OSError as e:
@@ -362,7 +372,7 @@ class Driver(Shell):
                         e.strerror)
             return False
 
-    def on_bus_frame(self, msg: list, peer_ip: str) -> None:
+    def on_bus_frame(self, msg: BusMessage, peer_ip: str) -> None:
         try:
             self.node.handle_message(msg, peer_ip, self.now())
         except Exception:  # a bug of the core: logged loudly, the node keeps serving
@@ -424,7 +434,7 @@ class Driver(Shell):
 
     # --------------------------------------------------------- shell requests
     # (Shell.finish dispatches each request to its method here)
-    def answer(self, client, data: bytes) -> None:
+    def answer(self, client: Client, data: bytes) -> None:
         conn = client.conn
         if conn is not None:
             if client.noreply != REPLY_OFF:
@@ -435,13 +445,13 @@ class Driver(Shell):
         self.count_net()
         return self.node.info(section, self.host_facts(), self.now())
 
-    def quit(self, client) -> None:
+    def quit(self, client: Client) -> None:
         conn = client.conn
         if conn is not None:
             conn.write(resp.OK)
             conn.close()
 
-    def security_abort(self, client) -> None:
+    def security_abort(self, client: Client) -> None:
         if client.conn is not None:
             client.conn.close()
         now = self.now()
@@ -452,20 +462,20 @@ class Driver(Shell):
                         "an attacker attempting to use Cross Protocol Scripting to "
                         "compromise your Disque instance. Connection aborted.")
 
-    def auth_failed(self, client, delay_ms: int, error: bytes) -> None:
+    def auth_failed(self, client: Client, delay_ms: int, error: bytes) -> None:
         # answered later; this client's next commands wait
         self.loop.call_later(delay_ms / 1000, self._late_reply, client.conn, error)
 
-    def auth_wait(self, client, delay_ms: int, argv: tuple[bytes, ...]) -> None:
+    def auth_wait(self, client: Client, delay_ms: int, argv: tuple[bytes, ...]) -> None:
         # too many failed AUTHs from the address: run it later; its next commands wait
         self.loop.call_later(delay_ms / 1000, self._run_later, client.conn, list(argv))
 
-    def cluster_meet(self, client, ip: str, port: int) -> None:
+    def cluster_meet(self, client: Client, ip: str, port: int) -> None:
         task = self.loop.create_task(self._meet(client.conn, ip, port))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def shutdown_requested(self, client, how: str) -> None:
+    def shutdown_requested(self, client: Client, how: str) -> None:
         if client.conn is not None:
             client.conn.close()
         self.shutdown(how)
@@ -495,7 +505,7 @@ class Driver(Shell):
         self.bus.set_drop(node_id, on)
         return resp.OK
 
-    async def _meet(self, conn, ip: str, port: int) -> None:
+    async def _meet(self, conn: ClientProtocol | None, ip: str, port: int) -> None:
         """CLUSTER MEET: first one connection to the node's bus, to tell the operator
         now, in the reply, when that node and this one would refuse each other (another
         cluster-secret, none on one side, a certificate the other does not accept)
@@ -512,7 +522,7 @@ class Driver(Shell):
             reply = resp.error(f"ERR CLUSTER MEET {ip}:{port} failed: {why}")
         self._late_reply(conn, reply)
 
-    def _run_later(self, conn, argv: list[bytes]) -> None:
+    def _run_later(self, conn: ClientProtocol | None, argv: list[bytes]) -> None:
         """Run a command the core put off (AuthWait) for a client still there."""
         if conn is None or conn.closing or conn.client is None:
             return
@@ -522,8 +532,9 @@ class Driver(Shell):
         self.after_event()
 
     @staticmethod
-    def _late_reply(conn, data: bytes) -> None:
+    def _late_reply(conn: ClientProtocol | None, data: bytes) -> None:
         if conn is not None and not conn.closing:
+            assert conn.client is not None  # (an open connection has its client)
             if conn.client.noreply != REPLY_OFF:
                 conn.send_replies(data)
             conn.resume()
@@ -548,7 +559,7 @@ class Driver(Shell):
         log.info("CONFIG REWRITE executed with success.")
         return resp.OK
 
-    def config_changed(self, names) -> None:
+    def config_changed(self, names: tuple[str, ...] | list[str]) -> None:
         if "client-output-buffer-limit" in names:
             limit = self.config.client_output_buffer_limit
             self.obuf_limit = limit if limit.hard_bytes or limit.soft_bytes else None

@@ -19,6 +19,7 @@ import json
 import os
 import time
 
+from ..core.outputs import Event
 from .aof import write_all
 from .log import log
 
@@ -69,7 +70,7 @@ class EventLog:
         self.size = 0
         log.info("Event log: writing %s", path)
 
-    def write(self, events: list) -> None:
+    def write(self, events: list[Event]) -> None:
         """Format the events of one loop iteration; they reach the file when a buffer's
         worth has gathered or at the next ``flush`` (the driver calls it every 200 ms)."""
         qnames = self._queue_names
@@ -102,6 +103,7 @@ class EventLog:
             if self.fd is None or (self.max_size and self.size >= self.max_size):
                 self.close()
                 self._open()
+            assert self.fd is not None  # (opened above)
             self.size += write_all(self.fd, data)  # O_APPEND
             self.failed = False
         except OSError as e:

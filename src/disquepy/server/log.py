@@ -9,8 +9,10 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 
-from ..logformat import VERBOSE, RedisFormatter
+from ..logformat import VERBOSE as VERBOSE  # (re-exported: the server modules log at it)
+from ..logformat import RedisFormatter
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -64,7 +66,7 @@ class RateLimited:
     the log. A line after a quiet spell says how many were suppressed meanwhile."""
 
     def __init__(self, logger: logging.Logger, interval: float = 10.0,
-                 max_keys: int = 1024, clock=time.monotonic) -> None:
+                 max_keys: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
         self.logger = logger
         self.interval = interval
         self.max_keys = max_keys
@@ -72,7 +74,7 @@ class RateLimited:
         self._next: dict[object, float] = {}
         self._suppressed: dict[object, int] = {}
 
-    def log(self, level: int, key: object, fmt: str, *args) -> bool:
+    def log(self, level: int, key: object, fmt: str, *args: object) -> bool:
         """Log ``fmt % args`` at ``level`` unless ``key`` logged less than
         ``interval`` ago; returns whether it did."""
         now = self.clock()
@@ -90,5 +92,5 @@ class RateLimited:
         self.logger.log(level, fmt, *args)
         return True
 
-    def warning(self, key: object, fmt: str, *args) -> bool:
+    def warning(self, key: object, fmt: str, *args: object) -> bool:
         return self.log(logging.WARNING, key, fmt, *args)

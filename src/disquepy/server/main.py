@@ -7,12 +7,14 @@ import contextlib
 import os
 import random
 import signal
+import ssl
 import sys
 import textwrap
+from collections.abc import Callable
 
 from .. import __version__
 from ..core.config import DIRECTIVES, Config, ConfigError
-from ..core.directives import close_names, directive
+from ..core.directives import Directive, close_names, directive
 from ..core.ids import new_node_id
 from ..core.node import Node
 from . import log as logmod
@@ -55,7 +57,7 @@ EXAMPLE_HEADER = """\
 """
 
 
-def _default_line(d) -> str:
+def _default_line(d: Directive) -> str:
     """The config line that sets directive ``d`` to its default (commented out for a
     repeatable directive, whose default is no line at all)."""
     lines = d.type.lines(d.name, d.default)
@@ -321,8 +323,9 @@ def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
     return True
 
 
-async def _listen(cfg: Config, node: Node, driver: Driver, bus_tls_in, bus_tls_out,
-                  client_tls) -> bool:
+async def _listen(cfg: Config, node: Node, driver: Driver, bus_tls_in: ssl.SSLContext | None,
+                  bus_tls_out: ssl.SSLContext | None,
+                  client_tls: ssl.SSLContext | None) -> bool:
     """Bind and listen on the cluster bus port and the client ports, not accepting yet
     (``start_serving`` later); on failure say which port and why in one line, close
     what was opened, and return False."""
@@ -349,13 +352,13 @@ async def _listen(cfg: Config, node: Node, driver: Driver, bus_tls_in, bus_tls_o
                     cfg.cluster_port_offset, e.strerror)
         return False
     driver.bus = bus
-    listeners = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
+    listeners: list[tuple[int, ssl.SSLContext | None]] = [(cfg.port, None)] if cfg.port or not cfg.tls_port else []
     if cfg.tls_port:
         listeners.append((cfg.tls_port, client_tls))
     tls_refusals = logmod.RateLimited(log)
     gate = ClientGate(cfg, node, loop)
 
-    def factory(ctx):
+    def factory(ctx: ssl.SSLContext | None) -> Callable[[], asyncio.BaseProtocol]:
         if ctx is None:
             return lambda: ClientProtocol(driver, gate)
         return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver, gate), loop,
@@ -402,8 +405,9 @@ def _close_listeners(driver: Driver) -> None:
         driver.bus = None
 
 
-async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None,
-                 bus_tls_out=None) -> int:
+async def _serve(cfg: Config, path: str | None, client_tls: ssl.SSLContext | None = None,
+                 bus_tls_in: ssl.SSLContext | None = None,
+                 bus_tls_out: ssl.SSLContext | None = None) -> int:
     loop = asyncio.get_running_loop()
     sysrand = random.SystemRandom()
     try:
@@ -418,6 +422,7 @@ async def _serve(cfg: Config, path: str | None, client_tls=None, bus_tls_in=None
     if not await _listen(cfg, node, driver, bus_tls_in, bus_tls_out, client_tls):
         return 1
     bus = driver.bus
+    assert bus is not None  # (set by _listen)
     try:
         if not driver.lock_nodes_conf():
             return 1

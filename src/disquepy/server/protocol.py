@@ -18,9 +18,10 @@ seconds, closes the client and drops its pending output, as in Disque.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from time import perf_counter_ns as _ns
 from time import time as _time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..codec import resp
 from ..codec.resp import ProtocolError, QueryBufferLimitError
@@ -28,7 +29,24 @@ from .log import VERBOSE, log
 from .sockopts import keepalive
 
 if TYPE_CHECKING:
-    from .limits import ClientGate
+    from ..core.client import Client
+    from ..core.config import OutputBufferLimit
+    from .driver import Driver
+    from .limits import ClientGate, Slot
+    from .tls import TlsServerProtocol
+
+
+class ClientTransport(Protocol):
+    """What a client connection writes to: an asyncio transport, or the TLS layer
+    (server/tls.py) that offers the same calls."""
+
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def abort(self) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def get_write_buffer_size(self) -> int: ...
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
 # a client with this many unparsed bytes buffered while blocked stops being read
 _PAUSE_READING_AT = 1 << 20
@@ -56,7 +74,8 @@ class ClientBatch:
     __slots__ = ("loop", "after_commands", "reads", "commands", "sends", "flushes",
                  "scheduled", "net_in", "net_out", "paused_until")
 
-    def __init__(self, loop, after_commands) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, after_commands: Callable[[], None]
+                 ) -> None:
         self.loop = loop
         self.after_commands = after_commands  # the driver's after_event_soon
         # bytes read from and written to clients, for INFO: the driver moves them to
@@ -64,10 +83,10 @@ class ClientBatch:
         self.net_in = 0
         self.net_out = 0
         self.paused_until = 0.0  # CLIENT PAUSE: no command runs before (loop time)
-        self.reads: list = []  # TlsServerProtocol: records to decrypt
+        self.reads: list[TlsServerProtocol] = []  # records to decrypt
         self.commands: list[ClientProtocol] = []  # requests to run
         self.sends: list[ClientProtocol] = []  # replies to write
-        self.flushes: list = []  # TlsServerProtocol: records to hand to the socket
+        self.flushes: list[TlsServerProtocol] = []  # records to hand to the socket
         self.scheduled = False
 
     def _want(self) -> None:
@@ -75,7 +94,7 @@ class ClientBatch:
             self.scheduled = True
             self.loop.call_soon(self.run)
 
-    def read_later(self, p) -> None:
+    def read_later(self, p: TlsServerProtocol) -> None:
         if not p.read_queued:
             p.read_queued = True
             self.reads.append(p)
@@ -93,18 +112,20 @@ class ClientBatch:
             self.sends.append(c)
             self._want()
 
-    def flush_later(self, p) -> None:
+    def flush_later(self, p: TlsServerProtocol) -> None:
         if not p.flush_queued:
             p.flush_queued = True
             self.flushes.append(p)
             self._want()
 
-    def _crashed(self, e: Exception, transport, protocol) -> None:
+    def _crashed(self, e: Exception, transport: ClientTransport | None,
+                 protocol: asyncio.BaseProtocol | None) -> None:
         """What uvloop does when a protocol's data_received raises: report, abort."""
         self.loop.call_exception_handler({
             "message": "Fatal error: protocol.data_received() call failed.",
             "exception": e, "transport": transport, "protocol": protocol})
-        transport.abort()
+        if transport is not None:  # (a connection lost meanwhile has none)
+            transport.abort()
 
     def run(self) -> None:
         try:
@@ -154,16 +175,16 @@ class ClientProtocol(asyncio.Protocol):
                  "closing", "waiting", "soft_since", "queued", "out", "out_queued", "gate",
                  "slot", "unauth", "ip")
 
-    def __init__(self, driver, gate: ClientGate | None = None) -> None:
+    def __init__(self, driver: Driver, gate: ClientGate | None = None) -> None:
         self.driver = driver
         self.gate = gate
-        self.slot = None  # while not authenticated: this connection's entry in the gate
+        self.slot: Slot | None = None  # while not authenticated: this connection's entry in the gate
         self.unauth = False  # the reader applies the limits before AUTH
         self.ip = "?"
         self.node = driver.node
         self.batch: ClientBatch = driver.batch
-        self.transport = None
-        self.client = None
+        self.transport: ClientTransport | None = None  # set by connection_made
+        self.client: Client | None = None  # likewise, unless refused there
         self.paused = False
         self.closing = False
         self.waiting = False  # a command's reply is still to come: run nothing after it
@@ -180,7 +201,7 @@ class ClientProtocol(asyncio.Protocol):
         )
 
     # ----------------------------------------------------------- asyncio API
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: ClientTransport) -> None:  # type: ignore[override]
         self.transport = transport
         peer = transport.get_extra_info("peername")
         addr = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -191,8 +212,8 @@ class ClientProtocol(asyncio.Protocol):
                 else len(self.node.clients) >= self.driver.config.maxclients):
             if gate is None:
                 self.node.stats.rejected_connections += 1
-            else:
-                gate.release(transport)  # a TLS connection, counted in its handshake
+            else:  # a TLS connection, counted in its handshake (a plain one: not in it)
+                gate.release(cast("Slot", transport))
             transport.write(resp.error("ERR max number of clients reached"))
             transport.close()
             self.closing = True
@@ -205,7 +226,7 @@ class ClientProtocol(asyncio.Protocol):
         if self.driver.config.tcp_keepalive > 0:  # CONFIG SET: for connections after it
             keepalive(transport, self.driver.config.tcp_keepalive)
         if gate is not None:  # a TLS connection is in the gate since its handshake
-            self.slot = transport if transport in gate.pending else self
+            self.slot = cast("Slot", transport) if transport in gate.pending else self
             if client.authed:
                 gate.release(self.slot)
                 self.slot = None
@@ -222,12 +243,14 @@ class ClientProtocol(asyncio.Protocol):
         self.unauth = False
         self.reader.set_unauthenticated(False)
         if self.slot is not None:
+            assert self.gate is not None  # (a slot is in the gate)
             self.gate.release(self.slot)
             self.slot = None
 
     def expire(self, seconds: int | None) -> None:
         """The gate closes this connection: not authenticated within ``seconds``, or
         (None) to make room for a newer one."""
+        assert self.gate is not None and self.transport is not None  # (a slot in the gate)
         if seconds is not None:
             self.gate.refusals.log(VERBOSE, ("timeout", self.ip), "Closing a client "
                                    "connection from %s: not authenticated within %d s "
@@ -236,9 +259,10 @@ class ClientProtocol(asyncio.Protocol):
         self.closing = True
         self.transport.abort()
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         if self.slot is not None:
+            assert self.gate is not None  # (a slot is in the gate)
             self.gate.release(self.slot)
             self.slot = None
         client = self.client
@@ -251,6 +275,7 @@ class ClientProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        assert self.client is not None and self.transport is not None  # (not closing)
         batch = self.batch
         batch.net_in += len(data)
         try:
@@ -272,13 +297,16 @@ class ClientProtocol(asyncio.Protocol):
         """Count the request bytes still buffered in used_memory."""
         held = len(self.reader)
         client = self.client
+        assert client is not None  # (ran its commands)
         if held != client.qbuf:
             self.node.set_client_buffer(client, held)
 
     def pause_writing(self) -> None:  # the peer reads slower than we write
+        assert self.transport is not None  # (the transport calls it)
         self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        assert self.transport is not None  # (the transport calls it)
         if not self.paused:
             self.transport.resume_reading()
 
@@ -287,6 +315,7 @@ class ClientProtocol(asyncio.Protocol):
         """Run every complete buffered command until done or the client blocks (or a
         CLIENT PAUSE holds them: checked by the batch, and by resume)."""
         client, reader = self.client, self.reader
+        assert client is not None  # (a connection with commands has its client)
         node = self.node
         execute = node.execute
         took = node.command_took
@@ -366,10 +395,12 @@ class ClientProtocol(asyncio.Protocol):
     def resume(self) -> None:
         """This client's pending reply was sent: go on with its pipeline."""
         self.waiting = False
-        if self.unauth and self.client.authed:  # an AUTH answered later succeeded
+        client = self.client
+        if self.unauth and client is not None and client.authed:  # an AUTH answered later
             self.authenticated()
         if self.paused:
             self.paused = False
+            assert self.transport is not None  # (paused: connected)
             self.transport.resume_reading()
         if len(self.reader) and not (self.batch.paused_until and self.held_by_pause()):
             self.process()
@@ -387,12 +418,14 @@ class ClientProtocol(asyncio.Protocol):
             return 0
         self.out = []
         data = out[0] if len(out) == 1 else b"".join(out)
+        assert self.transport is not None  # (not closing)
         self.transport.write(data)
         if self.driver.obuf_limit is not None:
             self.check_output_limit()
         return len(data)
 
-    def check_output_limit(self, limit=None, unsent: int = 0) -> None:
+    def check_output_limit(self, limit: OutputBufferLimit | None = None, unsent: int = 0
+                           ) -> None:
         """Close the client if its pending output breaks client-output-buffer-limit
         (``limit``, for monitors: MONITOR_LIMIT; ``unsent``: bytes written but not yet
         handed to the transport). Also runs from a timer armed when the soft limit is
@@ -402,6 +435,7 @@ class ClientProtocol(asyncio.Protocol):
             limit = self.driver.obuf_limit
         if self.closing or limit is None:
             return
+        assert self.client is not None and self.transport is not None  # (not closing)
         pending = self.transport.get_write_buffer_size() + unsent
         hard, soft, seconds = limit
         over = hard and pending >= hard
@@ -424,4 +458,5 @@ class ClientProtocol(asyncio.Protocol):
         if not self.closing:
             self.batch.net_out += self.send()
             self.closing = True
+            assert self.transport is not None  # (not closing)
             self.transport.close()

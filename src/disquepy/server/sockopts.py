@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import socket
+from typing import Any, Protocol
 
 
-def keepalive(transport, idle: int, nodelay: bool = False) -> None:
+class _Transport(Protocol):
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
+def keepalive(transport: _Transport, idle: int, nodelay: bool = False) -> None:
     """TCP keepalive on ``transport``'s socket as Redis's ``anetKeepAlive``: the first
     probe after ``idle`` seconds without traffic, then every ``idle / 3`` s, the peer
     declared dead after 3 unanswered probes. ``nodelay`` also sets TCP_NODELAY."""

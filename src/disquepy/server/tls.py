@@ -13,16 +13,19 @@ versions, ``tls-ciphers`` sets the TLSv1.2 cipher list.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..core.config import Config
 from .log import VERBOSE
 
 if TYPE_CHECKING:
     from .limits import ClientGate
-    from .protocol import ClientBatch
+    from .log import RateLimited
+    from .protocol import ClientBatch, ClientProtocol
 
 _VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
@@ -48,7 +51,7 @@ def announced_port(cfg: Config) -> int:
     return cfg.port
 
 
-def describe(e: Exception) -> str:
+def describe(e: BaseException) -> str:
     """An SSL or OS error in one short line (``CERTIFICATE_VERIFY_FAILED: unable to get
     local issuer certificate``)."""
     why = getattr(e, "reason", None) or getattr(e, "strerror", None) or str(e)
@@ -131,7 +134,7 @@ HANDSHAKE_TIMEOUT = 10.0
 READ_SIZE = 16384
 
 
-class TlsServerProtocol:
+class TlsServerProtocol(asyncio.Protocol):
     """TLS for one client connection, as a transport to the connection's own protocol.
 
     asyncio's and uvloop's TLS transports cost about 85 us of server CPU per small
@@ -149,8 +152,10 @@ class TlsServerProtocol:
     __slots__ = ("ctx", "make_app", "loop", "refusals", "batch", "raw", "app", "sslobj",
                  "tls", "incoming", "outgoing", "timer", "paused", "closed", "read_queued",
                  "flush_queued", "gate", "ip", "handshaking")
+    raw: asyncio.Transport  # the TCP connection (set by connection_made, the first call)
 
-    def __init__(self, ctx: ssl.SSLContext, make_app, loop, refusals,
+    def __init__(self, ctx: ssl.SSLContext, make_app: Callable[[], ClientProtocol],
+                 loop: asyncio.AbstractEventLoop, refusals: RateLimited,
                  batch: ClientBatch, gate: ClientGate | None = None) -> None:
         self.gate = gate  # counts it as a client, not authenticated yet, from the start
         self.ip = "?"
@@ -160,20 +165,21 @@ class TlsServerProtocol:
         self.loop = loop
         self.refusals = refusals
         self.batch = batch
-        self.raw = None
-        self.app = None
-        self.sslobj = None  # the ssl.SSLObject (handshake, certificates, unwrap)
-        self.tls = None  # its C object: read, write and pending without a Python frame
+        self.app: ClientProtocol | None = None
+        self.sslobj: ssl.SSLObject | None = None  # (handshake, certificates, unwrap)
+        # its C object (private to ssl): read, write and pending without a Python frame
+        self.tls: Any = None
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
-        self.timer = None
+        self.timer: asyncio.TimerHandle | None = None
         self.paused = False  # the app paused reading
         self.closed = False
         self.read_queued = False  # in the batch's reads / flushes
         self.flush_queued = False
 
     # -- the raw TCP side ------------------------------------------------
-    def connection_made(self, raw) -> None:
+    # (a stream server's transport: asyncio says BaseTransport)
+    def connection_made(self, raw: asyncio.Transport) -> None:  # type: ignore[override]
         self.raw = raw
         peer = raw.get_extra_info("peername")
         self.ip = peer[0] if peer else "?"
@@ -195,6 +201,7 @@ class TlsServerProtocol:
     def _handshake_over(self) -> None:
         if self.handshaking:
             self.handshaking = False
+            assert self.gate is not None  # (counted in it)
             self.gate.handshakes -= 1
 
     def expire(self, seconds: int | None) -> None:
@@ -222,7 +229,7 @@ class TlsServerProtocol:
     def eof_received(self) -> bool:
         return False  # close
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._handshake_over()
         if self.gate is not None:
@@ -260,6 +267,7 @@ class TlsServerProtocol:
         self._fail(describe(e), "TLS error on a client connection")
 
     def _handshake(self) -> None:
+        assert self.sslobj is not None  # (made with the connection)
         try:
             self.sslobj.do_handshake()
         except ssl.SSLWantReadError:
@@ -313,13 +321,14 @@ class TlsServerProtocol:
             return
         self.batch.flush_later(self)
 
-    def writelines(self, chunks) -> None:
+    def writelines(self, chunks: Iterable[bytes]) -> None:
         self.write(b"".join(chunks))
 
     def get_write_buffer_size(self) -> int:
-        return self.raw.get_write_buffer_size() + self.outgoing.pending
+        size: int = self.raw.get_write_buffer_size() + self.outgoing.pending
+        return size
 
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self.raw.set_write_buffer_limits(high, low)
 
     def pause_reading(self) -> None:
@@ -342,6 +351,7 @@ class TlsServerProtocol:
         if self.closed:
             return
         self.closed = True
+        assert self.sslobj is not None  # (not closed: made with the connection)
         with contextlib.suppress(ssl.SSLError, OSError):
             self.sslobj.unwrap()  # close_notify; the peer's answer is not awaited
         with contextlib.suppress(RuntimeError):
@@ -352,7 +362,7 @@ class TlsServerProtocol:
         self.closed = True
         self.raw.abort()
 
-    def get_extra_info(self, name: str, default=None):
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "ssl_object":
             return self.sslobj
         if name == "peercert":

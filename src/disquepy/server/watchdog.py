@@ -8,14 +8,17 @@ watchdog-period 0`` turns it off."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import traceback
+from types import FrameType
 
+from ..core.config import Config
 from .log import log
 
 
 class Watchdog:
-    def __init__(self, config, loop) -> None:
+    def __init__(self, config: Config, loop: asyncio.AbstractEventLoop) -> None:
         self.config = config
         self.loop = loop
         self.armed = False
@@ -25,7 +28,7 @@ class Watchdog:
 
     def period_s(self) -> float:
         """The period in seconds (0: off), clamped to two cron intervals as Disque."""
-        period = self.config.watchdog_period
+        period: int = self.config.watchdog_period
         if period <= 0:
             return 0.0
         return max(period, 2000 // max(self.config.hz, 1)) / 1000.0
@@ -47,7 +50,7 @@ class Watchdog:
         if self.armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
-    def _expired(self, signum, frame) -> None:
+    def _expired(self, signum: int, frame: FrameType | None) -> None:
         stack = " | ".join(f"{f.filename}:{f.lineno} in {f.name}: {f.line}"
                            for f in traceback.extract_stack(frame)) if frame else "?"
         log.warning("--- WATCHDOG TIMER EXPIRED (the event loop was stuck over %d ms) --- %s",

@@ -30,11 +30,18 @@ long enough for retries and garbage collection:
 from __future__ import annotations
 
 import traceback
+from typing import TYPE_CHECKING
 
 from ..core.job import ACKED, F_DELIVERED, F_DUMMY, QUEUED, STATE_NAMES, WAIT_REPL
 from ..core.memory import CLIENT_OVERHEAD, JOB_OVERHEAD
 from ..core.queues import QUEUE_OVERHEAD
 from .groups import events_memory
+
+if TYPE_CHECKING:
+    from ..core.job import Job
+    from ..core.node import Node
+    from .history import JobRecord
+    from .world import World
 
 MAX_KEPT = 50  # failures kept per kind and run (all are counted)
 REPLY_SLACK_MS = 1000  # a blocked command must be answered by its timeout plus this
@@ -59,12 +66,13 @@ class SimAbort(Exception):
 class Checker:
     __slots__ = ("world", "failures", "counts", "lost_on", "seen", "stats")
 
-    def __init__(self, world) -> None:
+    def __init__(self, world: World) -> None:
         self.world = world
         self.failures: list[Failure] = []
         self.counts: dict[str, int] = {}
-        self.lost_on: dict[bytes, list] = {}  # job id -> nodes that lost a copy for good
-        self.seen: list[dict] = [{} for _ in range(world.cfg.nodes)]  # (c): last counters
+        self.lost_on: dict[bytes, list[int]] = {}  # job id -> nodes that lost a copy for good
+        # (c): last counters, job id -> (the copy, nacks, additional deliveries)
+        self.seen: list[dict[bytes, tuple[Job, int, int]]] = [{} for _ in range(world.cfg.nodes)]  # (c): last counters
         self.stats = {
             "lost": 0,
             "excused_lost": 0,
@@ -90,7 +98,7 @@ class Checker:
         return not self.counts
 
     # -------------------------------------------------------------- copies
-    def _holds(self, node, jid: bytes) -> bool:
+    def _holds(self, node: Node, jid: bytes) -> bool:
         job = node.jobs.get(jid)
         return job is not None and not job.flags & F_DUMMY and job.state != ACKED
 
@@ -106,29 +114,37 @@ class Checker:
                 n += 1
         return n
 
-    def excused(self, rec) -> bool:
+    def excused(self, rec: JobRecord, jid: bytes) -> bool:
         """Lost for good on REPLICATE or more nodes (for an ASYNC job, on as many nodes
         as held a copy when the ID was returned, at least one)."""
         need = rec.repl
         if rec.is_async:
             need = max(1, min(rec.repl, rec.holders_at_reply))
-        return len(self.lost_on.get(rec.jid, ())) >= need
+        return len(self.lost_on.get(jid, ())) >= need
 
     # ------------------------------------------------------------- events
-    def on_added(self, rec, node: int) -> None:
-        rec.holders_at_reply = h = self.holders(rec.jid)
+    def on_added(self, rec: JobRecord, jid: bytes, node: int) -> None:
+        rec.holders_at_reply = h = self.holders(jid)
         if rec.is_async or rec.repl == 1 or rec.deliveries:
             return  # (a replica may re-queue it, and a consumer ack it, before the reply)
-        lost = len(self.lost_on.get(rec.jid, ()))
+        lost = len(self.lost_on.get(jid, ()))
         if h + lost < rec.repl:
             self.fail(
                 "replication",
-                f"ADDJOB replied {rec.jid.decode()} with REPLICATE "
+                f"ADDJOB replied {jid.decode()} with REPLICATE "
                 f"{rec.repl} but {h} node(s) hold a copy ({lost} lost "
                 f"in crashes): {rec}",
             )
 
-    def on_delivery(self, rec, jid: bytes, body: bytes, node: int, agent: int, counters) -> bool:
+    def on_delivery(
+        self,
+        rec: JobRecord | None,
+        jid: bytes,
+        body: bytes,
+        node: int,
+        agent: int,
+        counters: object,
+    ) -> bool:
         """A consumer got a job. False if it is not a job anyone added."""
         w = self.world
         t = w.now
@@ -169,7 +185,7 @@ class Checker:
         w.trace.note(b"D", t, node, agent, jid)
         return True
 
-    def on_crash(self, i: int, node, live: set) -> None:
+    def on_crash(self, i: int, node: Node, live: set[bytes]) -> None:
         """Node i is gone: its copies without a durable AOF record are lost for good."""
         for job in node.jobs.values():
             if (
@@ -194,6 +210,8 @@ class Checker:
                 self._sweep_node(i, node)
         for a in w.workload.overdue(REPLY_SLACK_MS + w.skew_tolerance()):
             p = a.pending
+            if p is None:
+                continue
             what = repr(p.rec) if p.rec is not None else (p.held.jid.decode() if p.held else "")
             self.fail(
                 "no-reply",
@@ -203,9 +221,9 @@ class Checker:
             )
             w.abandon(a)
 
-    def _sweep_node(self, i: int, node) -> None:
+    def _sweep_node(self, i: int, node: Node) -> None:
         prev = self.seen[i]
-        cur = {}
+        cur: dict[bytes, tuple[Job, int, int]] = {}
         mem = 0
         for job in node.jobs.values():
             jid = job.id
@@ -246,7 +264,8 @@ class Checker:
         no_faults = not w.cfg.faults
         st = self.stats
         for rec in w.history.by_body.values():
-            if rec.jid is None or rec.sent_at + rec.ttl * 1000 <= end + tol:
+            jid = rec.jid
+            if jid is None or rec.sent_at + rec.ttl * 1000 <= end + tol:
                 continue  # no ID (no promise), or expired by now: only safety applies
             if not rec.at_least_once:
                 if not rec.deliveries:
@@ -257,20 +276,20 @@ class Checker:
                         )
                 continue
             if not rec.deliveries:
-                if self.excused(rec):
+                if self.excused(rec, jid):
                     st["excused_lost"] += 1
                 else:
                     st["lost"] += 1
-                    self.fail("lost", f"never delivered: {rec} {self._whereabouts(rec)}")
+                    self.fail("lost", f"never delivered: {rec} {self._whereabouts(jid)}")
             elif rec.acked_at is None:
-                if self.excused(rec):
+                if self.excused(rec, jid):
                     st["excused_unfinished"] += 1
                 else:
                     self.fail(
                         "unfinished",
                         f"delivered {len(rec.deliveries)} time(s) but "
                         f"never came back to be acked: {rec} "
-                        f"{self._whereabouts(rec)}",
+                        f"{self._whereabouts(jid)}",
                     )
         for i, node in enumerate(w.nodes):
             if node is None:
@@ -288,11 +307,11 @@ class Checker:
                 f"{left} job(s)",
             )
 
-    def _whereabouts(self, rec) -> str:
-        lost = self.lost_on.get(rec.jid, [])
+    def _whereabouts(self, jid: bytes) -> str:
+        lost = self.lost_on.get(jid, [])
         where = []
         for i, node in enumerate(self.world.nodes):
-            job = node.jobs.get(rec.jid) if node is not None else None
+            job = node.jobs.get(jid) if node is not None else None
             if job is not None:
                 where.append(f"node {i}: {STATE_NAMES[job.state].decode()}")
         return (
@@ -300,7 +319,7 @@ class Checker:
             f"{', '.join(where) or 'no node'}]"
         )
 
-    def _final_node(self, i: int, node) -> None:
+    def _final_node(self, i: int, node: Node) -> None:
         w = self.world
         reloaded = w.reloaded[i]
         for job in node.jobs.values():
@@ -335,9 +354,9 @@ class Checker:
         for q in node.queues.by_name.values():
             if q.flags:
                 self.fail("stuck", f"node {i}: queue {q.name!r} still paused")
-        for jid in node.repl.waiting:
+        for waiting in node.repl.waiting:
             self.fail(
                 "stuck",
                 f"node {i}: a producer still waits for copies of "
-                f"{jid.decode()} (repl_waiting entry left)",
+                f"{waiting.decode()} (repl_waiting entry left)",
             )

@@ -97,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _pin_hashseed(argv: list) -> None:
+def _pin_hashseed(argv: list[str]) -> None:
     """Re-run under PYTHONHASHSEED=0 (see sweep.py): a replay is then exact even if
     something iterates a set of strings."""
     if os.environ.get("PYTHONHASHSEED") != HASHSEED:
@@ -105,7 +105,7 @@ def _pin_hashseed(argv: list) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "disquepy.sim", *argv], env)
 
 
-def main(argv: list | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     try:
@@ -163,7 +163,7 @@ def main(argv: list | None = None) -> int:
     return 0 if not summary.failed and not bad_determinism else 1
 
 
-def _shrink(cfg: SimConfig, args) -> int:
+def _shrink(cfg: SimConfig, args: argparse.Namespace) -> int:
     """Run the seed; if it fails, shrink it. Exit 1 when it failed (shrunk or not)."""
     from .shrink import shrink
     from .sweep import run_many

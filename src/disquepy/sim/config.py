@@ -19,7 +19,7 @@ DEFAULT_STEPS = 3000  # client commands in the faulty phase (whichever limit com
 DEFAULT_FSYNC = "everysec"
 
 
-def parse_faults(spec: str) -> frozenset:
+def parse_faults(spec: str) -> frozenset[str]:
     """``all``, ``none`` or a comma list of :data:`FAULT_KINDS`."""
     kinds: set[str] = set()
     for word in spec.replace(" ", "").split(","):
@@ -36,7 +36,7 @@ def parse_faults(spec: str) -> frozenset:
     return frozenset(kinds)
 
 
-def faults_spec(kinds: frozenset) -> str:
+def faults_spec(kinds: frozenset[str]) -> str:
     if not kinds:
         return "none"
     if kinds == frozenset(FAULT_KINDS):
@@ -48,7 +48,7 @@ def faults_spec(kinds: frozenset) -> str:
 class SimConfig:
     seed: int = 1
     nodes: int = DEFAULT_NODES
-    faults: frozenset = field(default_factory=lambda: frozenset(FAULT_KINDS))
+    faults: frozenset[str] = field(default_factory=lambda: frozenset(FAULT_KINDS))
     fsync: str = DEFAULT_FSYNC
     duration_s: int = DEFAULT_DURATION_S
     steps: int = DEFAULT_STEPS
@@ -61,7 +61,7 @@ class SimConfig:
     max_events: int = 5_000_000  # a run processing more events than this fails
     # fault episodes (1-based, in firing order) drawn but not injected: how a shrunk
     # schedule leaves out single partitions, crashes, clogs and loss bursts
-    skip_faults: frozenset = frozenset()
+    skip_faults: frozenset[int] = frozenset()
     # consumer groups: this many groups consume events next to the job workload
     # (sim/groups.py); 0 runs the job workload alone
     groups: int = 0
@@ -98,7 +98,7 @@ class SimConfig:
         return cmd
 
 
-def parse_skip(spec: str) -> frozenset:
+def parse_skip(spec: str) -> frozenset[int]:
     """``3,5,9`` (fault episode numbers, from 1) or an empty string."""
     out = set()
     for word in spec.replace(" ", "").split(","):
@@ -110,11 +110,11 @@ def parse_skip(spec: str) -> frozenset:
     return frozenset(out)
 
 
-def skip_spec(skip: frozenset) -> str:
+def skip_spec(skip: frozenset[int]) -> str:
     return ",".join(str(k) for k in sorted(skip))
 
 
-def split_rng(seed: int, *names) -> random.Random:
+def split_rng(seed: int, *names: object) -> random.Random:
     """An independent RNG for one part of the world. String seeds go through SHA-512
     (random's version 2 seeding), so streams do not depend on PYTHONHASHSEED."""
     return random.Random(":".join(str(x) for x in (seed, *names)))

@@ -17,6 +17,9 @@ is durable as soon as it is saved.
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from ..core import aofrecords as aof
 
 SYNC_PERIOD_MS = {"always": 0, "everysec": 1000, "no": 30_000}
@@ -65,14 +68,14 @@ class Disk:
             self._sync()
             self.next_sync = now + self.period
 
-    def append(self, records: list, now: int) -> None:
+    def append(self, records: list[bytes], now: int) -> None:
         self.advance(now)
         self.pending.extend(records)
         self.records_written += len(records)
         if not self.period:
             self._sync()
 
-    def crash(self, power: bool, now: int, rng) -> None:
+    def crash(self, power: bool, now: int, rng: random.Random) -> None:
         self.advance(now)
         if not power:
             self._sync()  # the OS has the written bytes: a process crash loses nothing
@@ -85,7 +88,7 @@ class Disk:
                 self.torn_tails += 1
             self.pending.clear()
 
-    def load(self) -> list:
+    def load(self) -> list[tuple[int, str, Any]]:
         """Records for ``Persistence.load``; a torn tail is cut off as the server does."""
         self._sync()
         res = aof.scan(bytes(self.durable))
@@ -95,11 +98,11 @@ class Disk:
             raise CorruptAof(f"AOF corrupt at offset {res.error_offset}: {res.reason}")
         return res.records
 
-    def live_ids(self) -> set:
+    def live_ids(self) -> set[bytes]:
         """Job IDs a restart from this disk would reload (LOADJOB not followed by
         DELJOB), ignoring TTLs. Reads only the durable bytes."""
         res = aof.scan(bytes(self.durable))
-        live: dict = {}
+        live: dict[bytes, bool] = {}
         for _, kind, payload in res.records:
             if kind == aof.LOADJOB:
                 live[payload.id] = True

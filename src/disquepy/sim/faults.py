@@ -16,9 +16,14 @@ after it come from the same random stream (the run itself may take another cours
 from __future__ import annotations
 
 import heapq
+import random
+from typing import TYPE_CHECKING
 
 from .clock import NodeClock
 from .network import PARTITION_MODES, Partition
+
+if TYPE_CHECKING:
+    from .world import World
 
 # mean gap between episode starts, ms
 MEAN_GAP_MS = {"partition": 9000, "crash": 8000, "clog": 6000, "loss": 12000}
@@ -41,7 +46,13 @@ class FaultInjector:
         "episodes",
     )
 
-    def __init__(self, kinds: frozenset, rng, n: int, skip: frozenset = frozenset()) -> None:
+    def __init__(
+        self,
+        kinds: frozenset[str],
+        rng: random.Random,
+        n: int,
+        skip: frozenset[int] = frozenset(),
+    ) -> None:
         self.kinds = kinds
         self.rng = rng
         self.n = n
@@ -49,17 +60,17 @@ class FaultInjector:
             k: 0
             for k in ("loss", "dup", "delay", "partition", "crash", "crash_power", "clog", "skew")
         }
-        self.events: list = []  # (time, seq, action, args)
+        self.events: list[tuple[int, int, str, tuple[object, ...]]] = []  # (time, seq, action, args)
         self.seq = 0
         self.running = False
         self.max_down = max(1, (n - 1) // 2)
-        self.pending_restart: dict = {}  # node -> restart time
+        self.pending_restart: dict[int, int] = {}  # node -> restart time
         self.partition_end = 0
         self.skip = skip  # episode numbers drawn but not injected (shrinking)
         self.episodes = 0  # episodes drawn so far
 
     # -------------------------------------------------------------- steady
-    def make_clocks(self, origin: int) -> list:
+    def make_clocks(self, origin: int) -> list[NodeClock]:
         clocks = []
         for _ in range(self.n):
             if "skew" in self.kinds:
@@ -71,13 +82,13 @@ class FaultInjector:
                 clocks.append(NodeClock(origin))
         return clocks
 
-    def skew_tolerance(self, clocks: list, elapsed: int) -> int:
+    def skew_tolerance(self, clocks: list[NodeClock], elapsed: int) -> int:
         """How far apart two node clocks can be after ``elapsed`` ms."""
         offs = [c.offset for c in clocks]
         ppm = max(abs(c.ppm) for c in clocks)
         return max(offs) - min(offs) + 2 * ppm * elapsed // 1_000_000 + 2
 
-    def start(self, world, now: int) -> None:
+    def start(self, world: World, now: int) -> None:
         net = world.net
         rng = self.rng
         if "loss" in self.kinds:
@@ -93,7 +104,7 @@ class FaultInjector:
             if kind in self.kinds:
                 self._at(now + int(rng.expovariate(1 / gap)), kind, ())
 
-    def _at(self, t: int, action: str, args: tuple) -> None:
+    def _at(self, t: int, action: str, args: tuple[object, ...]) -> None:
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, action, args))
 
@@ -101,7 +112,7 @@ class FaultInjector:
         return self.events[0][0] if self.events else INF
 
     # ------------------------------------------------------------ episodes
-    def fire(self, world) -> None:
+    def fire(self, world: World) -> None:
         t, _, action, args = heapq.heappop(self.events)
         getattr(self, "_" + action)(world, t, *args)
 
@@ -115,7 +126,7 @@ class FaultInjector:
         if self.running:
             self._at(t + 1 + int(self.rng.expovariate(1 / MEAN_GAP_MS[kind])), kind, ())
 
-    def _partition(self, world, t: int) -> None:
+    def _partition(self, world: World, t: int) -> None:
         rng = self.rng
         self._again("partition", t)
         if world.net.partition is not None or self.n < 2:
@@ -143,10 +154,10 @@ class FaultInjector:
         end = t + rng.randint(1000, 12_000)
         self._at(end, "heal", ())
 
-    def _heal(self, world, t: int) -> None:
+    def _heal(self, world: World, t: int) -> None:
         world.set_partition(None)
 
-    def _crash(self, world, t: int) -> None:
+    def _crash(self, world: World, t: int) -> None:
         rng = self.rng
         self._again("crash", t)
         alive = [i for i in range(self.n) if world.nodes[i] is not None]
@@ -165,12 +176,12 @@ class FaultInjector:
         self.pending_restart[victim] = at
         self._at(at, "restart", (victim,))
 
-    def _restart(self, world, t: int, i: int) -> None:
+    def _restart(self, world: World, t: int, i: int) -> None:
         if world.nodes[i] is None:
             self.pending_restart.pop(i, None)
             world.restart(i)
 
-    def _clog(self, world, t: int) -> None:
+    def _clog(self, world: World, t: int) -> None:
         rng = self.rng
         self._again("clog", t)
         if self.n < 2:
@@ -190,7 +201,7 @@ class FaultInjector:
             world.net.clogs[key] = (until, extra)
         self.counts["clog"] += 1
 
-    def _loss(self, world, t: int) -> None:
+    def _loss(self, world: World, t: int) -> None:
         rng = self.rng
         self._again("loss", t)
         net = world.net
@@ -202,11 +213,11 @@ class FaultInjector:
         net.loss = burst
         self._at(end, "loss_end", (base,))
 
-    def _loss_end(self, world, t: int, base: float) -> None:
+    def _loss_end(self, world: World, t: int, base: float) -> None:
         if self.running:
             world.net.loss = base
 
-    def stop(self, world) -> None:
+    def stop(self, world: World) -> None:
         """Faults off: heal, unclog, calm the network, restart every crashed node."""
         self.running = False
         self.events.clear()
@@ -217,7 +228,7 @@ class FaultInjector:
             if world.nodes[i] is None:
                 world.restart(i)
 
-    def finish_counts(self, world) -> dict:
+    def finish_counts(self, world: World) -> dict[str, int]:
         st = world.net.stats
         out = dict(self.counts)
         out["loss"] = st.lost

@@ -23,16 +23,36 @@ The checker judges what clients saw against the four properties of docs/GROUPS.m
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..core.groups import CLAIM_OVERHEAD, DONE, EVENT_OVERHEAD, PULL_STEP_MS, QADD_TIMEOUT_MS
 from .config import split_rng
-from .replies import ErrorReply, decode
+from .replies import ErrorReply, Reply, ReplyShapeError, array, bulk, decode
 from .workload import pick_node
+
+if TYPE_CHECKING:
+    from ..core.client import Client
+    from ..core.node import Node
+    from .config import SimConfig
+    from .world import World
 
 INF = float("inf")
 MEAN_THINK_MS = 200
 MEAN_PROCESS_MS = 400
 SLACK_MS = 1500  # a command must be answered within its own bound plus this
 LATE_GROUP = b"late"
+
+
+class GroupState:
+    """What clients saw of one event in one group."""
+
+    __slots__ = ("deliveries", "acked_at", "holder", "lease_until")
+
+    def __init__(self) -> None:
+        self.deliveries = 0
+        self.acked_at: int | None = None
+        self.holder: int | None = None  # the agent holding the lease
+        self.lease_until = 0
 
 
 class EventRecord:
@@ -48,10 +68,9 @@ class EventRecord:
         self.noblock = noblock
         self.eid: bytes | None = None
         self.promised = False  # QADD replied with the ID: the properties apply
-        self.lost_on: set = set()  # nodes that lost their copy in a crash
+        self.lost_on: set[int] = set()  # nodes that lost their copy in a crash
         self.holders_at_reply = 0
-        # group -> [deliveries, acked_at or None, holder agent or None, lease until]
-        self.groups: dict = {}
+        self.groups: dict[bytes, GroupState] = {}
 
     def __repr__(self) -> str:
         return (f"<Event {self.eid.decode() if self.eid else '-'} body={self.body.decode()} "
@@ -62,7 +81,8 @@ class EventRecord:
 class Held:
     __slots__ = ("rec", "eid", "node", "due", "plan", "group")
 
-    def __init__(self, rec, eid: bytes, node: int, due: int, plan: str, group: bytes) -> None:
+    def __init__(self, rec: EventRecord, eid: bytes, node: int, due: int, plan: str,
+                 group: bytes) -> None:
         self.rec = rec
         self.eid = eid
         self.node = node
@@ -74,7 +94,8 @@ class Held:
 class Pending:
     __slots__ = ("kind", "node", "sent_at", "due", "rec", "held", "lease", "queue")
 
-    def __init__(self, kind: str, node: int, sent_at: int, bound: int, rec=None, held=None,
+    def __init__(self, kind: str, node: int, sent_at: int, bound: int,
+                 rec: EventRecord | None = None, held: Held | None = None,
                  lease: int = 0, queue: bytes = b"") -> None:
         self.kind = kind
         self.node = node
@@ -90,24 +111,24 @@ class GroupAgent:
     __slots__ = ("idx", "home", "group", "conns", "pending", "next_at", "held", "seq",
                  "notified", "sim")
 
-    def __init__(self, sim, idx: int, home: int, group: bytes | None) -> None:
+    def __init__(self, sim: GroupSim, idx: int, home: int, group: bytes | None) -> None:
         self.sim = sim
         self.idx = idx
         self.home = home
         self.group = group  # None: a producer
-        self.conns: dict = {}
+        self.conns: dict[int, tuple[int, Client]] = {}  # node -> (incarnation, core Client)
         self.pending: Pending | None = None
         self.next_at: float = INF
         self.held: Held | None = None
         self.seq = 0
         self.notified: bytes | None = None  # the queue a QNOTIFY named
 
-    def on_reply(self, world, node: int, data: bytes) -> None:
+    def on_reply(self, world: World, node: int, data: bytes) -> None:
         self.sim.reply(self, node, data)
 
 
 class GroupSim:
-    def __init__(self, world, cfg) -> None:
+    def __init__(self, world: World, cfg: SimConfig) -> None:
         self.world = world
         self.cfg = cfg
         self.rng = split_rng(cfg.seed, "groups")
@@ -137,8 +158,9 @@ class GroupSim:
         for a in self.agents:
             a.next_at = now + int(self.rng.expovariate(1 / MEAN_THINK_MS))
 
-    def next_agent(self):
-        best, t = None, INF
+    def next_agent(self) -> tuple[float, GroupAgent | None]:
+        best: GroupAgent | None = None
+        t = INF
         for a in self.agents:
             if a.next_at < t:
                 t, best = a.next_at, a
@@ -193,10 +215,10 @@ class GroupSim:
         st = rec.groups.get(g)
         if st is None:
             return False
-        if st[1] is not None:
+        if st.acked_at is not None:
             return True
         for n in self.world.nodes:
-            e = n.groups.events.get(rec.eid) if n is not None else None
+            e = n.groups.events.get(rec.eid) if n is not None and rec.eid else None
             c = e.claims.get(g) if e is not None else None
             if c is not None and c & 3 == DONE:
                 self.stats["acks_unconfirmed"] += 1
@@ -210,7 +232,7 @@ class GroupSim:
     def _pick(self, prefer: int) -> int | None:
         return pick_node(self.world.nodes, self.rng, prefer)
 
-    def _send(self, a: GroupAgent, node: int, argv: list, p: Pending) -> None:
+    def _send(self, a: GroupAgent, node: int, argv: list[bytes], p: Pending) -> None:
         a.pending = p
         a.next_at = INF
         if not self.world.execute(a, node, argv):
@@ -309,12 +331,16 @@ class GroupSim:
             elif p.held is not None:
                 a.held = None
         else:
-            getattr(self, "_on_" + p.kind)(a, p, value)
+            try:
+                getattr(self, "_on_" + p.kind)(a, p, value)
+            except ReplyShapeError as e:
+                world.checker.fail("protocol", f"odd {p.kind} reply from node {node}: {e}")
         if a.pending is None and a.next_at == INF:
             self._think(a, 20 if self.quiescing or a.notified else MEAN_THINK_MS)
 
-    def _on_add(self, a: GroupAgent, p: Pending, value) -> None:
+    def _on_add(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         rec = p.rec
+        assert rec is not None  # a QADD's Pending has its record
         if rec.noblock:
             if value != b"OK":
                 self.world.checker.fail("protocol", f"QADD NOBLOCK replied {value!r}")
@@ -333,17 +359,20 @@ class GroupSim:
                 "group-replication", f"QADD replied {value.decode()} but {h} node(s) hold "
                 f"a copy ({len(rec.lost_on)} lost in crashes), R={self.repl}: {rec}")
 
-    def _on_notify(self, a: GroupAgent, p: Pending, value) -> None:
+    def _on_notify(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         if value is not None:
-            a.notified = value
+            a.notified = bulk(value)
 
-    def _on_get(self, a: GroupAgent, p: Pending, value) -> None:
+    def _on_get(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         if value is None:
             return
+        group = a.group
+        assert group is not None  # a consumer's QGET
         world = self.world
         ck = world.checker
         now = world.now
-        eid, body, deliveries = value
+        eid_r, body_r, _ = array(value)
+        eid, body = bulk(eid_r), bulk(body_r)
         rec = self.by_body.get(body)
         if rec is None or rec.queue != p.queue:
             ck.fail("group-bad-delivery", f"node {p.node} delivered {eid!r} {body!r} from "
@@ -360,53 +389,55 @@ class GroupSim:
             ck.fail("group-expiry", f"node {p.node} delivered {rec} "
                                     f"{now - rec.sent_at - rec.expire_ms} ms after it expired")
         self.stats["event_deliveries"] += 1
-        st = rec.groups.get(a.group)
+        st = rec.groups.get(group)
         if st is None:
-            st = rec.groups[a.group] = [0, None, None, 0]
+            st = rec.groups[group] = GroupState()
         faulty = bool(world.cfg.faults)
-        if st[1] is not None and st[1] < p.sent_at:
+        if st.acked_at is not None and st.acked_at < p.sent_at:
             self.stats["after_ack"] += 1
             if not faulty:
-                ck.fail("group-after-ack", f"{rec} delivered to group {a.group!r} again "
+                ck.fail("group-after-ack", f"{rec} delivered to group {group!r} again "
                                            f"after it acked it")
-        elif st[2] is not None and st[2] != a.idx and p.sent_at < st[3] - self._tol():
+        elif st.holder is not None and st.holder != a.idx and p.sent_at < st.lease_until - self._tol():
             self.stats["double_leases"] += 1
             if not faulty:
-                ck.fail("group-double-lease", f"{rec} leased to agents {st[2]} and {a.idx} "
-                                              f"of group {a.group!r} at once")
-        st[0] += 1
+                ck.fail("group-double-lease", f"{rec} leased to agents {st.holder} and {a.idx} "
+                                              f"of group {group!r} at once")
+        st.deliveries += 1
         if p.lease == 0:  # EX 0: acknowledged at once
-            if st[1] is None:
-                st[1] = now
-            st[2] = None
+            if st.acked_at is None:
+                st.acked_at = now
+            st.holder = None
             return
-        st[2] = a.idx
-        st[3] = p.sent_at + p.lease
+        st.holder = a.idx
+        st.lease_until = p.sent_at + p.lease
         r = self.rng.random()
-        if self.quiescing or a.group == LATE_GROUP:
+        if self.quiescing or group == LATE_GROUP:
             plan, due = "ack", now + self.rng.randint(1, 50)
         else:
             plan = "ack" if r < 0.75 else "working" if r < 0.85 else "drop"
             due = now + min(3000, 1 + int(self.rng.expovariate(1 / MEAN_PROCESS_MS)))
-        a.held = Held(rec, eid, p.node, due, plan, a.group)
+        a.held = Held(rec, eid, p.node, due, plan, group)
 
-    def _on_ack(self, a: GroupAgent, p: Pending, value) -> None:
+    def _on_ack(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         h = p.held
+        assert h is not None  # a QACK's or QWORKING's Pending has its event
         a.held = None
         st = h.rec.groups.get(h.group)
         if value == 1:
             self.stats["event_acks"] += 1
             if st is not None:
-                if st[1] is None:
-                    st[1] = self.world.now
-                if st[2] == a.idx:
-                    st[2] = None
+                if st.acked_at is None:
+                    st.acked_at = self.world.now
+                if st.holder == a.idx:
+                    st.holder = None
 
-    def _on_working(self, a: GroupAgent, p: Pending, value) -> None:
+    def _on_working(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         h = p.held
+        assert h is not None  # a QACK's or QWORKING's Pending has its event
         st = h.rec.groups.get(h.group)
-        if value == 1 and st is not None and st[2] == a.idx:
-            st[3] = max(st[3], p.sent_at + 3000)
+        if value == 1 and st is not None and st.holder == a.idx:
+            st.lease_until = max(st.lease_until, p.sent_at + 3000)
         h.plan = "ack"
         h.due = self.world.now + 1 + int(self.rng.expovariate(1 / MEAN_PROCESS_MS))
         if value != 1:
@@ -420,7 +451,7 @@ class GroupSim:
             p.held.due = self.world.now + 50
         self._think(a)
 
-    def on_crash(self, i: int, node) -> None:
+    def on_crash(self, i: int, node: Node) -> None:
         """Node i is gone with every event it held (events live in memory)."""
         g = node.groups
         for e in [*g.events.values(), *(w.event for w in g.adding.values())]:
@@ -486,7 +517,7 @@ class GroupSim:
                 ck.fail("stuck", f"node {i}: QADDs still wait for copies")
 
 
-def events_memory(node) -> int:
+def events_memory(node: Node) -> int:
     """What a node's events cost in its used_memory (groups.py's accounting)."""
     return sum(EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
                for e in node.groups.events.values())

@@ -56,7 +56,7 @@ class JobRecord:
         self.jid: bytes | None = None  # set when the ID reply arrived
         self.replied_at: int | None = None
         self.error: str | None = None
-        self.deliveries: list = []  # (time, node, agent)
+        self.deliveries: list[tuple[int, int, int]] = []  # (time, node, agent)
         self.open = 0  # deliveries a consumer still holds (not acked, nacked or dropped)
         self.acked_at: int | None = None  # first ACKJOB / FASTACK reply
         self.holders_at_reply = 0

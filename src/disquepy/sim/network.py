@@ -17,7 +17,11 @@ the two nodes are partitioned at delivery time.
 from __future__ import annotations
 
 import heapq
+import random
 from collections import deque
+
+# one frame in flight: (deliver_at, seq, src, dst, dst_incarnation, frame)
+Flight = tuple[int, int, int, int, int, bytes]
 
 BACKLOG_MAX = 5000  # frames queued per directed link while it is down
 
@@ -33,7 +37,7 @@ class Partition:
 
     __slots__ = ("side", "mode", "shape")
 
-    def __init__(self, side: list, mode: str, shape: str) -> None:
+    def __init__(self, side: list[int], mode: str, shape: str) -> None:
         self.side = side
         self.mode = mode
         self.shape = shape
@@ -62,10 +66,19 @@ class NetStats:
     )
 
     def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
+        self.sent = 0
+        self.delivered = 0
+        self.lost = 0
+        self.duplicated = 0
+        self.tail_delayed = 0
+        self.clogged = 0
+        self.dropped_partition = 0
+        self.dropped_reset = 0
+        self.held = 0
+        self.held_overflow = 0
+        self.no_route = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
@@ -87,19 +100,19 @@ class Network:
         "stats",
     )
 
-    def __init__(self, rng) -> None:
+    def __init__(self, rng: random.Random) -> None:
         self.rng = rng
-        self.heap: list = []
+        self.heap: list[Flight] = []
         self.seq = 0
         self.fifo = True
-        self.last_at: dict = {}  # (src, dst) -> latest scheduled delivery (FIFO links)
+        self.last_at: dict[tuple[int, int], int] = {}  # (src, dst) -> latest scheduled delivery (FIFO links)
         self.loss = 0.0
         self.dup = 0.0
         self.mean_ms = 1.0  # exponential jitter on top of 1 ms
         self.tail_p = 0.0
-        self.tail_ms = (100, 1200)
-        self.clogs: dict = {}  # (src, dst) -> (until, extra ms)
-        self.backlog: dict = {}  # (src, dst) -> deque of frames
+        self.tail_ms: tuple[int, int] = (100, 1200)
+        self.clogs: dict[tuple[int, int], tuple[int, int]] = {}  # (src, dst) -> (until, extra ms)
+        self.backlog: dict[tuple[int, int], deque[bytes]] = {}  # (src, dst) -> deque of frames
         self.partition: Partition | None = None
         self.stats = NetStats()
 
@@ -174,7 +187,7 @@ class Network:
             q.popleft()
             self.stats.held_overflow += 1
 
-    def take_backlog(self, src: int, dst: int) -> deque:
+    def take_backlog(self, src: int, dst: int) -> deque[bytes]:
         return self.backlog.pop((src, dst), None) or deque()
 
     def forget_sender(self, src: int) -> None:
@@ -185,5 +198,5 @@ class Network:
     def next_time(self) -> float:
         return self.heap[0][0] if self.heap else float("inf")
 
-    def pop(self):
+    def pop(self) -> Flight:
         return heapq.heappop(self.heap)

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .config import SimConfig
+
+if TYPE_CHECKING:
+    from .checkers import Failure
+    from .world import World
 
 
 @dataclass(slots=True)
 class RunResult:
-    config: object  # SimConfig
+    config: SimConfig
     trace_hash: str
-    failures: list  # the first failures (checkers.Failure), up to MAX_KEPT per kind
-    fail_counts: dict  # kind -> count (all of them)
-    faults: dict  # kind -> injected
-    stats: dict = field(default_factory=dict)
+    failures: list[Failure]  # the first failures (checkers.Failure), up to MAX_KEPT per kind
+    fail_counts: dict[str, int]  # kind -> count (all of them)
+    faults: dict[str, int]  # kind -> injected
+    # figures: counts, and a few dicts of counts (add_errors, the network's...)
+    stats: dict[str, Any] = field(default_factory=dict)
     sim_ms: int = 0
     wall_s: float = 0.0
     events: int = 0
@@ -22,7 +30,7 @@ class RunResult:
         return not self.fail_counts
 
     @classmethod
-    def of(cls, world, wall_s: float) -> RunResult:
+    def of(cls, world: World, wall_s: float) -> RunResult:
         h = world.history
         ck = world.checker
         net = world.net.stats.as_dict()
@@ -69,7 +77,7 @@ class RunResult:
 
     @property
     def duplicates(self) -> int:
-        return self.stats.get("dup_after_ack", 0) + self.stats.get("dup_while_held", 0)
+        return int(self.stats.get("dup_after_ack", 0)) + int(self.stats.get("dup_while_held", 0))
 
     def summary_line(self) -> str:
         s = self.stats
@@ -107,5 +115,5 @@ class RunResult:
         return "\n".join(lines)
 
 
-def _faults_text(faults: dict) -> str:
+def _faults_text(faults: dict[str, int]) -> str:
     return " ".join(f"{k}={v}" for k, v in faults.items() if v) or "none"

@@ -17,6 +17,9 @@ import dataclasses
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
+from multiprocessing.pool import Pool
+from typing import Any
 
 from .config import FAULT_KINDS, SimConfig, faults_spec, skip_spec
 from .result import RunResult
@@ -43,7 +46,7 @@ class ShrinkResult:
     target: str  # the failure kind kept
     runs: int  # candidate runs made
     wall_s: float
-    log: list  # one line per accepted step
+    log: list[str]  # one line per accepted step
 
     @property
     def shrunk(self) -> bool:
@@ -66,8 +69,11 @@ class ShrinkResult:
 class Shrinker:
     """Owns a worker pool for the candidates (``initializer`` as in sweep.run_many)."""
 
-    def __init__(self, target: str, jobs: int | None = None, initializer=None, initargs=(),
-                 max_runs: int = 300, max_wall_s: float = 900.0, on_step=None) -> None:
+    def __init__(self, target: str, jobs: int | None = None,
+                 initializer: Callable[..., object] | None = None,
+                 initargs: tuple[object, ...] = (), max_runs: int = 300,
+                 max_wall_s: float = 900.0,
+                 on_step: Callable[[str], None] | None = None) -> None:
         self.target = target
         self.jobs = max(1, jobs or os.cpu_count() or 1)
         self.initializer = initializer
@@ -77,8 +83,8 @@ class Shrinker:
         self.on_step = on_step
         self.runs = 0
         self.t0 = time.monotonic()
-        self.log: list = []
-        self.pool = None
+        self.log: list[str] = []
+        self.pool: Pool | None = None
 
     def fails(self, r: RunResult) -> bool:
         return self.target in r.fail_counts
@@ -86,9 +92,10 @@ class Shrinker:
     def out_of_budget(self) -> bool:
         return self.runs >= self.max_runs or time.monotonic() - self.t0 > self.max_wall_s
 
-    def first_failing(self, cands: list) -> RunResult | None:
+    def first_failing(self, cands: list[SimConfig]) -> RunResult | None:
         """Run the candidates (in parallel batches); the first, in order, that fails."""
-        cands = [c for c in cands if c is not None]
+        pool = self.pool
+        assert pool is not None, "first_failing runs inside shrink()"
         k = 0
         while k < len(cands):
             if self.out_of_budget():
@@ -96,7 +103,7 @@ class Shrinker:
             # never more runs than the budget has left (a batch runs whole)
             batch = cands[k:k + min(self.jobs, self.max_runs - self.runs)]
             k += len(batch)
-            results = self.pool.map(_run_one, batch, chunksize=1)
+            results = pool.map(_run_one, batch, chunksize=1)
             self.runs += len(batch)
             for r in results:
                 if self.fails(r):
@@ -127,12 +134,14 @@ class Shrinker:
 
     def _smaller_int(self, best: RunResult, name: str, floor: int) -> RunResult | None:
         cfg = best.config
-        cur = getattr(cfg, name)
+        cur: int = getattr(cfg, name)
         vals = []
         for v in (floor, cur // 4, cur // 2, cur - cur // 4):
             if floor <= v < cur and v not in vals:
                 vals.append(v)
-        r = self.first_failing([dataclasses.replace(cfg, **{name: v}) for v in vals])
+        # (one int field, named at run time)
+        changes: list[dict[str, Any]] = [{name: v} for v in vals]
+        r = self.first_failing([dataclasses.replace(cfg, **c) for c in changes])
         if r is not None:
             return self.accept(f"{name} {cur} -> {getattr(r.config, name)}", r)
         return None
@@ -141,7 +150,7 @@ class Shrinker:
         """Leave out chunks of the fault episodes still injected, halving the chunk
         size down to single episodes (ddmin's complement step)."""
         cfg = best.config
-        total = best.stats.get("fault_episodes", 0)
+        total: int = best.stats.get("fault_episodes", 0)
         live = [e for e in range(1, total + 1) if e not in cfg.skip_faults]
         if not live:
             return None
@@ -170,7 +179,7 @@ class Shrinker:
             changed = True
             while changed and not self.out_of_budget():
                 changed = False
-                for step in (
+                steps: tuple[Callable[[RunResult], RunResult | None], ...] = (
                     self._kinds,
                     lambda b: self._smaller_int(b, "nodes", 2),
                     lambda b: self._smaller_int(b, "steps", MIN_STEPS),
@@ -179,7 +188,8 @@ class Shrinker:
                     lambda b: self._smaller_int(b, "queues", 1),
                     lambda b: self._smaller_int(b, "max_replicate", 1),
                     self._episodes,
-                ):
+                )
+                for step in steps:
                     if self.out_of_budget():
                         break
                     r = step(best)
@@ -192,8 +202,9 @@ class Shrinker:
 
 
 def shrink(original: RunResult, target: str | None = None, jobs: int | None = None,
-           initializer=None, initargs=(), max_runs: int = 300, max_wall_s: float = 900.0,
-           on_step=None) -> ShrinkResult:
+           initializer: Callable[..., object] | None = None, initargs: tuple[object, ...] = (),
+           max_runs: int = 300, max_wall_s: float = 900.0,
+           on_step: Callable[[str], None] | None = None) -> ShrinkResult:
     """Shrink a failing run. ``target``: the failure kind to keep (default: the kind
     of its first failure). Raises ValueError if the run did not fail that way."""
     if target is None:

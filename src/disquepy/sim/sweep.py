@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .config import SimConfig, faults_spec
@@ -24,7 +25,7 @@ def _run_one(cfg: SimConfig) -> RunResult:
 
 
 @contextmanager
-def _pinned_hashseed():
+def _pinned_hashseed() -> Iterator[None]:
     old = os.environ.get("PYTHONHASHSEED")
     os.environ["PYTHONHASHSEED"] = HASHSEED
     try:
@@ -37,20 +38,20 @@ def _pinned_hashseed():
 
 
 def run_many(
-    configs: list,
+    configs: list[SimConfig],
     jobs: int | None = None,
-    initializer=None,
-    initargs=(),
-    on_result=None,
-    stop_when=None,
-) -> list:
+    initializer: Callable[..., object] | None = None,
+    initargs: tuple[object, ...] = (),
+    on_result: Callable[[RunResult], None] | None = None,
+    stop_when: Callable[[RunResult], bool] | None = None,
+) -> list[RunResult]:
     """Results in the order of ``configs``. ``initializer(*initargs)`` (an importable
     function) runs once in each worker before any run, e.g. to patch the core in a test.
     ``stop_when(result)`` true ends the sweep early (the results so far are returned)."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     ctx = multiprocessing.get_context("spawn")
     with _pinned_hashseed(), ctx.Pool(jobs, initializer=initializer, initargs=initargs) as pool:
-        results = []
+        results: list[RunResult] = []
         for r in pool.imap(_run_one, configs, chunksize=1):
             results.append(r)
             if on_result is not None:
@@ -65,22 +66,22 @@ class Summary:
 
     __slots__ = ("results", "wall_s")
 
-    def __init__(self, results: list, wall_s: float) -> None:
+    def __init__(self, results: list[RunResult], wall_s: float) -> None:
         self.results = results
         self.wall_s = wall_s
 
     def total(self, key: str) -> int:
-        return sum(r.stats.get(key, 0) or 0 for r in self.results)
+        return sum(int(r.stats.get(key, 0) or 0) for r in self.results)
 
-    def faults(self) -> dict:
-        out: dict = {}
+    def faults(self) -> dict[str, int]:
+        out: dict[str, int] = {}
         for r in self.results:
             for k, v in r.faults.items():
                 out[k] = out.get(k, 0) + v
         return out
 
     @property
-    def failed(self) -> list:
+    def failed(self) -> list[RunResult]:
         return [r for r in self.results if not r.ok]
 
     def duplicate_rate(self) -> float:
@@ -94,7 +95,10 @@ class Summary:
         cfg = rs[0].config
         f = self.faults()
         first = self.total("alo_delivered")
-        pct = (lambda n: f"{100 * n / first:.2f}%") if first else (lambda n: "-")
+
+        def pct(n: int) -> str:
+            return f"{100 * n / first:.2f}%" if first else "-"
+
         lines = [
             f"seeds run: {len(rs)} (nodes {cfg.nodes}, faults {faults_spec(cfg.faults)}, "
             f"fsync {cfg.fsync}, "
@@ -136,7 +140,11 @@ class Summary:
         return "\n".join(lines)
 
 
-def sweep(configs: list, jobs: int | None = None, on_result=None) -> Summary:
+def sweep(
+    configs: list[SimConfig],
+    jobs: int | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+) -> Summary:
     t = time.monotonic()
     results = run_many(configs, jobs, on_result=on_result)
     return Summary(results, time.monotonic() - t)

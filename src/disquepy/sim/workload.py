@@ -15,8 +15,18 @@ cluster can drain. All randomness comes from the workload RNG, in event order.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from .history import History, JobRecord
-from .replies import ErrorReply, decode
+from .replies import ErrorReply, Reply, ReplyShapeError, array, bulk, decode
+
+if TYPE_CHECKING:
+    from ..core.client import Client
+    from ..core.node import Node
+    from .config import SimConfig
+    from .world import World
 
 INF = float("inf")
 MEAN_THINK_MS = 150
@@ -26,7 +36,7 @@ MEAN_PROCESS_MS = 500
 PLANS = (("ack", 0.60), ("fastack", 0.72), ("nack", 0.80), ("working", 0.87), ("drop", 1.0))
 
 
-def pick_node(nodes: list, rng, prefer: int) -> int | None:
+def pick_node(nodes: Sequence[Node | None], rng: random.Random, prefer: int) -> int | None:
     """``prefer`` if it is up, else a random node that is up (None: all down)."""
     if nodes[prefer] is not None:
         return prefer
@@ -54,7 +64,13 @@ class Pending:
     __slots__ = ("kind", "node", "sent_at", "rec", "held", "due")
 
     def __init__(
-        self, kind: str, node: int, sent_at: int, rec=None, held=None, timeout: int = 0
+        self,
+        kind: str,
+        node: int,
+        sent_at: int,
+        rec: JobRecord | None = None,
+        held: Held | None = None,
+        timeout: int = 0,
     ) -> None:
         self.kind = kind
         self.node = node
@@ -70,15 +86,15 @@ class Agent:
     def __init__(self, idx: int, home: int, p_add: float) -> None:
         self.idx = idx
         self.home = home
-        self.conns: dict = {}  # node -> (incarnation, core Client)
+        self.conns: dict[int, tuple[int, Client]] = {}  # node -> (incarnation, core Client)
         self.pending: Pending | None = None
         self.next_at: float = INF
         self.held: list[Held] = []
         self.p_add = p_add
         self.seq = 0
-        self.unpause: list = []  # (time, queue) a PAUSE of ours to lift
+        self.unpause: list[tuple[int, bytes]] = []  # (time, queue) a PAUSE of ours to lift
 
-    def on_reply(self, world, node: int, data: bytes) -> None:  # the Client's conn hook
+    def on_reply(self, world: World, node: int, data: bytes) -> None:  # the Client's conn hook
         world.workload.reply(self, node, data)
 
     def __repr__(self) -> str:
@@ -88,7 +104,7 @@ class Agent:
 class Workload:
     __slots__ = ("world", "cfg", "rng", "agents", "queues", "ops", "history", "quiescing", "errors")
 
-    def __init__(self, world, cfg, rng) -> None:
+    def __init__(self, world: World, cfg: SimConfig, rng: random.Random) -> None:
         self.world = world
         self.cfg = cfg
         self.rng = rng
@@ -107,7 +123,7 @@ class Workload:
         for a in self.agents:
             a.next_at = now + int(self.rng.expovariate(1 / MEAN_THINK_MS))
 
-    def next_agent(self):
+    def next_agent(self) -> tuple[float, Agent | None]:
         best = None
         t = INF
         for a in self.agents:
@@ -143,7 +159,7 @@ class Workload:
     def _pick(self, prefer: int) -> int | None:
         return pick_node(self.world.nodes, self.rng, prefer)
 
-    def _send(self, a: Agent, node: int, argv: list, pending: Pending) -> bool:
+    def _send(self, a: Agent, node: int, argv: list[bytes], pending: Pending) -> bool:
         a.pending = pending
         a.next_at = INF
         if not self.world.execute(a, node, argv):
@@ -316,11 +332,14 @@ class Workload:
             world.checker.fail("protocol", f"undecodable reply from node {node}: {e}")
             self._think(a)
             return
-        getattr(self, "_on_" + p.kind)(a, p, value)
+        try:
+            getattr(self, "_on_" + p.kind)(a, p, value)
+        except ReplyShapeError as e:
+            world.checker.fail("protocol", f"odd {p.kind} reply from node {node}: {e}")
         if a.pending is None and a.next_at == INF:
             self._think(a, 20 if self.quiescing else MEAN_THINK_MS)
 
-    def overdue(self, slack: int) -> list:
+    def overdue(self, slack: int) -> list[Agent]:
         """Agents whose pending command is past its timeout by more than ``slack`` ms."""
         now = self.world.now
         return [a for a in self.agents if a.pending is not None and now > a.pending.due + slack]
@@ -333,22 +352,23 @@ class Workload:
             p.held.due = self.world.now + 50  # try again elsewhere
         self._think(a)
 
-    def _error(self, kind: str, value) -> None:
+    def _error(self, kind: str, value: Reply) -> None:
         key = f"{kind}: {str(value).split(' ', 1)[0]}"
         self.errors[key] = self.errors.get(key, 0) + 1
 
-    def _on_add(self, a: Agent, p: Pending, value) -> None:
+    def _on_add(self, a: Agent, p: Pending, value: Reply) -> None:
         world = self.world
         rec = p.rec
+        assert rec is not None  # an ADDJOB's Pending has its record
         if isinstance(value, ErrorReply):
             self.history.add_failed(rec, str(value))
         elif isinstance(value, bytes) and value.startswith(b"D-"):
             self.history.added(rec, value, world.now)
-            world.checker.on_added(rec, p.node)
+            world.checker.on_added(rec, value, p.node)
         else:
             world.checker.fail("protocol", f"odd ADDJOB reply {value!r}")
 
-    def _on_get(self, a: Agent, p: Pending, value) -> None:
+    def _on_get(self, a: Agent, p: Pending, value: Reply) -> None:
         if value is None:
             return
         world = self.world
@@ -357,11 +377,12 @@ class Workload:
             return
         now = world.now
         rng = self.rng
-        for item in value:
-            jid, body = item[1], item[2]
+        for reply_item in array(value):
+            item = array(reply_item)
+            jid, body = bulk(item[1]), bulk(item[2])
             counters = (item[4], item[6]) if len(item) == 7 else None
             rec = self.history.by_body.get(body)
-            if not world.checker.on_delivery(rec, jid, body, p.node, a.idx, counters):
+            if not world.checker.on_delivery(rec, jid, body, p.node, a.idx, counters) or rec is None:
                 continue
             if self.quiescing:
                 plan = "ack" if rng.random() < 0.8 else "fastack"
@@ -372,8 +393,9 @@ class Workload:
                 due = now + min(6000, 1 + int(rng.expovariate(1 / MEAN_PROCESS_MS)))
             a.held.append(Held(rec, jid, p.node, due, plan))
 
-    def _acked(self, a: Agent, p: Pending, value) -> None:
+    def _acked(self, a: Agent, p: Pending, value: Reply) -> None:
         h = p.held
+        assert h is not None  # an ack's, NACK's or WORKING's Pending has its job
         if h in a.held:
             a.held.remove(h)
         if isinstance(value, ErrorReply):
@@ -385,21 +407,23 @@ class Workload:
     _on_ack = _acked
     _on_fastack = _acked
 
-    def _on_nack(self, a: Agent, p: Pending, value) -> None:
+    def _on_nack(self, a: Agent, p: Pending, value: Reply) -> None:
         h = p.held
+        assert h is not None  # an ack's, NACK's or WORKING's Pending has its job
         if h in a.held:
             a.held.remove(h)
         if isinstance(value, ErrorReply):
             self._error("NACK", value)
         self.history.released(h.rec)
 
-    def _on_working(self, a: Agent, p: Pending, value) -> None:
+    def _on_working(self, a: Agent, p: Pending, value: Reply) -> None:
         h = p.held
+        assert h is not None  # an ack's, NACK's or WORKING's Pending has its job
         if isinstance(value, ErrorReply):
             self._error("WORKING", value)
         h.plan = "ack" if self.rng.random() < 0.8 else "fastack"
         h.due = self.world.now + 1 + int(self.rng.expovariate(1 / MEAN_PROCESS_MS))
 
-    def _on_pause(self, a: Agent, p: Pending, value) -> None:
+    def _on_pause(self, a: Agent, p: Pending, value: Reply) -> None:
         if isinstance(value, ErrorReply):
             self._error("PAUSE", value)

@@ -18,8 +18,11 @@ nothing is left to do, or a time limit), final checks.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..codec.bus import FrameReader, encode_frame
+from ..core.client import Client
 from ..core.config import Config
 from ..core.job import ACTIVE
 from ..core.node import Node
@@ -30,10 +33,25 @@ from .config import SimConfig, split_rng
 from .disk import CorruptAof, Disk
 from .faults import FaultInjector
 from .groups import GroupSim
-from .network import Network
+from .network import Network, Partition
 from .result import RunResult
 from .trace import Trace
-from .workload import Workload
+from .workload import Agent, Workload
+
+if TYPE_CHECKING:
+    from ..core.messages import Outgoing
+    from ..core.outputs import ShellRequest
+
+T = TypeVar("T")
+
+
+class SimClient(Protocol):
+    """A simulated client (a workload's agent): its connections, and where replies go."""
+
+    idx: int
+    conns: dict[int, tuple[int, Client]]  # node -> (incarnation, core Client)
+
+    def on_reply(self, world: World, node: int, data: bytes) -> None: ...
 
 IP = "127.0.0.1"
 BASE_PORT = 7711
@@ -60,12 +78,12 @@ class World:
         self.disks = [Disk(cfg.fsync, c.node_time(T0)) for c in self.clocks]
         self.nodes: list[Node | None] = [None] * n
         self.incarnation = [0] * n
-        self.links: list[dict] = [{} for _ in range(n)]  # node -> {peer id: link up?}
+        self.links: list[dict[str, bool]] = [{} for _ in range(n)]  # node -> {peer id: link up?}
         self.wake: list[float] = [INF] * n  # global time of each node's next timer
-        self.down_live: list[set] = [set() for _ in range(n)]  # durable jobs while down
-        self.reloaded: list[set] = [set() for _ in range(n)]  # jobs the last restart loaded
+        self.down_live: list[set[bytes]] = [set() for _ in range(n)]  # durable jobs while down
+        self.reloaded: list[set[bytes]] = [set() for _ in range(n)]  # jobs the last restart loaded
         self.last_tick = [(-1, 0)] * n
-        self.operator: list = [None] * n  # (incarnation, admin client)
+        self.operator: list[tuple[int, Client] | None] = [None] * n  # (incarnation, admin client)
         self.port_index: dict[int, int] = {}  # bus port -> node index
         self.trace = Trace()
         self.checker = Checker(self)
@@ -98,7 +116,7 @@ class World:
         return self.faults.skew_tolerance(self.clocks, self.now - T0)
 
     # ---------------------------------------------------------- node calls
-    def _call(self, i: int, fn, *args):
+    def _call(self, i: int, fn: Callable[..., T], *args: object) -> T:
         try:
             return fn(*args)
         except SimAbort:
@@ -130,11 +148,13 @@ class World:
         else:
             self.checker.fail("output-loop", f"node {i} keeps producing output")
             raise SimAbort
-        self.wake[i] = self.clocks[i].global_time(node.next_wake())
+        due = node.next_wake()
+        self.wake[i] = INF if due is None else self.clocks[i].global_time(due)
 
-    def _send(self, i: int, per: dict) -> None:
+    def _send(self, i: int, per: dict[str, Outgoing]) -> None:
         """One frame per peer for everything this step sent it (BATCH if several)."""
         node = self.nodes[i]
+        assert node is not None  # (node i's own outputs)
         addrs = node.members.peer_links()
         net = self.net
         links = self.links[i]
@@ -152,8 +172,9 @@ class World:
             else:
                 net.hold(i, j, frame)  # the bus queues frames while the link is down
 
-    def _sync_links(self, i: int, wanted: dict | None = None) -> None:
+    def _sync_links(self, i: int, wanted: dict[str, tuple[str, int]] | None = None) -> None:
         node = self.nodes[i]
+        assert node is not None  # (a live node's links)
         if wanted is None:
             wanted = node.members.peer_links()
         links = self.links[i]
@@ -165,7 +186,7 @@ class World:
             up = j is not None and self.nodes[j] is not None and self.net.link_possible(i, j)
             if links.get(nid) != up:
                 links[nid] = up
-                if up:
+                if up and j is not None:
                     for frame in self.net.take_backlog(i, j):
                         self.net.transmit(self.now, i, j, self.incarnation[j], frame)
                 self._call(i, node.members.link_state, nid, up, nt)
@@ -177,7 +198,7 @@ class World:
                 self._after(i)
 
     # ------------------------------------------------------------- clients
-    def execute(self, agent, i: int, argv: list) -> bool:
+    def execute(self, agent: SimClient, i: int, argv: list[bytes]) -> bool:
         """Send a command for ``agent`` to node i; False if the node is down. The reply
         reaches ``agent.on_reply`` now, or later if the command blocked."""
         node = self.nodes[i]
@@ -198,10 +219,12 @@ class World:
             agent.on_reply(self, i, r)
         return True
 
-    def abandon(self, agent) -> None:
+    def abandon(self, agent: Agent) -> None:
         """The client gives up waiting: it closes the connection, as a client whose own
         timeout fired does, and goes on."""
         p = agent.pending
+        if p is None:
+            return
         conn = agent.conns.pop(p.node, None)
         node = self.nodes[p.node]
         if conn is not None and node is not None and conn[0] == self.incarnation[p.node]:
@@ -209,9 +232,10 @@ class World:
             self._after(p.node)
         self.workload.connection_lost(agent)
 
-    def admin(self, i: int, *argv: bytes):
+    def admin(self, i: int, *argv: bytes) -> bytes | None:
         """A command from the operator (not a workload client)."""
         node = self.nodes[i]
+        assert node is not None, f"the operator's node {i} is down"
         op = self.operator[i]
         if op is None or op[0] != self.incarnation[i]:
             op = self.operator[i] = (self.incarnation[i], node.new_client(now=self.node_now(i)))
@@ -220,13 +244,14 @@ class World:
         return r
 
     # -------------------------------------------------------------- faults
-    def set_partition(self, p) -> None:
+    def set_partition(self, p: Partition | None) -> None:
         self.net.partition = p
         self.trace.note(b"P", self.now, 0, 0, repr(p).encode())
         self._topology_changed()
 
     def crash(self, i: int, power: bool) -> None:
         node = self.nodes[i]
+        assert node is not None, f"node {i} crashes twice"
         disk = self.disks[i]
         disk.crash(power, self.node_now(i), self.faults.rng)
         live = disk.live_ids()
@@ -275,6 +300,9 @@ class World:
         net, faults, wl, wake = self.net, self.faults, self.workload, self.wake
         n = len(wake)
         cfg = self.cfg
+        groups = self.groups
+        agent: Agent | None = None
+        gagent = None
         while True:
             if self.stop_flag:
                 return
@@ -297,8 +325,8 @@ class World:
             ta, agent = wl.next_agent()
             if ta < best:
                 best, kind = ta, 3
-            if self.groups is not None:
-                tg, gagent = self.groups.next_agent()
+            if groups is not None:
+                tg, gagent = groups.next_agent()
                 if tg < best:
                     best, kind = tg, 5
             if self.next_sweep < best:
@@ -314,9 +342,11 @@ class World:
             elif kind == 2:
                 self._tick(ni)
             elif kind == 3:
+                assert agent is not None  # (an agent was due)
                 wl.act(agent)
             elif kind == 5:
-                self.groups.act(gagent)
+                assert groups is not None and gagent is not None  # (a group agent was due)
+                groups.act(gagent)
             elif kind == 0:
                 faults.fire(self)
             else:
@@ -345,6 +375,7 @@ class World:
 
     def _tick(self, i: int) -> None:
         node = self.nodes[i]
+        assert node is not None  # (a down node's timer is INF)
         nt = self.node_now(i)
         last, rep = self.last_tick[i]
         rep = rep + 1 if nt == last else 0
@@ -368,7 +399,10 @@ class World:
         deadline = self.now + FORM_MAX_MS
         while self.now < deadline:
             self._loop(self.now + 100)
-            if all(node.size == n and node.reachable == n - 1 for node in self.nodes):
+            if all(
+                node is not None and node.size == n and node.reachable == n - 1
+                for node in self.nodes
+            ):
                 return
         self.checker.fail("cluster", f"the cluster did not form in {FORM_MAX_MS} ms")
         raise SimAbort
@@ -460,7 +494,7 @@ class _NodeShell(Shell):
         self.world = world
         self.i = i
 
-    def persist(self, records: list) -> None:
+    def persist(self, records: list[bytes]) -> None:
         # first: with always, synced before anything leaves
         w = self.world
         w.disks[self.i].append(records, w.node_now(self.i))
@@ -468,23 +502,23 @@ class _NodeShell(Shell):
     def save_nodes_conf(self, text: str) -> None:
         self.world.disks[self.i].nodes_conf = text
 
-    def sync_links(self, links: dict) -> None:
+    def sync_links(self, links: dict[str, tuple[str, int]]) -> None:
         self.world._sync_links(self.i, links)
 
-    def send_messages(self, messages: dict) -> None:
+    def send_messages(self, messages: dict[str, Outgoing]) -> None:
         self.world._send(self.i, messages)
 
-    def reply(self, client, data: bytes) -> None:
+    def reply(self, client: Client, data: bytes) -> None:
         agent = client.conn
         if agent is not None:
             w = self.world
             w.trace.reply(w.now, self.i, agent.idx, data)
             agent.on_reply(w, self.i, data)
 
-    def answer(self, client, data: bytes) -> None:
+    def answer(self, client: Client, data: bytes) -> None:
         self.reply(client, data)
 
-    def unsupported(self, req) -> bytes:
+    def unsupported(self, req: ShellRequest) -> bytes:
         # the workloads send nothing only a shell can finish (CONFIG SET's part aside)
         self.world.checker.fail("protocol", f"node {self.i} asked the shell for {req!r}")
         raise SimAbort

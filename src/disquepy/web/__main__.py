@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..client import options as connection_options
 from ..extras import require
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--port must be 1-65535")
     if not 1 <= a.workers <= 64:
         p.error("--workers must be 1-64")
-    options: dict = {"cache_ttl": a.cache_ttl,
+    options: dict[str, Any] = {"cache_ttl": a.cache_ttl,
                      "replication_timeout": a.replication_timeout}
     if a.replicate != "majority":
         if not a.replicate.isdigit() or not 1 <= int(a.replicate) <= 1000:
@@ -170,7 +170,7 @@ def web_policy(p: argparse.ArgumentParser, a: argparse.Namespace) -> Policy:
     return policy
 
 
-def retry_policy(p: argparse.ArgumentParser, text: str) -> dict:
+def retry_policy(p: argparse.ArgumentParser, text: str) -> dict[str, Any]:
     """--default-retry's JSON as the envelope's policy (its defaults filled in), or an
     error through ``p``."""
     from ..client.envelope import RetryPolicy

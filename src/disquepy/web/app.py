@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import redis.exceptions as rexc
-from fastapi import Depends, Header, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -110,9 +111,9 @@ def app_from_env() -> Guard:
 
 def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: float = 1.0,
                socket_timeout: float = 10.0, replicate: int | None = None,
-               replication_timeout: float = 5.0, default_retry: dict | None = None,
+               replication_timeout: float = 5.0, default_retry: dict[str, Any] | None = None,
                history_dir: str | None = None, history_interval: float = 2.0,
-               **connection: Any) -> FastAPIOffline:
+               **connection: Any) -> FastAPI:
     """The FastAPI app for the cluster reachable through the seed ``nodes``;
     ``connection``: the clients' other options (``username``, ``ssl``, ``ssl_ca_certs``,
     ``ssl_certfile``, ``ssl_keyfile``: see :class:`~disquepy.client.Disque`).
@@ -139,7 +140,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
     state: dict[str, AsyncDisque] = {}
 
     @asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["aio"] = AsyncDisque(seeds, socket_timeout=socket_timeout, **connection)
         history.start()
         try:
@@ -223,7 +224,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
              queue: str | None = Query(None, pattern=QUEUE_NAME),
              priority: Literal["high", "medium", "low"] | None = None,
              cursor: str = Query("0", max_length=40, pattern=r"^\d+(:\d+)?$"),
-             count: int = Query(50, ge=1, le=500)) -> dict:
+             count: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
         """A page of jobs in a Disque state (JSCAN over every node, server-side paging):
         pass `next_cursor` back as `cursor` for the next page (`"0"` when done)."""
         return list_jobs(client, None if state_ == "all" else state_, queue, priority,
@@ -295,7 +296,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
     # ------------------------------------------------------------------ queues
 
     @app.get("/queues", tags=["queues"])
-    def queues() -> list[dict]:
+    def queues() -> list[dict[str, Any]]:
         """Every logical queue with its depth per priority, rates, consumers, pause state,
         oldest job's age and dead letters (summed over the nodes)."""
         return view.queues()
@@ -308,7 +309,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return q
 
     @app.get("/groups", tags=["groups"])
-    def groups() -> list[dict]:
+    def groups() -> list[dict[str, Any]]:
         """Consumer groups (QADD/QGET) by event queue and group: events by state, lag
         (waiting to be delivered), pending (leased, not acknowledged), the age in seconds
         of the oldest event the group has not done, dead letters and the consumers
@@ -316,10 +317,10 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return view.groups()
 
     @app.get("/groups/{queue}/{group}/dead-letters", tags=["groups"])
-    def group_dead_letters(queue: str, group: str) -> dict:
+    def group_dead_letters(queue: str, group: str) -> dict[str, Any]:
         """A consumer group's dead letters (events delivered more than its
         MAXDELIVERIES), from every node (QDEAD), each event once."""
-        seen: dict[str, dict] = {}
+        seen: dict[str, dict[str, Any]] = {}
         down: list[str] = []
         nodes = view.answered()[0].nodes
         for n in nodes:
@@ -364,7 +365,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
             return _error(404, f"no dead letter {ids[0]!r} of {group!r} in {queue!r}")
         return {"requeued": len(done)}
 
-    def _pause(name: str, flag: str) -> dict:
+    def _pause(name: str, flag: str) -> dict[str, Any]:
         states = {}
         for prio, dq in levels(name):
             states[prio] = client.pause(dq, flag, "bcast")
@@ -372,17 +373,17 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return {"queue": name, "paused": states}
 
     @app.post("/queues/{name}/pause", tags=["queues"])
-    def pause(name: str, body: PauseIn | None = None) -> dict:
+    def pause(name: str, body: PauseIn | None = None) -> dict[str, Any]:
         """Pause a queue (all its priority levels, on every node): `in` refuses new jobs,
         `out` stops deliveries, `all` both."""
         return _pause(name, (body or PauseIn()).direction)
 
     @app.post("/queues/{name}/resume", tags=["queues"])
-    def resume(name: str) -> dict:
+    def resume(name: str) -> dict[str, Any]:
         return _pause(name, "none")
 
     @app.get("/queues/{name}/dead-letters", tags=["dead letters"])
-    def dead_letters(name: str, count: int = Query(100, ge=1, le=1000)) -> list[dict]:
+    def dead_letters(name: str, count: int = Query(100, ge=1, le=1000)) -> list[dict[str, Any]]:
         """Jobs of the queue that failed their last attempt, oldest first."""
         out = []
         for dl in list_dead(client, name, count, cluster=True)[:count]:
@@ -402,7 +403,7 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
         return {"requeued": n}
 
     @app.post("/queues/{name}/dead-letters/requeue", tags=["dead letters"])
-    def requeue_all(name: str) -> dict:
+    def requeue_all(name: str) -> dict[str, Any]:
         n = requeue_dead(client, name, None, cluster=True)
         view.invalidate()
         return {"requeued": n}
@@ -417,15 +418,16 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
 
     # ------------------------------------------------------------------ cluster
 
-    @app.get("/nodes", tags=["cluster"],
+    # (the parameter "nodes" is copied to seeds above)
+    @app.get("/nodes", tags=["cluster"],  # type: ignore[no-redef]
              responses={503: {"description": "no node answered (the body lists them)"}})
-    def nodes() -> list[dict]:
+    def nodes() -> list[dict[str, Any]]:
         """Every node: up or down, memory, connections, ops/s, jobs."""
         return view.nodes()
 
     @app.get("/api/overview", tags=["cluster"],
              responses={503: {"description": "no node answered (the body lists them)"}})
-    def overview() -> dict:
+    def overview() -> dict[str, Any]:
         """Nodes, queues and totals in one call (what the dashboard polls)."""
         d = view.overview()
         d["priorities"] = list(PRIORITIES)
@@ -433,14 +435,14 @@ def create_app(nodes: list[str], *, password: str | None = None, cache_ttl: floa
 
     @app.get("/workers", tags=["cluster"],
              responses={503: {"description": "no node answered"}})
-    def workers() -> dict:
+    def workers() -> dict[str, Any]:
         """The workers connected to each node (CLIENT LIST: connections a worker named
         with CLIENT SETNAME): host, pid, queues, concurrency, jobs done and failed,
         connected for (s) and last seen (s ago)."""
         return list_workers(client)
 
     @app.get("/api/history", tags=["cluster"])
-    def history_samples(since: float | None = None) -> dict:
+    def history_samples(since: float | None = None) -> dict[str, Any]:
         """Throughput and latency samples kept by disque-web (every few seconds, the
         last hour): jobs added, delivered, completed, failed per second; wait and
         processing time percentiles (ms). `since`: only the samples after it."""

@@ -32,12 +32,12 @@ class NodesDown(Exception):
     """No node answered: the API's views answer 503 with ``nodes`` (each one's address
     and error) instead of an empty cluster."""
 
-    def __init__(self, message: str, nodes: list[dict]) -> None:
+    def __init__(self, message: str, nodes: list[dict[str, Any]]) -> None:
         super().__init__(message)
         self.nodes = nodes
 
     @classmethod
-    def of(cls, nodes: list[dict]) -> NodesDown:
+    def of(cls, nodes: list[dict[str, Any]]) -> NodesDown:
         down = [{"address": n["address"], "state": "down", "error": n.get("error")}
                 for n in nodes]
         return cls("no Disque node reachable (tried "
@@ -47,22 +47,22 @@ class NodesDown(Exception):
 @dataclass
 class Snapshot:
     at: float  # unix seconds
-    nodes: list[dict] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
     # (node address, Disque queue) -> QSTAT fields plus "oldest_age"
-    queues: dict[tuple[str, str], dict] = field(default_factory=dict)
+    queues: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # (node address, Disque queue) -> JOBMETRICS of the queue (see parse_jobmetrics)
-    jobmetrics: dict[tuple[str, str], dict] = field(default_factory=dict)
+    jobmetrics: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     bounds_ms: list[int] = field(default_factory=list)  # JOBMETRICS' histogram buckets
     # (node address, event queue) -> {group: QSTATUS fields}: the node's view of its
     # consumer groups (core/groups.py)
-    groups: dict[tuple[str, str], dict] = field(default_factory=dict)
+    groups: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
-def parse_jobmetrics(reply: list) -> tuple[list[int], dict[str, dict]]:
+def parse_jobmetrics(reply: list[Any]) -> tuple[list[int], dict[str, dict[str, Any]]]:
     """JOBMETRICS' reply: (bucket bounds in ms, {queue: {"counts": {name: n}, "dead":
     {reason: n}, "wait" and "processing": (count, sum ms, [per-bucket counts])}})."""
     bounds = [int(b) for b in reply[1]]
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, counts, dead, wait, proc in reply[3]:
         out[name.decode("utf-8", "surrogateescape")] = {
             "counts": {k.decode(): int(v) for k, v in zip(counts[::2], counts[1::2],
@@ -104,7 +104,7 @@ def take_snapshot(client: Disque) -> Snapshot:
         for q, stat, peek in zip(names, replies[4:4 + n], replies[4 + n:], strict=True):
             if isinstance(stat, Exception) or stat is None:
                 continue
-            snap.queues[(addr, q)] = dict(parse_kv(stat), oldest_age=None)
+            snap.queues[(addr, q)] = dict(parse_kv(stat) or {}, oldest_age=None)
             if peek and not isinstance(peek, Exception):
                 oldest[q] = peek[0][1]
         if oldest:
@@ -157,7 +157,7 @@ class ClusterView:
 
     # ------------------------------------------------------------------ views
 
-    def nodes(self) -> list[dict]:
+    def nodes(self) -> list[dict[str, Any]]:
         snap, prev = self.answered()
         before = {n["address"]: n for n in prev.nodes} if prev else {}
         out = []
@@ -189,13 +189,13 @@ class ClusterView:
             out.append(d)
         return out
 
-    def queues(self) -> list[dict]:
+    def queues(self) -> list[dict[str, Any]]:
         """Logical queues, each with its levels summed over the nodes."""
         snap, prev = self.answered()
         dt = snap.at - prev.at if prev else 0
-        logical: dict[str, dict] = {}
+        logical: dict[str, dict[str, Any]] = {}
 
-        def entry(name: str) -> dict:
+        def entry(name: str) -> dict[str, Any]:
             e = logical.get(name)
             if e is None:
                 e = logical[name] = {
@@ -208,7 +208,7 @@ class ClusterView:
             return e
 
         old_by = prev.queues if prev else {}
-        rates: dict[str, list] = {}
+        rates: dict[str, list[Any]] = {}
         blocked: dict[str, dict[str, int]] = {}
         for (addr, q), st in sorted(snap.queues.items()):
             of = dead_letters_of(q)
@@ -253,16 +253,16 @@ class ClusterView:
                     lv["queue"] = queue_for(e["name"], p)
         return sorted(logical.values(), key=lambda e: e["name"])
 
-    def queue(self, name: str) -> dict | None:
+    def queue(self, name: str) -> dict[str, Any] | None:
         return next((q for q in self.queues() if q["name"] == name), None)
 
-    def groups(self) -> list[dict]:
+    def groups(self) -> list[dict[str, Any]]:
         """Consumer groups by event queue and group. Each node's QSTATUS counts the events
         it holds a copy of (all of them up to 3 nodes: an event has 3 copies), so the
         event counts are those of the node holding the most, a lower bound on a bigger
         cluster; consumers waiting are summed over the nodes."""
         snap, _ = self.answered()
-        out: dict[tuple[str, str], dict] = {}
+        out: dict[tuple[str, str], dict[str, Any]] = {}
         for (_addr, q), per_group in snap.groups.items():
             for g, st in per_group.items():
                 e = out.get((q, g))
@@ -279,7 +279,7 @@ class ClusterView:
                     e["oldest_not_done_age"] = max(e["oldest_not_done_age"] or 0.0, age)
         return [out[k] for k in sorted(out)]
 
-    def overview(self) -> dict:
+    def overview(self) -> dict[str, Any]:
         nodes = self.nodes()
         queues = self.queues()
         snap, _ = self.answered()

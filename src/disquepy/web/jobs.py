@@ -34,7 +34,7 @@ def _preview(body: bytes | None) -> str:
     return text if len(text) <= PREVIEW else text[:PREVIEW] + "…"
 
 
-def summary(s: dict, now: float) -> dict[str, Any]:
+def summary(s: dict[str, Any], now: float) -> dict[str, Any]:
     logical, prio = split(s.get("queue") or "")
     ctime = int(s.get("ctime") or 0) / 1e9
     return {"job_id": s["id"], "queue": logical, "priority": prio, "state": s["state"],
@@ -44,16 +44,16 @@ def summary(s: dict, now: float) -> dict[str, Any]:
 
 
 def list_jobs(client: Disque, state: str | None, queue: str | None, priority: str | None,
-              cursor: str, count: int) -> dict:
+              cursor: str, count: int) -> dict[str, Any]:
     nodes = node_addresses(client)
     idx, _, c = cursor.partition(":")
     node_i, jcursor = int(idx), int(c or 0)
-    args_tail: list = ["COUNT", count, "REPLY", "all"]
+    args_tail: list[Any] = ["COUNT", count, "REPLY", "all"]
     if state is not None:
         args_tail += ["STATE", state]
     if queue is not None and priority is not None:
         args_tail += ["QUEUE", queue_for(queue, priority)]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     now = time.time()
     rounds = 0
     ids: dict[str, str] = {}
@@ -75,6 +75,8 @@ def list_jobs(client: Disque, state: str | None, queue: str | None, priority: st
         jcursor = int(reply[0])
         for item in reply[1]:
             s = parse_show(item)
+            if s is None:  # (JSCAN REPLY all lists a job's fields)
+                continue
             if state != "queued" and s["id"][2:10] != hello_id[:8]:
                 continue  # a replica's copy: listed by the node that created it
             if queue is not None and priority is None and split(s.get("queue") or "")[0] != queue:

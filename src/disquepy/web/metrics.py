@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 
-from fastapi import Response
+from fastapi import FastAPI, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -33,11 +34,12 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    Metric,
 )
 
 from ..client.jobstatus import dead_letters_of
 from ..client.priority import split
-from .cluster import GROUP_STATES, ClusterView
+from .cluster import GROUP_STATES, ClusterView, Snapshot
 
 NODE_GAUGES = [  # (metric, INFO field, help)
     ("memory_used_bytes", "used_memory", "Memory the node accounts for its jobs and queues"),
@@ -67,10 +69,10 @@ class ClusterCollector:
     def __init__(self, view: ClusterView) -> None:
         self.view = view
 
-    def describe(self):  # no describe-time scrape (would hit the nodes at registration)
+    def describe(self) -> list[Metric]:  # no describe-time scrape (would hit the nodes at registration)
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         t0 = time.monotonic()
         snap, _ = self.view.snapshot()
         p = "disquepy_"
@@ -135,7 +137,7 @@ class ClusterCollector:
 
 
     @staticmethod
-    def _group_metrics(snap, p: str):
+    def _group_metrics(snap: Snapshot, p: str) -> Iterator[Metric]:
         """Consumer groups per node, event queue and group, from the node's QSTATUS (its
         own view: complete where every node holds every event, up to 3 nodes)."""
         gl = ["node", "queue", "group"]
@@ -168,7 +170,7 @@ class ClusterCollector:
         yield from (events, lag, pending, oldest, consumers)
 
     @staticmethod
-    def _job_metrics(snap, p: str, ql: list[str]):
+    def _job_metrics(snap: Snapshot, p: str, ql: list[str]) -> Iterator[Metric]:
         """The nodes' JOBMETRICS: counters and histograms per node, queue, priority."""
         helps = {
             "added": "Jobs added (ADDJOB on this node)",
@@ -202,26 +204,26 @@ class ClusterCollector:
                 fam.add_metric(lab, m["counts"].get(k, 0))
             for reason, n in m["dead"].items():
                 dead.add_metric(lab + [reason], n)
-            for k, fam in hists.items():
+            for k, hist in hists.items():
                 count, sum_ms, per = m[k]
                 buckets, acc = [], 0
                 for b, n in zip([*bounds, float("inf")], per, strict=True):
                     acc += n
                     buckets.append(("+Inf" if b == float("inf") else repr(b), acc))
-                fam.add_metric(lab, buckets, sum_ms / 1000)
+                hist.add_metric(lab, buckets, sum_ms / 1000)
         yield from counters.values()
         yield dead
         yield from hists.values()
 
 
-def install_metrics(app, view: ClusterView) -> CollectorRegistry:
+def install_metrics(app: FastAPI, view: ClusterView) -> CollectorRegistry:
     """Add ``GET /metrics`` to ``app``; returns the registry (cluster collector plus this
     process's own counters: ``disquepy_web_jobs_submitted_total``,
     ``disquepy_web_jobs_cancelled_total``)."""
     disable_created_metrics()  # no *_created series: they double every counter's lines
     registry = CollectorRegistry()
     registry.register(ClusterCollector(view))
-    own = registry
+    own: CollectorRegistry | None = registry
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # disque-web --workers N: summed
         from prometheus_client import multiprocess
 

@@ -18,6 +18,9 @@ import signal
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, NoReturn
 
 from ..client import Disque
 from ..client import options as connection_options
@@ -54,12 +57,12 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         """One line (argparse prints the usage and then the error)."""
         raise UsageError(message)
 
 
-def _whole(minimum: int):
+def _whole(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             n = int(text)
@@ -199,7 +202,7 @@ def max_processes() -> int:
     return max(8, PROCESSES_PER_CPU * (os.cpu_count() or 1))
 
 
-def load(target: str):
+def load(target: str) -> Any:
     """The object ``module:attr`` names. Raises :class:`UsageError` when the module or the
     attribute does not exist; an exception raised by the module's own code propagates."""
     mod, sep, attr = target.partition(":")
@@ -226,7 +229,7 @@ def load(target: str):
     return obj
 
 
-def _candidates(obj) -> str:
+def _candidates(obj: object) -> str:
     """"; it has: a, b" (the handler functions and Tasks apps ``obj`` defines)."""
     if not inspect.ismodule(obj):
         return ""
@@ -300,7 +303,7 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     if a.group is not None:
         from .groups import GroupWorker
 
-        w = GroupWorker(client, queues, a.group, a.concurrency, obj, body=a.body,
+        w: Worker | GroupWorker = GroupWorker(client, queues, a.group, a.concurrency, obj, body=a.body,
                         lease=a.lease, max_deliveries=a.max_deliveries,
                         poll_timeout=a.poll_timeout_ms / 1000,
                         heartbeat=not a.no_heartbeat, shutdown_timeout=a.shutdown_timeout)
@@ -315,7 +318,7 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
     return 0 if clean else 3
 
 
-def _load_reporting(target: str):
+def _load_reporting(target: str) -> Any:
     """:func:`load`; an exception from the module's own code: its traceback, then one line
     saying so (the fix is in that code)."""
     try:
@@ -357,7 +360,7 @@ def run_pool(argv: list[str], n: int, metrics_port: int | None = None) -> int:
         ["--metrics-port", str(metrics_port + i)] if metrics_port is not None else []),
         "--processes", "1"]) for i in range(n)]
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: FrameType | None) -> None:
         for c in children:
             if c.poll() is None:
                 c.send_signal(signum)

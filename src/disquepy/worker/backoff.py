@@ -72,19 +72,19 @@ class Backoff:
         if kind == "fixed":
             if len(parts) > 1:
                 raise ValueError(f"fixed takes one number (seconds), got {text!r}")
-            nums = [_number(p, "fixed delay") for p in parts] or [1.0]
-            b = cls.fixed
+            delay = _number(parts[0], "fixed delay") if parts else 1.0
         elif kind == "exponential":
             if len(parts) > 3:
                 raise ValueError(f"exponential takes up to three numbers (base:factor:max), "
                                  f"got {text!r}")
-            nums = [_number(p, n) for p, n in zip(parts, ("base", "factor", "max"),
-                                                  strict=False)]
-            b = cls.exponential
+            nums = {n: _number(p, n) for p, n in zip(parts, ("base", "factor", "max"),
+                                                     strict=False)}
         else:
             raise ValueError(f"unknown back-off {kind!r} (fixed or exponential)")
         try:
-            return b(*nums, jitter=jitter)
+            if kind == "fixed":
+                return cls.fixed(delay, jitter=jitter)
+            return cls.exponential(**nums, jitter=jitter)
         except ValueError as e:
             raise ValueError(f"{e} in {spec!r}") from None
 

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from redis import exceptions as rexc
@@ -69,8 +70,8 @@ class Route:
     backoff: Backoff | None = None
     dead_letter_after: int | None = None  # attempts (failed runs, plus deliveries lost)
     dead_letter_deliveries: int | None = None  # additional deliveries
-    add_options: dict = field(default_factory=dict)  # for jobs the task adds (ttl, retry...)
-    policy: dict | None = None  # a job's own retry policy (envelope)
+    add_options: dict[str, Any] = field(default_factory=dict)  # for jobs the task adds (ttl, retry...)
+    policy: dict[str, Any] | None = None  # a job's own retry policy (envelope)
 
 
 def policy_route(route: Route, policy: RetryPolicy) -> Route:
@@ -297,7 +298,7 @@ class Worker:
         self._ack = self.client.fast_ack if self._fast else self.client.ack
         self.log = logger or log
         self.metrics = metrics  # a disquepy.worker.metrics.WorkerMetrics, or None
-        self.stats: Counter = Counter()
+        self.stats: Counter[str] = Counter()
         self._stats_lock = threading.Lock()
         self._inflight: dict[str, _InFlight] = {}  # every job held: buffered or running
         self._inflight_lock = threading.Lock()
@@ -388,7 +389,7 @@ class Worker:
         forced = threading.Event()
         old = {}
 
-        def on_signal(signum, frame):
+        def on_signal(signum: int, frame: FrameType | None) -> None:
             if self._stop.is_set():
                 forced.set()
             self.log.info("signal %d: stopping (running jobs get %.1fs)", signum,
@@ -571,11 +572,11 @@ class Worker:
         without a result, one with ``RESULT`` per job that has one, one NACK ... DELAY per
         retry (:meth:`_outcomes_sent` reads their replies in the same order)."""
         ack = p.fast_ack if self._fast else p.ack
-        plain = [d.job.id for d in out if type(d) is _Done and d.result is None]
+        plain = [d.job.id for d in out if isinstance(d, _Done) and d.result is None]
         if plain:
             ack(*plain)
         for d in out:
-            if type(d) is _Done:
+            if isinstance(d, _Done):
                 if d.result is not None:
                     ack(d.job.id, result=d.result)
             else:
@@ -587,13 +588,13 @@ class Worker:
         if not out:
             return
         it = iter(replies or ())
-        plain = [d for d in out if type(d) is _Done and d.result is None]
+        plain = [d for d in out if isinstance(d, _Done) and d.result is None]
         if plain:
             r = error or next(it)
-            for d in plain:
-                self._acked(d, r)
+            for done in plain:
+                self._acked(done, r)
         for d in out:
-            if type(d) is _Done:
+            if isinstance(d, _Done):
                 if d.result is not None:
                     self._acked(d, error or next(it))
             else:
@@ -865,7 +866,7 @@ class Worker:
                 raise
             return int(self.client.execute_on(owner, "WORKING", job.id))
 
-    def _show(self, job: Job) -> dict | None:
+    def _show(self, job: Job) -> dict[str, Any] | None:
         """SHOW on the current node, else on the node that created the job."""
         try:
             s = self.client.show(job.id)

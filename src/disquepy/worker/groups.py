@@ -132,7 +132,8 @@ class GroupWorker:
         for r in (named, q):
             if isinstance(r, Exception):
                 raise r
-        return q
+        queue: str | None = q  # (QNOTIFY's reply, parsed)
+        return queue
 
     def _loop(self) -> None:
         while not self._stop.is_set():

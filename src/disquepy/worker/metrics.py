@@ -18,7 +18,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..client.priority import split
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
            30.0, 60.0, 300.0)
@@ -63,7 +68,7 @@ class WorkerMetrics:
         q, prio = split(queue)
         self.in_progress.labels(q, prio).inc(delta)
 
-    def serve(self, port: int, host: str = "127.0.0.1"):
+    def serve(self, port: int, host: str = "127.0.0.1") -> WSGIServer:
         """Serve ``/metrics`` on ``host:port`` from a daemon thread; returns the server."""
         from prometheus_client import start_http_server
 

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from ..client import Disque
 from ..client.nodes import NodeSpec
 from .backoff import Backoff
 from .core import Route, Worker, max_attempts
+
+
+class _Defaults(TypedDict):
+    """The app's retry policy and body kind: what a task leaves unset."""
+
+    body: str
+    backoff: Backoff | None
+    dead_letter_after: int | None
+    dead_letter_deliveries: int | None
 
 
 class Task:
@@ -62,11 +71,16 @@ class Tasks:
                  dead_letter_deliveries: int | None = None, max_retries: int | None = None,
                  **worker_options: Any) -> None:
         dead_letter_after = max_attempts(dead_letter_after, max_retries)
-        self._client_arg = client_or_nodes
-        self._client: Disque | None = client_or_nodes if isinstance(client_or_nodes,
-                                                                    Disque) else None
-        self.defaults = dict(body=body, backoff=backoff, dead_letter_after=dead_letter_after,
-                             dead_letter_deliveries=dead_letter_deliveries)
+        self._client_arg = client_or_nodes  # (what a worker of these tasks connects with)
+        self._client: Disque | None = None
+        self._nodes: NodeSpec | Sequence[NodeSpec] | None = None
+        if isinstance(client_or_nodes, Disque):
+            self._client = client_or_nodes
+        else:
+            self._nodes = client_or_nodes
+        self.defaults: _Defaults = {"body": body, "backoff": backoff,
+                                    "dead_letter_after": dead_letter_after,
+                                    "dead_letter_deliveries": dead_letter_deliveries}
         self.worker_options = worker_options
         self.tasks: dict[str, Task] = {}
 
@@ -74,7 +88,7 @@ class Tasks:
     def client(self) -> Disque:
         """The producer-side client (created on first use)."""
         if self._client is None:
-            self._client = Disque(self._client_arg)
+            self._client = Disque(self._nodes)
         return self._client
 
     def task(self, queue: str, *, body: str | None = None, backoff: Backoff | None = None,
