@@ -92,6 +92,16 @@ def raw(port: int, data: bytes, timeout: float = 5.0, until: bytes | None = None
     return out
 
 
+def refused(c, *cmd) -> str:
+    """The NOPERM error a command gets from redis-py client ``c`` (fails if it runs)."""
+    import pytest
+    import redis
+
+    with pytest.raises(redis.exceptions.NoPermissionError) as e:
+        c.execute_command(*cmd)
+    return str(e.value)
+
+
 def end_process(proc: subprocess.Popen, sig: int = signal.SIGTERM,
                 timeout: float = 10.0) -> None:
     """Send ``sig`` to ``proc`` if it still runs and reap it; SIGKILL after ``timeout``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import redis
+from support import refused
 
 from disquepy.core import acl
 
@@ -32,12 +33,6 @@ def node(server_factory):
 
 def as_user(server, user):
     return server.client(username=user, password=PASSWORDS[user])
-
-
-def refused(c, *cmd) -> str:
-    with pytest.raises(redis.exceptions.NoPermissionError) as e:
-        c.execute_command(*cmd)
-    return str(e.value)
 
 
 def test_a_consumer_of_one_team_cannot_touch_another_teams_jobs(node):

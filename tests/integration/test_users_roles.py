@@ -10,6 +10,7 @@ import time
 
 import pytest
 import redis
+from support import refused
 
 from disquepy.codec import resp
 
@@ -35,12 +36,6 @@ def node(server_factory):
 
 def as_user(server, user):
     return server.client(username=user, password=ROLES[user])
-
-
-def refused(c, *cmd) -> str:
-    with pytest.raises(redis.exceptions.NoPermissionError) as e:
-        c.execute_command(*cmd)
-    return str(e.value)
 
 
 def test_each_role_can_do_exactly_what_it_should(node):
