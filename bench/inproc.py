@@ -22,6 +22,9 @@ optimisation of the shell or the core changes.
   every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of
   Python per replicated job, summed over the three nodes.
+- ``batch``: the pipelined consume row: ``GETJOB NOHANG COUNT 100`` and the ACKJOB of
+  the 100 IDs it returned, through ``data_received``; per job, the GETJOB's and the
+  ACKJOB's shares, with job outcomes on (the default) and off.
 
 Each figure is the best of ``--rounds`` rounds. A/B of the compiled core (setup.py) and
 the same code interpreted: run once with ``DISQUEPY_INTERPRETED=1`` and once without,
