@@ -264,7 +264,7 @@ def test_iteration_refuses_a_change_underneath() -> None:
 
 
 def test_memory_bound_drops_oldest_and_counts_them() -> None:
-    s = Outcomes(max_bytes=BASE_MEM + 250_000)
+    s = Outcomes(max_bytes=BASE_MEM + 150_000)  # holds ~1,500 of the 2,000
     ids = [_gen.next_id(60, 1).decode() for _ in range(2_000)]
     for k, jid in enumerate(ids):
         s.record(outcome(jid, k))
