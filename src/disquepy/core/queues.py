@@ -42,6 +42,8 @@ _LENS: tuple[bytes, ...] = tuple(b"%d" % n for n in range(1024))  # small length
 def jobs_reply(jobs: list[Job], withcounters: bool) -> bytes:
     """GETJOB's reply for ``jobs`` (not empty): the array of job_reply's, written once
     for the batch into one buffer (no bytes object per job, one header per queue run)."""
+    if len(jobs) == 1:  # one job (GETJOB without COUNT): one format is cheaper
+        return b"*1\r\n" + job_reply(jobs[0], withcounters)
     w = BytesWriter()
     w.write(b"*%d\r\n" % len(jobs))
     last_q = b""
