@@ -22,6 +22,9 @@ optimisation of the shell or the core changes.
   every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of
   Python per replicated job, summed over the three nodes.
+- ``batch``: the pipelined consume row: ``GETJOB NOHANG COUNT 100`` and the ACKJOB of
+  the 100 IDs it returned, through ``data_received``; per job, the GETJOB's and the
+  ACKJOB's shares, with job outcomes on (the default) and off.
 
 Each figure is the best of ``--rounds`` rounds. A/B of the compiled core (setup.py) and
 the same code interpreted: run once with ``DISQUEPY_INTERPRETED=1`` and once without,
@@ -193,6 +196,59 @@ def bench_consume(n: int, rounds: int) -> None:
     loop.close()
 
 
+def bench_batch(n: int, rounds: int) -> None:
+    """The pipelined consume row: GETJOB NOHANG COUNT 100 FROM q, then one ACKJOB of the
+    100 IDs it returned, each through data_received and a batch run; per job, with job
+    outcomes on (the default) and off (``job-outcome-retention 0``), the GETJOB's and
+    the ACKJOB's shares apart."""
+    import re
+
+    idre = re.compile(rb"\$40\r\n(D-[^\r]{38})\r\n")
+    last: list = [b""]
+
+    class Capture(Transport):
+        def write(self, data: bytes) -> None:
+            last[0] = data
+
+    getjob = b"*6\r\n$6\r\nGETJOB\r\n$6\r\nNOHANG\r\n$5\r\nCOUNT\r\n$3\r\n100\r\n" \
+        b"$4\r\nFROM\r\n$1\r\nq\r\n"
+    for retention in (3600, 0):
+        node, loop, (proto,) = node_with_clients(1, Capture)
+        node.config.job_outcome_retention = retention
+        node.config_changed(["job-outcome-retention"])
+        received, batch = proto.data_received, proto.batch.run
+
+        def dr(data: bytes, received=received, batch=batch) -> None:
+            received(data)
+            batch()
+
+        gets, acks = [], []
+        for r in range(rounds + 1):
+            k = min(n, 1000) if r == 0 else n
+            for _ in range(k):
+                dr(ADDJOB)
+            tg = ta = 0.0
+            for _ in range(k // 100):
+                t0 = clock()
+                dr(getjob)
+                t1 = clock()
+                ids = idre.findall(last[0])
+                req = b"*%d\r\n$6\r\nACKJOB\r\n" % (len(ids) + 1) + b"".join(
+                    b"$40\r\n" + i + b"\r\n" for i in ids)
+                t2 = clock()
+                dr(req)
+                ta += clock() - t2
+                tg += t1 - t0
+            if r:
+                gets.append(tg / k * 1e6)
+                acks.append(ta / k * 1e6)
+        assert node.jobs.count == 0, node.jobs.count
+        g, a = min(gets), min(acks)
+        print(f"batch     COUNT 100 + ACKJOB, outcomes {'on ' if retention else 'off'}"
+              f" {g + a:6.2f} us per job (GETJOB {g:.2f}, ACKJOB {a:.2f})")
+        loop.close()
+
+
 def bench_execute(n: int, rounds: int) -> None:
     from disquepy.core.config import Config
     from disquepy.core.node import Node
@@ -271,7 +327,7 @@ def bench_replicate(n: int, rounds: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="reader,protocol,execute,replicate")
+    ap.add_argument("--only", default="reader,protocol,execute,replicate,batch")
     ap.add_argument("--requests", type=int, default=100_000, help="calls per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--src", help="measure the package in this source tree (A/B)")
@@ -287,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"disquepy from {Path(disquepy.__file__).parent}")
     todo = {"reader": bench_reader, "protocol": bench_protocol, "execute": bench_execute,
-            "replicate": bench_replicate}
+            "replicate": bench_replicate, "batch": bench_batch}
     for name in args.only.split(","):
         if name not in todo:
             ap.error(f"--only: unknown measure {name!r} (one of {', '.join(todo)})")

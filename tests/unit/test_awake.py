@@ -45,7 +45,7 @@ def test_cancel_compacts_a_bucket_once_most_of_it_is_stale():
     for j in jobs[:30]:
         ix.cancel(j)
     bucket = 800 // GRANULARITY
-    assert len(ix._buckets[bucket]) <= 2 * 10  # compacted: within twice the live entries
+    assert len(ix._buckets[bucket].jobs) <= 2 * 10  # compacted: within twice the live entries
     assert ix.pop_due(1000) == jobs[30:]
 
 

@@ -32,12 +32,22 @@ def _order(job: Job) -> tuple[int, int, bytes]:
 NEVER = float("inf")
 
 
+class _Bucket:
+    """The jobs listed in one time bucket, and how many of those entries went stale
+    (one dict lookup per cancel finds both)."""
+
+    __slots__ = ("jobs", "stale")
+
+    def __init__(self, job: Job) -> None:
+        self.jobs: list[Job] = [job]
+        self.stale = 0
+
+
 class AwakeIndex:
-    __slots__ = ("_buckets", "_stale", "_heap", "hint")
+    __slots__ = ("_buckets", "_heap", "hint")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, list[Job]] = {}
-        self._stale: dict[int, int] = {}
+        self._buckets: dict[int, _Bucket] = {}
         self._heap: list[int] = []
         # the earliest firing time of buckets created since the owner last looked:
         # lets a driver keep its timer without recomputing next_due() every event
@@ -45,12 +55,19 @@ class AwakeIndex:
 
     def __len__(self) -> int:
         """Live entries (jobs scheduled); O(entries), for tests and INFO."""
-        return sum(len(self._live(b, lst)) for b, lst in self._buckets.items())
+        return sum(len({id(j) for j in self._live(b, bk.jobs)})
+                   for b, bk in self._buckets.items())
 
     @staticmethod
     def _live(b: int, lst: list[Job]) -> list[Job]:
-        return list({id(j): j for j in lst if j.awake and j.awake // GRANULARITY == b}
-                    .values())
+        """The entries of bucket ``b`` still due there. A job moved out of a bucket and
+        back may be listed twice; pop_due takes it once."""
+        out = []
+        for j in lst:
+            a = j.awake
+            if a and a // GRANULARITY == b:
+                out.append(j)
+        return out
 
     def schedule(self, job: Job, when: int) -> None:
         """(Re)schedule ``job`` to wake at ``when`` ms; 0 means unscheduled."""
@@ -65,25 +82,25 @@ class AwakeIndex:
         job.awake = when
         if when:
             b = when // GRANULARITY
-            lst = self._buckets.get(b)
-            if lst is None:
-                self._buckets[b] = [job]
+            bk = self._buckets.get(b)
+            if bk is None:
+                self._buckets[b] = _Bucket(job)
                 heapq.heappush(self._heap, b)
                 t = b * GRANULARITY + GRANULARITY - 1
                 if t < self.hint:
                     self.hint = float(t)  # mypyc: a float attribute takes no int
             else:
-                lst.append(job)
+                bk.jobs.append(job)
 
     def add_new(self, job: Job, when: int) -> None:
         """schedule() for a job that is not scheduled yet (job.awake == 0)."""
         job.awake = when
         b = when // GRANULARITY
-        lst = self._buckets.get(b)
-        if lst is not None:
-            lst.append(job)
+        bk = self._buckets.get(b)
+        if bk is not None:
+            bk.jobs.append(job)
             return
-        self._buckets[b] = [job]
+        self._buckets[b] = _Bucket(job)
         heapq.heappush(self._heap, b)
         t = b * GRANULARITY + GRANULARITY - 1
         if t < self.hint:
@@ -104,26 +121,27 @@ class AwakeIndex:
         job.awake = 0
 
     def _went_stale(self, b: int) -> None:
-        lst = self._buckets.get(b)
-        if lst is None:
+        bk = self._buckets.get(b)
+        if bk is None:
             return
-        n = self._stale.get(b, 0) + 1
+        n = bk.stale + 1
+        lst = bk.jobs
         if n * 2 > len(lst) and len(lst) >= _COMPACT_MIN:
-            self._buckets[b] = self._live(b, lst)
-            self._stale.pop(b, None)
+            bk.jobs = self._live(b, lst)
+            bk.stale = 0
         else:
-            self._stale[b] = n
+            bk.stale = n
 
     def next_due(self) -> int | None:
         """The time (ms) at which the earliest bucket fires, or None."""
         heap, buckets = self._heap, self._buckets
         while heap:
             b = heap[0]
-            if buckets.get(b):
+            bk = buckets.get(b)
+            if bk is not None and bk.jobs:
                 return b * GRANULARITY + GRANULARITY - 1
             heapq.heappop(heap)
             buckets.pop(b, None)
-            self._stale.pop(b, None)
         return None
 
     def pop_due(self, now: int) -> list[Job]:
@@ -136,10 +154,9 @@ class AwakeIndex:
         due: dict[int, Job] = {}  # by identity: a job may have been listed twice in one bucket
         while heap and heap[0] <= last:
             b = heapq.heappop(heap)
-            lst = buckets.pop(b, None)
-            self._stale.pop(b, None)
-            if lst:
-                for j in lst:
+            bk = buckets.pop(b, None)
+            if bk is not None:
+                for j in bk.jobs:
                     a = j.awake
                     if a and a // GRANULARITY == b:
                         due[id(j)] = j

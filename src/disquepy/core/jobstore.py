@@ -34,7 +34,7 @@ from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED
 from .jobmetrics import EXPIRED as M_EXPIRED
 from .jobtable import part_of
 from .memory import JOB_OVERHEAD
-from .outcomes import COMPLETED, EXPIRED, FAILED
+from .outcomes import COMPLETED, EXPIRED, FAILED, MAX_ATTEMPTS
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
 from .replication import WILLQUEUE_ADVANCE_MS
 
@@ -51,6 +51,8 @@ class JobStore:
         # IDs of at-most-once jobs delivered here and since forgotten (oldest first): a
         # late or duplicated YOURJOBS / REPLJOB must not bring one back
         self.amo_done: dict[bytes, None] = {}
+        # plain completions gathered while a command acks a batch (outcomes_later)
+        self.pending: list[Job] | None = None
 
     def create_job(self, qname: bytes, body: bytes, ttl: int, retry: int, delay: int,
                    repl: int, timeout: int, is_async: bool, maxlen: int, client: Client,
@@ -357,20 +359,50 @@ class JobStore:
     def record_outcome(self, job: Job, state: int, now: int, detail: bytes = b"") -> None:
         """Remember how ``job`` ended (JOBSTATUS answers from it once the job is gone).
         Once per job: a failure recorded first is not overwritten by the ack that
-        follows it; dummy acks and wait-repl jobs (never confirmed) leave nothing."""
-        node = self.node
+        follows it; dummy acks and wait-repl jobs (never confirmed) leave nothing.
+        Between ``outcomes_later`` and ``outcomes_now`` (an ACKJOB's IDs) plain
+        completions are gathered and stored with one call for the batch."""
         flags = job.flags
         if flags & (F_OUTCOME | F_DUMMY) or job.state == WAIT_REPL or not self.outcomes_on:
             return
         job.flags = flags | F_OUTCOME
+        pending = self.pending
+        if pending is not None and state == COMPLETED and not detail:
+            pending.append(job)
+            return
+        self._record_outcomes([job], state, now, detail)
+
+    def outcomes_later(self) -> None:
+        """Gather the plain completions recorded from now on (see record_outcome)."""
+        self.pending = []
+
+    def outcomes_now(self, now: int) -> None:
+        """Store the completions gathered since ``outcomes_later``, in one call."""
+        pending = self.pending
+        self.pending = None
+        if pending:
+            self._record_outcomes(pending, COMPLETED, now, b"")
+
+    def _record_outcomes(self, jobs: list[Job], state: int, now: int, detail: bytes) -> None:
+        node = self.node
+        raws: list[bytes] = []
+        queues: list[bytes] = []
+        attempts: list[int] = []
+        created: list[int] = []
         done = state == COMPLETED or state == FAILED  # delivered at least once, somewhere
-        attempts = job.nacks + job.adeliv + (1 if done or flags & F_DELIVERED else 0)
-        created = job.ctime // 1_000_000
-        node.outcomes.record_raw(job.id, state, job.queue.decode("latin-1"), attempts,
-                                 created, now, detail)
+        for job in jobs:
+            raws.append(job.id)
+            queues.append(job.queue)
+            tries = job.nacks + job.adeliv + (1 if done or job.flags & F_DELIVERED else 0)
+            attempts.append(tries if tries <= MAX_ATTEMPTS else MAX_ATTEMPTS)
+            created.append(job.ctime // 1_000_000)
+        outcomes = node.outcomes
+        outcomes.record_many(raws, state, queues, attempts, created, now, detail)
         if node.aof.on:
-            node.aof.outcome(job.id, state, job.queue, attempts, created, now,
-                             detail[:node.outcomes.max_detail])
+            detail = detail[:outcomes.max_detail]
+            aof = node.aof
+            for i in range(len(raws)):
+                aof.outcome(raws[i], state, queues[i], attempts[i], created[i], now, detail)
 
     @property
     def outcomes_on(self) -> bool:

@@ -8,17 +8,22 @@ Python object each (a dict of tuples costs 300+ bytes per entry; this costs unde
 
 Layout:
 
-* **Chunks.** Records are appended to the open chunk, a preallocated ``bytearray`` of
-  fixed-size packed records (ID, created, attempts, queue, detail offset and length)
-  with two columns beside it: ``finished_ms`` (``array('q')``) and a state byte (a
-  removed record's byte becomes ``_DEAD``). Queue names and details are stored once per
-  chunk (a per-chunk name table; details in a per-chunk byte heap, repeated ones shared
-  while the chunk is open), so repeated queue names and errors cost two or six bytes a
-  record. A chunk is freed whole when its last live record goes.
+* **Chunks.** Records are appended to the open chunk as columns of fixed-width typed
+  arrays (``librt.vecs.vec``, which mypyc compiles to plain C loads and stores; the
+  same code runs interpreted): the job IDs (``vec[u8]``, 40 bytes each), created and
+  finished times, attempts with the queue's index, the detail's offset and length
+  (``vec[i64]``) and a state byte (``vec[u8]``; a removed record's byte becomes
+  ``_DEAD``). Queue names and details are stored once per chunk (a per-chunk name
+  table; details in a per-chunk byte heap, repeated ones shared while the chunk is
+  open), so repeated queue names and errors cost nothing more a record. A chunk is
+  freed whole when its last live record goes.
 * **Index.** ID → record number, a linear-probing hash table of 64-bit entries
-  (occupied bit, 28 hash bits, 35-bit record number) split in 4096 shards, each an
-  ``array('Q')`` that grows and shrinks on its own, so no resize ever touches more than
-  1/4096 of the entries (an empty shard is freed). Deletion shifts entries back (no
+  (occupied bit, 27 hash bits, 35-bit record number) split in 256 shards, each a
+  ``vec[i64]`` that grows and shrinks on its own, so no resize ever touches more than
+  1/256 of the entries (an empty shard is freed): at 36M outcomes, a 2 MB table
+  rehashed in a millisecond or two. Few enough shards that their handles stay in the
+  CPU's cache (with 4096, finding a record's shard was a cache miss of its own: a
+  quarter of a record's cost at 1M jobs). Deletion shifts entries back (no
   tombstones). A hash match is
   always confirmed against the stored ID: a collision never answers for another job.
 * **Expiry order.** Outcomes leave oldest first by ``(finished_ms, arrival)``, exactly:
@@ -26,6 +31,9 @@ Layout:
   sorted once (its live slots by finished time) and consumed from the front. Outcomes
   mostly arrive in finished order, so almost only the oldest chunk is ever sorted, and
   expiry and eviction cost O(log chunks) plus O(1) per dropped outcome.
+* **Batches.** ``record_many`` stores the outcomes of one command (an ACKJOB of 100
+  IDs) in one call: one state check, the open chunk and the last queue's index reused,
+  the memory bound checked once.
 
 Pure: time comes in as ``now`` (ms), nothing here reads a clock.
 """
@@ -33,11 +41,13 @@ Pure: time comes in as ``now`` (ms), nothing here reads a clock.
 from __future__ import annotations
 
 import heapq
-import struct
 import sys
-from array import array
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Final, NamedTuple
+
+from librt.vecs import append as vappend
+from librt.vecs import extend, vec
+from mypy_extensions import i16, i64, u8
 
 from .ids import JOB_ID_LEN, is_valid_job_id
 
@@ -55,7 +65,8 @@ STATE_NAMES: dict[int, str] = {
 DEFAULT_RETENTION_MS = 3_600_000
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_DETAIL = 1024
-MAX_DETAIL_LIMIT = 0xFFFF  # the detail length is a u16 in the record
+MAX_DETAIL_LIMIT = 0xFFFF  # a detail's length: 16 bits of the record's detail column
+MAX_ATTEMPTS = 0xFFFF_FFFF  # attempts: 32 bits of the record's meta column
 
 
 class Outcome(NamedTuple):
@@ -70,59 +81,86 @@ class Outcome(NamedTuple):
     detail: bytes
 
 
-# A record: job ID, created_ms, attempts, queue index in the chunk, detail offset, length.
-_REC = struct.Struct(f"<{JOB_ID_LEN}sqIHIH")
-_RSIZE = _REC.size
-_QUEUE_AT = JOB_ID_LEN + 8 + 4  # the queue index's offset in a record
-_REC_BYTES = _RSIZE + 8 + 1  # the packed record, its finished_ms and its state byte
-_DEAD = 0
-_NO_ORDER: array[int] = array("H")
-_INF = 1 << 63
+_IDLEN: Final = JOB_ID_LEN
+# a record: its ID, created, finished, meta (attempts | queue index << 32), detail
+# (offset << 16 | length) and its state byte
+_REC_BYTES: Final = JOB_ID_LEN + 4 * 8 + 1
+_DEAD: Final = 0
+_INF: Final = 1 << 62
+_MIN_TIME: Final = -(1 << 62)  # times out of (-2**62, 2**62) are refused
 
-_CHUNK_BITS = 12
-_CHUNK_MAX = 1 << _CHUNK_BITS  # records per chunk at most
-_CHUNK_MIN = 16
-_SLOT_MASK = _CHUNK_MAX - 1
-_REC_BITS = 35  # record number = (chunk id << 12) | slot
-_REC_MASK = (1 << _REC_BITS) - 1
-_WID_MASK = _REC_MASK >> _CHUNK_BITS
-_HASH_BITS = 28
-_HASH_MASK = (1 << _HASH_BITS) - 1
-_OCCUPIED = 1 << _HASH_BITS  # bit 63 of an entry, seen after the >> 35
-_SHARD_BITS = 12
-_NSHARDS = 1 << _SHARD_BITS
-_SHARD_MASK = _NSHARDS - 1
-_SHARD_MIN = 8
-_MAX_DEDUP = 64  # distinct details shared per open chunk
+_CHUNK_BITS: Final = 12
+_CHUNK_MAX: Final = 1 << _CHUNK_BITS  # records per chunk at most
+_CHUNK_MIN: Final = 16
+_SLOT_MASK: Final = _CHUNK_MAX - 1
+_REC_BITS: Final = 35  # record number = (chunk id << 12) | slot
+_REC_MASK: Final = (1 << _REC_BITS) - 1
+_WID_MASK: Final = _REC_MASK >> _CHUNK_BITS
+_HASH_BITS: Final = 27
+_HASH_MASK: Final = (1 << _HASH_BITS) - 1
+_OCCUPIED: Final = 1 << _HASH_BITS  # bit 62 of an entry, seen after the >> 35
+_SHARD_BITS: Final = 8
+_NSHARDS: Final = 1 << _SHARD_BITS
+_SHARD_MASK: Final = _NSHARDS - 1
+_SHARD_MIN: Final = 8
+_MAX_DEDUP: Final = 64  # distinct details shared per open chunk
+_MAX_QUEUES: Final = 0xFFFF  # queue names per chunk (at most one per record: 4096)
 
 # What the store accounts beyond the packed bytes (measured with tracemalloc, rounded up).
-_CHUNK_OVERHEAD = 1024
-_SHARD_OVERHEAD = 80
-_SHARD_LIST_BYTES = 8 * _NSHARDS + 64
-_QUEUE_ENTRY_OVERHEAD = 8 + 100  # list slot plus the open chunk's dict entry
+_CHUNK_OVERHEAD: Final = 1024
+_SHARD_OVERHEAD: Final = 80
+_SHARD_LIST_BYTES: Final = 8 * _NSHARDS + 64
+_QUEUE_ENTRY_OVERHEAD: Final = 8 + 100  # list slot plus the open chunk's dict entry
+
+_NO_TAB: vec[i64] = vec[i64]()  # an empty shard (a vec, not None: no boxing when compiled)
+_NO_ORDER: vec[i16] = vec[i16]()
+
+
+def _zeros(n: int) -> vec[i64]:
+    return vec[i64](memoryview(bytes(8 * n)).cast("q"))
 
 
 class _Chunk:
-    __slots__ = ("seq", "wid", "cap", "n", "live", "recs", "fin", "st", "heap", "queues",
-                 "qmap", "dmap", "order", "pos", "minf", "mem")
+    __slots__ = ("seq", "wid", "cap", "n", "live", "ids", "created", "fin", "meta", "det",
+                 "st", "heap", "queues", "qmap", "dmap", "order", "sorted", "pos", "minf",
+                 "mem")
 
     def __init__(self, seq: int, wid: int, cap: int) -> None:
         self.seq = seq  # arrival order of chunks (never wraps)
         self.wid = wid  # the id used in record numbers (wraps, never reused while live)
         self.cap = cap
-        self.n = 0
-        self.live = 0
-        self.recs = bytearray(cap * _RSIZE)
-        self.fin = array("q", bytes(8 * cap))
-        self.st = bytearray(cap)
+        self.n: i64 = 0
+        self.live: i64 = 0
+        self.ids: vec[u8] = vec[u8](capacity=cap * _IDLEN)
+        self.created: vec[i64] = vec[i64](capacity=cap)
+        self.fin: vec[i64] = vec[i64](capacity=cap)
+        self.meta: vec[i64] = vec[i64](capacity=cap)
+        self.det: vec[i64] = vec[i64](capacity=cap)
+        self.st: vec[u8] = vec[u8](capacity=cap)
         self.heap = bytearray()
         self.queues: list[str] = []
-        self.qmap: dict[str, int] | None = {}
+        self.qmap: dict[bytes, int] | None = {}
         self.dmap: dict[bytes, int] | None = {}
-        self.order: array[int] | None = None  # live slots by finished time, from pos
-        self.pos = 0
-        self.minf = _INF  # <= the smallest live finished_ms; exact after _settle
+        self.order: vec[i16] = vec[i16](capacity=cap)  # live slots by finished time, from pos
+        self.sorted = True  # order holds every slot in finished order (else: sort first)
+        self.pos: i64 = 0
+        self.minf: i64 = _INF  # <= the smallest live finished_ms; exact after _settle
         self.mem = _CHUNK_OVERHEAD + cap * _REC_BYTES
+
+
+def _same_id(c: _Chunk, slot: i64, raw: bytes) -> bool:
+    """Whether record ``slot`` of ``c`` holds the job ID ``raw`` (40 bytes)."""
+    ids = c.ids
+    off = slot * _IDLEN
+    for k in range(_IDLEN):  # noqa: SIM110 (compiled: a C loop; all() would be a generator)
+        if ids[off + k] != raw[k]:
+            return False
+    return True
+
+
+def _id_at(c: _Chunk, slot: i64) -> bytes:
+    off = slot * _IDLEN
+    return bytes(c.ids[off:off + _IDLEN])
 
 
 class Outcomes:
@@ -151,8 +189,8 @@ class Outcomes:
         self._open: _Chunk | None = None
         self._seq = 0
         self._heap: list[tuple[int, int, int]] = []  # (minf, chunk seq, chunk wid)
-        self._shards: list[array[int] | None] = [None] * _NSHARDS
-        self._counts = [0] * _NSHARDS
+        self._shards: list[vec[i64]] = [_NO_TAB] * _NSHARDS
+        self._counts: vec[i64] = _zeros(_NSHARDS)
         self._live = 0
         self._mem = _SHARD_LIST_BYTES + 16 * _NSHARDS  # the shard list and the counts
         self._version = 0
@@ -193,7 +231,7 @@ class Outcomes:
 
         A detail longer than ``max_detail`` is truncated to ``max_detail`` bytes. Raises
         ValueError for an ID that is not a job ID, an unknown state, or a field out of
-        range (attempts: 0..2**32-1; times: signed 64-bit), storing nothing.
+        range (attempts: 0..2**32-1; times: within +-2**62), storing nothing.
         """
         job_id, state, queue, attempts, created, finished, detail = o
         try:
@@ -202,29 +240,43 @@ class Outcomes:
             raw = b""
         if not is_valid_job_id(raw):
             raise _bad_id(job_id)
-        self.record_raw(raw, state, queue, attempts, created, finished, detail)
+        if type(queue) is not str:
+            raise ValueError("outcome queue must be a str")
+        self.record_raw(raw, state, _queue_bytes(queue), attempts, created, finished,
+                        detail)
 
-    def record_raw(self, raw: bytes, state: int, queue: str, attempts: int, created: int,
+    def record_raw(self, raw: bytes, state: int, queue: bytes, attempts: int, created: int,
                    finished: int, detail: bytes) -> None:
         """:meth:`record` for a caller whose job ID is known valid (the node's own, as
-        bytes): no Outcome tuple, no ID encoding or check (about 1.2 µs less, a third of
-        a record). The other fields are checked as in record()."""
+        bytes) and whose queue name is bytes (as the node holds it, read as latin-1):
+        no Outcome tuple, no ID encoding or check. The other fields are checked as in
+        record()."""
+        self.record_many([raw], state, [queue], [attempts], [created], finished, detail)
+
+    def record_many(self, raws: list[bytes], state: int, queues: list[bytes],
+                    attempts: list[int], created: list[int], finished: int,
+                    detail: bytes = b"") -> None:
+        """Store the outcomes of a batch that ended the same way at the same time (an
+        ACKJOB's jobs): ``raws[i]`` (a valid job ID, as bytes) in ``queues[i]`` with
+        ``attempts[i]`` and ``created[i]``; one ``state``, ``finished`` time and
+        ``detail`` for all. Each is :meth:`record_raw`'s: checked as a whole first
+        (ValueError, storing nothing), then stored in order."""
         if state not in STATE_NAMES:
             raise ValueError(f"unknown outcome state {state!r}")
-        job_id = raw
-        c = self._open
-        if c is None or c.n == c.cap:
-            c = self._new_chunk()
-        qmap = c.qmap
-        assert qmap is not None  # the open chunk has its tables
-        qi = qmap.get(queue)
-        new_queue = qi is None
-        if qi is None:
-            if type(queue) is not str:
-                raise ValueError("outcome queue must be a str")
-            qi = len(c.queues)
-        doff = dlen = 0
-        new_detail = False
+        n = len(raws)
+        if len(queues) != n or len(attempts) != n or len(created) != n:
+            raise ValueError("record_many: the lists differ in length")
+        if not _MIN_TIME < finished < _INF:
+            raise ValueError(f"bad outcome finished time {finished!r}")
+        for i in range(n):
+            a = attempts[i]
+            t = created[i]
+            if not 0 <= a <= MAX_ATTEMPTS or not _MIN_TIME < t < _INF:
+                raise ValueError(f"bad outcome for job {raws[i]!r}: attempts {a!r}, "
+                                 f"created {t!r}")
+            if type(queues[i]) is not bytes:
+                raise ValueError("outcome queue must be bytes")
+        dlen = 0
         if detail:
             if type(detail) is not bytes:
                 if not isinstance(detail, bytes | bytearray | memoryview):
@@ -233,45 +285,73 @@ class Outcomes:
             if len(detail) > self.max_detail:
                 detail = detail[:self.max_detail]
             dlen = len(detail)
-            got = c.dmap.get(detail) if c.dmap is not None else None
-            if got is None:
-                doff = len(c.heap)
-                new_detail = True
-            else:
-                doff = got
         elif detail != b"":
             raise ValueError("outcome detail must be bytes")
-        slot = c.n
-        fin = c.fin
-        try:
-            _REC.pack_into(c.recs, slot * _RSIZE, raw, created, attempts, qi, doff, dlen)
-            fin[slot] = finished
-        except (struct.error, TypeError, OverflowError) as err:
-            raise ValueError(f"bad outcome for job {job_id!r}: {err}") from None
         # Validated: from here on nothing fails.
-        if new_queue:
-            c.queues.append(queue)
+        c = self._open
+        last_q = b""
+        qi = -1
+        for i in range(n):
+            if c is None or c.n == c.cap:
+                c = self._new_chunk()
+                qi = -1
+            q = queues[i]
+            if qi < 0 or q != last_q:
+                qi = self._queue_index(c, q)
+                last_q = q
+            doff = self._detail_offset(c, detail) if dlen else 0
+            self._put(c, raws[i], state, qi, attempts[i], created[i], finished,
+                      (doff << 16) | dlen)
+        self._version += 1
+        if self._mem > self._max_bytes:
+            self._enforce()
+
+    def _queue_index(self, c: _Chunk, queue: bytes) -> int:
+        qmap = c.qmap
+        assert qmap is not None  # the open chunk has its tables
+        qi = qmap.get(queue)
+        if qi is None:
+            qi = len(c.queues)
+            name = queue.decode("latin-1")
+            c.queues.append(name)
             qmap[queue] = qi
-            grow = sys.getsizeof(queue) + _QUEUE_ENTRY_OVERHEAD
+            grow = sys.getsizeof(name) + _QUEUE_ENTRY_OVERHEAD
             c.mem += grow
             self._mem += grow
-        if new_detail:
-            c.heap += detail
-            c.mem += dlen
-            self._mem += dlen
-            if c.dmap is not None and len(c.dmap) < _MAX_DEDUP:
-                c.dmap[detail] = doff
-        c.st[slot] = state
+        return qi
+
+    def _detail_offset(self, c: _Chunk, detail: bytes) -> int:
+        dmap = c.dmap
+        got = dmap.get(detail) if dmap is not None else None
+        if got is not None:
+            return got
+        doff = len(c.heap)
+        c.heap += detail
+        c.mem += len(detail)
+        self._mem += len(detail)
+        if dmap is not None and len(dmap) < _MAX_DEDUP:
+            dmap[detail] = doff
+        return doff
+
+    def _put(self, c: _Chunk, raw: bytes, state: int, qi: i64, attempts: i64, created: i64,
+             finished: i64, det: i64) -> None:
+        """Append one checked record to the open chunk ``c`` (not full) and index it."""
+        slot: i64 = c.n
+        c.ids = extend(c.ids, raw)
+        c.created = vappend(c.created, created)
+        c.fin = vappend(c.fin, finished)
+        c.meta = vappend(c.meta, attempts | (qi << 32))
+        c.det = vappend(c.det, det)
+        c.st = vappend(c.st, state)
         c.n = slot + 1
         c.live += 1
         self._live += 1
-        self._version += 1
-        order = c.order
-        if order is not None:
-            if not order or finished >= fin[order[-1]]:
-                order.append(slot)
+        if c.sorted:
+            order = c.order
+            if len(order) == 0 or finished >= c.fin[i64(order[len(order) - 1])]:
+                c.order = vappend(order, i16(slot))
             else:
-                c.order = None
+                c.sorted = False
         if finished < c.minf:
             c.minf = finished
             heap = self._heap
@@ -282,36 +362,35 @@ class Outcomes:
         if slot + 1 == c.cap:
             c.qmap = c.dmap = None  # sealed: the tables are only needed to append
         # The index: point the ID at the new record; an older record for it dies.
-        entry_rec = (c.wid << _CHUNK_BITS) | slot
-        h = hash(raw)
-        si = h & _SHARD_MASK
+        entry_rec: i64 = (c.wid << _CHUNK_BITS) | slot
+        h: i64 = hash(raw)
+        si: i64 = h & _SHARD_MASK
         tab = self._shards[si]
-        if tab is None:
-            tab = self._shards[si] = array("Q", bytes(8 * _SHARD_MIN))
+        if len(tab) == 0:
+            tab = self._shards[si] = _zeros(_SHARD_MIN)
             self._mem += 8 * _SHARD_MIN + _SHARD_OVERHEAD
-        key = ((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED
-        size = len(tab)
-        mask = size - 1
-        i = key & mask
+        key: i64 = ((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED
+        size: i64 = len(tab)
+        mask: i64 = size - 1
+        i: i64 = key & mask
         while True:
-            e = tab[i]
-            if not e:
+            e: i64 = tab[i]
+            if e == 0:
                 tab[i] = (key << _REC_BITS) | entry_rec
                 counts = self._counts
-                count = counts[si] = counts[si] + 1
+                count: i64 = counts[si] + 1
+                counts[si] = count
                 if count * 10 > size * 7:
                     self._resize(si, size * 2)
                 break
             if e >> _REC_BITS == key:
                 old = self._chunks[(e & _REC_MASK) >> _CHUNK_BITS]
-                oslot = e & _SLOT_MASK
-                if old.recs.startswith(raw, oslot * _RSIZE):
+                oslot: i64 = e & _SLOT_MASK
+                if _same_id(old, oslot, raw):
                     tab[i] = (key << _REC_BITS) | entry_rec
                     self._kill(old, oslot)
                     break
             i = (i + 1) & mask
-        if self._mem > self._max_bytes:
-            self._enforce()
 
     def get(self, job_id: str) -> Outcome | None:
         """The outcome of ``job_id``, or None when none is kept."""
@@ -323,22 +402,22 @@ class Outcomes:
         return self._find(raw, None)
 
     def _find(self, raw: bytes, job_id: str | None) -> Outcome | None:
-        h = hash(raw)
+        h: i64 = hash(raw)
         tab = self._shards[h & _SHARD_MASK]
-        if tab is None:
+        if len(tab) == 0:
             return None
-        key = ((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED
-        mask = len(tab) - 1
-        i = key & mask
+        key: i64 = ((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED
+        mask: i64 = len(tab) - 1
+        i: i64 = key & mask
         chunks = self._chunks
         while True:
-            e = tab[i]
-            if not e:
+            e: i64 = tab[i]
+            if e == 0:
                 return None
             if e >> _REC_BITS == key:
                 c = chunks[(e & _REC_MASK) >> _CHUNK_BITS]
-                slot = e & _SLOT_MASK
-                if c.recs.startswith(raw, slot * _RSIZE):
+                slot: i64 = e & _SLOT_MASK
+                if _same_id(c, slot, raw):
                     return _outcome(c, slot, job_id)
             i = (i + 1) & mask
 
@@ -356,7 +435,7 @@ class Outcomes:
         # heap under its minf (a lower bound) and is sorted only when that reaches the top,
         # so with outcomes mostly in finished order only one or two are sorted at a time.
         version = self._version
-        heap: list[tuple[int, int, int, _Chunk, array[int]]] = [
+        heap: list[tuple[int, int, int, _Chunk, vec[i16]]] = [
             (c.minf, c.seq, -1, c, _NO_ORDER) for c in self._chunks.values() if c.live]
         heapq.heapify(heap)
         while heap:
@@ -364,14 +443,12 @@ class Outcomes:
                 raise RuntimeError("outcomes changed during iteration")
             _f, seq, k, c, order = heap[0]
             if k < 0:
-                st = c.st
-                order = array("H", sorted((s for s in range(c.n) if st[s] != _DEAD),
-                                          key=c.fin.__getitem__))
+                order = _live_by_finished(c)
             else:
-                yield _outcome(c, order[k], None)
+                yield _outcome(c, i64(order[k]), None)
             k += 1
             if k < len(order):
-                heapq.heapreplace(heap, (c.fin[order[k]], seq, k, c, order))
+                heapq.heapreplace(heap, (c.fin[i64(order[k])], seq, k, c, order))
             else:
                 heapq.heappop(heap)
 
@@ -403,15 +480,14 @@ class Outcomes:
                     continue
                 qi = wanted[0] if len(wanted) == 1 else -2
                 qset = frozenset(wanted)
-            st, recs = c.st, c.recs
+            st, meta = c.st, c.meta
             for slot in range(top - 1, -1, -1):
                 looked += 1
                 state = st[slot]
                 if state != _DEAD and (not states or states >> state & 1):
                     keep = True
                     if qi != -1:
-                        off = slot * _RSIZE + _QUEUE_AT
-                        q = recs[off] | recs[off + 1] << 8
+                        q = meta[slot] >> 32
                         keep = q == qi if qi >= 0 else q in qset
                     if keep:
                         out.append((base | slot, _outcome(c, slot, None)))
@@ -460,7 +536,7 @@ class Outcomes:
         if c is self._open:
             self._open = None
 
-    def _kill(self, c: _Chunk, slot: int) -> None:
+    def _kill(self, c: _Chunk, slot: i64) -> None:
         """Mark a record dead (its index entry is already gone or replaced)."""
         c.st[slot] = _DEAD
         c.live -= 1
@@ -481,18 +557,17 @@ class Outcomes:
                 if c is not None and c.seq == seq:
                     c.minf = _INF  # an empty open chunk: its next record pushes it again
                 continue
+            if not c.sorted:
+                c.order = _live_by_finished(c)
+                c.sorted = True
+                c.pos = 0
             order = c.order
             st = c.st
-            if order is None:
-                fin = c.fin
-                order = c.order = array("H", sorted(
-                    (s for s in range(c.n) if st[s] != _DEAD), key=fin.__getitem__))
-                c.pos = 0
             pos = c.pos
-            while st[order[pos]] == _DEAD:
+            while st[i64(order[pos])] == _DEAD:
                 pos += 1
             c.pos = pos
-            f = c.fin[order[pos]]
+            f = c.fin[i64(order[pos])]
             if f != minf:
                 c.minf = f
                 heapq.heapreplace(heap, (f, seq, wid))
@@ -507,11 +582,10 @@ class Outcomes:
             c = self._settle()
             if c is None or c.minf > cutoff:
                 break
-            order, st, fin, recs = c.order, c.st, c.fin, c.recs
-            assert order is not None  # _settle sorted it
-            pos, end = c.pos, len(order)
+            order, st, fin = c.order, c.st, c.fin
+            pos: i64 = c.pos
+            end: i64 = len(order)
             base = c.wid << _CHUNK_BITS
-            index_del = self._index_del
             first = n
             # this chunk's outcomes go in a run while they stay older than every other
             # chunk's: below the next heap entry (a lower bound of the next chunk's
@@ -523,13 +597,12 @@ class Outcomes:
             bound, bseq = (cutoff, _INF) if cutoff < nxt[0] else (nxt[0], nxt[1])
             seq = c.seq
             while pos < end and n != limit:
-                slot = order[pos]
+                slot: i64 = i64(order[pos])
                 if st[slot] != _DEAD:
                     f = fin[slot]
                     if f > bound or (f == bound and seq > bseq):
                         break
-                    off = slot * _RSIZE
-                    index_del(bytes(recs[off:off + JOB_ID_LEN]), base | slot)
+                    self._index_del(_id_at(c, slot), base | slot)
                     st[slot] = _DEAD
                     n += 1
                 pos += 1
@@ -558,47 +631,56 @@ class Outcomes:
 
     # --- the index ----------------------------------------------------------------------
 
-    def _index_del(self, raw: bytes, recno: int) -> None:
-        h = hash(raw)
-        si = h & _SHARD_MASK
+    def _index_del(self, raw: bytes, recno: i64) -> None:
+        h: i64 = hash(raw)
+        si: i64 = h & _SHARD_MASK
         tab = self._shards[si]
-        assert tab is not None
-        entry = ((((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED) << _REC_BITS) | recno
-        mask = len(tab) - 1
-        i = (entry >> _REC_BITS) & mask
+        assert len(tab)
+        entry: i64 = ((((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED) << _REC_BITS) | recno
+        mask: i64 = len(tab) - 1
+        i: i64 = (entry >> _REC_BITS) & mask
         while tab[i] != entry:
             i = (i + 1) & mask
-        j = i
+        j: i64 = i
         while True:  # shift back the entries after i that may live closer to home
             j = (j + 1) & mask
-            e = tab[j]
-            if not e:
+            e: i64 = tab[j]
+            if e == 0:
                 break
-            k = (e >> _REC_BITS) & mask
+            k: i64 = (e >> _REC_BITS) & mask
             if (k <= i < j) or (i < j < k) or (j < k <= i):
                 tab[i] = e
                 i = j
         tab[i] = 0
-        count = self._counts[si] = self._counts[si] - 1
-        if not count:
-            self._shards[si] = None
+        counts = self._counts
+        count: i64 = counts[si] - 1
+        counts[si] = count
+        if count == 0:
+            self._shards[si] = _NO_TAB
             self._mem -= 8 * len(tab) + _SHARD_OVERHEAD
         elif count * 8 < len(tab) and len(tab) > _SHARD_MIN:
             self._resize(si, len(tab) // 2)
 
-    def _resize(self, si: int, size: int) -> None:
+    def _resize(self, si: i64, size: i64) -> None:
         old = self._shards[si]
-        assert old is not None
-        tab = array("Q", bytes(8 * size))
-        mask = size - 1
+        tab = _zeros(size)
+        mask: i64 = size - 1
         for e in old:
             if e:
-                i = (e >> _REC_BITS) & mask
+                i: i64 = (e >> _REC_BITS) & mask
                 while tab[i]:
                     i = (i + 1) & mask
                 tab[i] = e
         self._shards[si] = tab
         self._mem += 8 * (size - len(old))
+
+
+def _live_by_finished(c: _Chunk) -> vec[i16]:
+    """The chunk's live slots, by finished time (then slot: arrival)."""
+    st, fin = c.st, c.fin
+    live = [s for s in range(c.n) if st[s] != _DEAD]
+    live.sort(key=lambda s: fin[s])
+    return vec[i16]([i16(s) for s in live])
 
 
 def _chunk_seq(c: _Chunk) -> int:
@@ -609,6 +691,15 @@ def _non_negative(name: str, value: int) -> int:
     if type(value) is not int or value < 0:
         raise ValueError(f"{name} must be an integer >= 0")
     return value
+
+
+def _queue_bytes(queue: str) -> bytes:
+    """A queue name as the node holds it: bytes read as latin-1 (a str outside latin-1,
+    which no node queue has, is refused)."""
+    try:
+        return queue.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"outcome queue {queue!r} is not latin-1") from None
 
 
 def _raw_id(job_id: str) -> bytes:
@@ -626,11 +717,15 @@ def _bad_id(job_id: object) -> ValueError:
                       "D-<8 hex>-<24 base64>-<4 hex>")
 
 
-def _outcome(c: _Chunk, slot: int, job_id: str | None) -> Outcome:
-    raw, created, attempts, qi, doff, dlen = _REC.unpack_from(c.recs, slot * _RSIZE)
+def _outcome(c: _Chunk, slot: i64, job_id: str | None) -> Outcome:
+    meta: i64 = c.meta[slot]
+    det: i64 = c.det[slot]
+    dlen: i64 = det & 0xFFFF
+    doff: i64 = det >> 16
     return _new_tuple(Outcome, (  # Outcome(...) without its Python-level __new__
-        raw.decode("latin-1") if job_id is None else job_id, c.st[slot], c.queues[qi],
-        attempts, created, c.fin[slot], bytes(c.heap[doff:doff + dlen]) if dlen else b""))
+        _id_at(c, slot).decode("latin-1") if job_id is None else job_id, c.st[slot],
+        c.queues[meta >> 32], meta & MAX_ATTEMPTS, c.created[slot], c.fin[slot],
+        bytes(c.heap[doff:doff + dlen]) if dlen else b""))
 
 
 _new_tuple = tuple.__new__

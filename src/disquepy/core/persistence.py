@@ -143,7 +143,7 @@ class Persistence:
             job = Job(f.id, f.queue, f.body, f.ctime, f.ttl, f.repl, f.delay, f.retry)
             if job.etime <= now:  # its TTL ended while the node was down: expired
                 if keep and job.etime > cutoff and store.get(f.id.decode("latin-1")) is None:
-                    store.record_raw(f.id, EXPIRED, f.queue.decode("latin-1"),
+                    store.record_raw(f.id, EXPIRED, f.queue,
                                      f.nacks + f.adeliv + (f.flags & F_DELIVERED),
                                      f.ctime // 1_000_000, job.etime, b"")
                 continue

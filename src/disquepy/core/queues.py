@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from zlib import crc32
 
+from librt.strings import BytesWriter
+
 from ..codec import resp
 from .awake import NEVER
 from .client import BlockedGet, Client
@@ -32,6 +34,38 @@ QUEUE_OVERHEAD = 1200  # bytes counted in used memory per queue (plus its name)
 
 _NACKS = b"$5\r\nnacks\r\n"
 _ADELIV = b"$21\r\nadditional-deliveries\r\n"
+
+
+_LENS: tuple[bytes, ...] = tuple(b"%d" % n for n in range(1024))  # small lengths as text
+
+
+def jobs_reply(jobs: list[Job], withcounters: bool) -> bytes:
+    """GETJOB's reply for ``jobs`` (not empty): the array of job_reply's, written once
+    for the batch into one buffer (no bytes object per job, one header per queue run)."""
+    if len(jobs) == 1:  # one job (GETJOB without COUNT): one format is cheaper
+        return b"*1\r\n" + job_reply(jobs[0], withcounters)
+    w = BytesWriter()
+    w.write(b"*%d\r\n" % len(jobs))
+    last_q = b""
+    head = b""
+    for job in jobs:
+        q = job.queue
+        if q is not last_q:
+            head = (b"*7\r\n$%d\r\n%b\r\n$40\r\n" if withcounters else
+                    b"*3\r\n$%d\r\n%b\r\n$40\r\n") % (len(q), q)
+            last_q = q
+        w.write(head)
+        w.write(job.id)
+        body = job.body
+        n = len(body)
+        w.write(b"\r\n$")
+        w.write(_LENS[n] if n < 1024 else b"%d" % n)
+        w.write(b"\r\n")
+        w.write(body)
+        w.write(b"\r\n")
+        if withcounters:
+            w.write(b"%b:%d\r\n%b:%d\r\n" % (_NACKS, job.nacks, _ADELIV, job.adeliv))
+    return w.getvalue()
 
 
 def job_reply(job: Job, withcounters: bool) -> bytes:

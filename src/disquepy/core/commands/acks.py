@@ -26,15 +26,20 @@ def ackjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     (completed) keeps ``data`` (truncated to the outcome detail limit), on every copy."""
     argv, result = split_result(argv)
     known = 0
-    for jid in job_ids(argv):
-        job = node.jobs.get(jid)
-        if job is None:
-            job = node.acks.dummy_ack(jid, now)
-        elif job.state != ACKED:
-            known += 1
-            node.acks.ack(job, now, result)
-        if job is not None and job.state == ACKED:
-            node.acks.start_gc(job, now)
+    store = node.store
+    store.outcomes_later()  # the batch's outcomes stored with one call
+    try:
+        for jid in job_ids(argv):
+            job = node.jobs.get(jid)
+            if job is None:
+                job = node.acks.dummy_ack(jid, now)
+            elif job.state != ACKED:
+                known += 1
+                node.acks.ack(job, now, result)
+            if job is not None and job.state == ACKED:
+                node.acks.start_gc(job, now)
+    finally:
+        store.outcomes_now(now)
     return resp.integer(known)
 
 
@@ -42,15 +47,20 @@ def fastack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """FASTACK id [id ...] [RESULT data]: RESULT as for ACKJOB."""
     argv, result = split_result(argv)
     known = 0
-    for jid in job_ids(argv):
-        job = node.jobs.get(jid)
-        if job is not None:
-            known += 1
-            if node.events_on and job.state != ACKED:
-                node.events_out.append((now, "acked", jid, job.queue, None))
-            node.acks.fast_ack(job, now, result)
-        else:
-            node.acks.fast_ack_unknown(jid)
+    store = node.store
+    store.outcomes_later()
+    try:
+        for jid in job_ids(argv):
+            job = node.jobs.get(jid)
+            if job is not None:
+                known += 1
+                if node.events_on and job.state != ACKED:
+                    node.events_out.append((now, "acked", jid, job.queue, None))
+                node.acks.fast_ack(job, now, result)
+            else:
+                node.acks.fast_ack_unknown(jid)
+    finally:
+        store.outcomes_now(now)
     return resp.integer(known)
 
 
@@ -61,15 +71,20 @@ def acktoken(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     command, without replaying the tokens to learn the IDs."""
     acked = 0
     access = client.queues  # a user limited to some queues acks only their jobs
-    for token in argv[1:]:
-        for jid in node.keys.token_get(token, now) or ():
-            job = node.jobs.get(jid)
-            if job is None or job.state == ACKED:
-                continue
-            if access is not None and not access.allows(job.queue):
-                continue
-            acked += 1
-            node.acks.ack(job, now)
-            if job.state == ACKED:
-                node.acks.start_gc(job, now)
+    store = node.store
+    store.outcomes_later()
+    try:
+        for token in argv[1:]:
+            for jid in node.keys.token_get(token, now) or ():
+                job = node.jobs.get(jid)
+                if job is None or job.state == ACKED:
+                    continue
+                if access is not None and not access.allows(job.queue):
+                    continue
+                acked += 1
+                node.acks.ack(job, now)
+                if job.state == ACKED:
+                    node.acks.start_gc(job, now)
+    finally:
+        store.outcomes_now(now)
     return resp.integer(acked)

@@ -11,11 +11,12 @@ from ..client import BlockedGet
 from ..errors import ReplyError
 from ..job import ACKED
 from ..queue import PAUSE_NAMES, PAUSED_ALL, PAUSED_IN, PAUSED_OUT, Queue
-from ..queues import QUEUE_OVERHEAD, job_reply
+from ..queues import QUEUE_OVERHEAD, job_reply, jobs_reply
 from .args import parse_int, parse_scan, parse_timeout
 
 if TYPE_CHECKING:
     from ..client import Client
+    from ..job import Job
     from ..node import Node
 
 def getjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
@@ -75,28 +76,24 @@ def getjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | N
             return oom
         for name in new:
             node.queues.create(name, now)
-    out = []
-    taken: list[bytes] | None = [] if token is not None else None  # IDs the token will remember
+    out: list[Job] = []
     while True:
         got = 0
         for name in names:
             q = queues[name]
             if q.jobs and not q.flags & PAUSED_OUT:
-                job = node.store.fetch(q, now)
-                out.append(job_reply(job, withcounters))
-                if taken is not None:
-                    taken.append(job.id)
+                out.append(node.store.fetch(q, now))
                 got += 1
                 if len(out) == count:
                     break
         if got == 0 or len(out) == count:
             break
-    if taken is not None and token is not None:
-        node.keys.token_record(token, tuple(taken), now)
+    if token is not None:  # the IDs the token will remember
+        node.keys.token_record(token, tuple([job.id for job in out]), now)
     if out:
         if node.clustered:
             node.fed.queues_drained(names, now, took=True)
-        return b"*%d\r\n" % len(out) + b"".join(out)
+        return jobs_reply(out, withcounters)  # the batch's reply, written once
     if nohang:
         node.fed.queues_drained(names, now)
         return resp.null_array(client.proto)
