@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.groups import CLAIM_OVERHEAD, DONE, EVENT_OVERHEAD, PULL_STEP_MS, QADD_TIMEOUT_MS
+from ..core.groups.leases import PULL_STEP_MS
+from ..core.groups.model import CLAIM_OVERHEAD, DONE, EVENT_OVERHEAD
+from ..core.groups.replication import QADD_TIMEOUT_MS
 from .config import split_rng
 from .replies import ErrorReply, Reply, ReplyShapeError, array, bulk, decode
 from .workload import pick_node
@@ -218,7 +220,7 @@ class GroupSim:
         if st.acked_at is not None:
             return True
         for n in self.world.nodes:
-            e = n.groups.events.get(rec.eid) if n is not None and rec.eid else None
+            e = n.groups.store.events.get(rec.eid) if n is not None and rec.eid else None
             c = e.claims.get(g) if e is not None else None
             if c is not None and c & 3 == DONE:
                 self.stats["acks_unconfirmed"] += 1
@@ -454,7 +456,7 @@ class GroupSim:
     def on_crash(self, i: int, node: Node) -> None:
         """Node i is gone with every event it held (events live in memory)."""
         g = node.groups
-        for e in [*g.events.values(), *(w.event for w in g.adding.values())]:
+        for e in [*g.store.events.values(), *g.repl.adding.values()]:
             rec = self.by_body.get(e.body)
             if rec is not None:
                 rec.lost_on.add(i)
@@ -464,7 +466,7 @@ class GroupSim:
                 self.connection_lost(a)
 
     def _holders(self, eid: bytes) -> int:
-        return sum(1 for n in self.world.nodes if n is not None and eid in n.groups.events)
+        return sum(1 for n in self.world.nodes if n is not None and eid in n.groups.store.events)
 
     def _excused(self, rec: EventRecord) -> bool:
         return len(rec.lost_on) >= max(1, rec.holders_at_reply)
@@ -508,16 +510,16 @@ class GroupSim:
                 self.stats["events_lost"] += 1
                 what = "never delivered to" if st is None else "never acked by"
                 where = [i for i, n in enumerate(world.nodes)
-                         if n is not None and rec.eid in n.groups.events]
+                         if n is not None and rec.eid in n.groups.store.events]
                 ck.fail("group-lost", f"{rec} {what} group {g.decode()} (held by nodes "
                                       f"{where}, lost in crashes on {sorted(rec.lost_on)})")
                 break
         for i, node in enumerate(world.nodes):
-            if node is not None and node.groups.adding:
+            if node is not None and node.groups.repl.adding:
                 ck.fail("stuck", f"node {i}: QADDs still wait for copies")
 
 
 def events_memory(node: Node) -> int:
     """What a node's events cost in its used_memory (groups.py's accounting)."""
     return sum(EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
-               for e in node.groups.events.values())
+               for e in node.groups.store.events.values())
