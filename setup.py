@@ -72,6 +72,8 @@ MYPYC_MODULES = [
     "src/disquepy/core/groups/acks.py",
     "src/disquepy/core/groups/notify.py",
     "src/disquepy/core/groups/dead.py",
+    "src/disquepy/core/groups/persist.py",
+    "src/disquepy/core/groups/sync.py",
 ]
 
 

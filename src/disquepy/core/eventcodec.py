@@ -9,7 +9,9 @@ An event travels as a flat list (msgpack packs it), its fields in this order::
 expires (ms), ``holders`` the node IDs holding a copy (the creator first) and
 ``claims`` ``[[group, claim], ...]``, each group's packed claim (groups/model.py).
 EVADD carries events this way (a new copy, a read repair); so does the AOF's EVENT
-record. :func:`event_fields` writes an event and :func:`parse_event` reads one back as
+record. The smaller records of an event's life share their checks too: a group's claim
+changed (the bus's EVSTATE item, the AOF's EVCLAIM), an event dropped (EVDEL) and a
+queue flushed (EVFLUSH). :func:`event_fields` writes an event and :func:`parse_event` reads one back as
 an :class:`EventFields`, after one set of checks for both: types, ranges, the event
 and node IDs. A field list that fails raises :class:`BadEvent` saying which field
 and why (the bus counts it as Malformed; the AOF scanner reports it as corruption).
@@ -91,6 +93,37 @@ def parse_event(f: object) -> EventFields:
             assert type(eid) is bytes
             return _new(EventFields, (eid, queue, body, ctime, etime, nodes, cl))
     raise BadEvent(_explain(f))
+
+
+def parse_claim_change(f: object) -> tuple[bytes, bytes, int]:
+    """``[event_id, group, claim]`` (EVSTATE's item, the AOF's EVCLAIM), checked."""
+    if type(f) is list and len(f) == 3 and is_valid_event_id(f[0]):
+        cl = parse_claims([f[1:]])
+        if cl is not None:
+            eid = f[0]
+            assert type(eid) is bytes
+            return eid, cl[0][0], cl[0][1]
+    raise BadEvent("claim change: expected [event id, group, claim]")
+
+
+def parse_event_ref(f: object) -> bytes:
+    """``[event_id]`` (the AOF's EVDEL), checked."""
+    if type(f) is list and len(f) == 1 and is_valid_event_id(f[0]):
+        eid = f[0]
+        assert type(eid) is bytes
+        return eid
+    raise BadEvent("event drop: expected [event id]")
+
+
+def parse_flush(f: object) -> tuple[bytes, int]:
+    """``[queue, ctime ns]`` (the AOF's EVFLUSH: a QFLUSH of the events up to ctime),
+    checked."""
+    if type(f) is list and len(f) == 2:
+        q, ctime = f
+        if type(q) is bytes and len(q) <= MAX_NAME and type(ctime) is int \
+                and 0 <= ctime <= MAX_TIME:
+            return q, ctime
+    raise BadEvent("queue flush: expected [queue, ctime]")
 
 
 def _explain(f: list[object]) -> str:

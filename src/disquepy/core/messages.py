@@ -41,6 +41,10 @@ Fields after the header, by type:
     EVWATCH       [queue, group, ms] tell me when events are available (0: stop)
     EVAVAIL       [queue, group]    events are available here for the group
     EVDEL         [event_id]        a QADD gave up: drop the copy
+    EVSYNC        [[event_id, [[group, claim], ...]], ...]  after a link came up: the
+                                    claims the sender knows of events both hold
+    EVSYNCED      [reply]           the EVSYNC items are all sent; reply 1: send yours
+    EVNEED        [event_id, ...]   copies the sender lacks (answered by EVADD)
 
 Everything a peer sends is checked here, before any handler runs: ``parse`` returns
 the message's header and its fields (jobs and events decoded to tuples, every
@@ -53,7 +57,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .eventcodec import MAX_TIME, BadEvent, EventFields, parse_claims, parse_event
+from .eventcodec import (
+    MAX_TIME,
+    BadEvent,
+    EventFields,
+    parse_claim_change,
+    parse_claims,
+    parse_event,
+)
 from .ids import is_valid_event_id, is_valid_job_id, valid_node_id
 from .jobcodec import BUS, MAX_NODES, BadJob, JobFields, job_fields, parse_job
 from .outcomes import CANCELLED, COMPLETED, MAX_DETAIL_LIMIT
@@ -98,6 +109,9 @@ EVFLUSH = 37
 EVWATCH = 38
 EVAVAIL = 39
 EVDEL = 40
+EVSYNC = 41
+EVSYNCED = 42
+EVNEED = 43
 
 NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
 
@@ -281,14 +295,35 @@ def _events(items: Fields) -> list[EventFields]:
         raise Malformed(f"bad event on the wire: {e}") from None
 
 
-def _evstate(items: Fields) -> Fields:
+def _evsync(items: Fields) -> list[tuple[bytes, tuple[tuple[bytes, int], ...]]]:
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
+    out = []
     for it in items:
-        if type(it) is not list or len(it) != 3 or parse_claims([it[1:]]) is None:
-            raise Malformed("bad EVSTATE item")
-        _event_id(it[0])
+        if type(it) is not list or len(it) != 2:
+            raise Malformed("bad EVSYNC item")
+        claims = parse_claims(it[1])
+        if claims is None:
+            raise Malformed("bad EVSYNC claims")
+        out.append((_event_id(it[0]), claims))
+    return out
+
+
+def _event_ids(items: Fields) -> Fields:
+    if not 0 < len(items) <= MAX_ITEMS:
+        raise Malformed("bad item count")
+    for eid in items:
+        _event_id(eid)
     return items
+
+
+def _evstate(items: Fields) -> list[tuple[bytes, bytes, int]]:
+    if not 0 < len(items) <= MAX_ITEMS:
+        raise Malformed("bad item count")
+    try:
+        return [parse_claim_change(it) for it in items]
+    except BadEvent:
+        raise Malformed("bad EVSTATE item") from None
 
 
 def _fields(*checks: Callable[[object], object]) -> Callable[[Fields], Fields]:
@@ -337,6 +372,7 @@ _FIELDS: dict[int, Callable[[Fields], Fields]] = {
     EVADD: _events, EVSTATE: _evstate, EVPULL: _evpull,
     EVGRANT: _evgrant, EVACK: _evack, EVACKED: _evacked, EVFLUSH: _evflush,
     EVWATCH: _evwatch, EVAVAIL: _evavail, EVDEL: _one(_event_id),
+    EVSYNC: _evsync, EVSYNCED: _fields(lambda v: _int(v, 0, 1, "reply")), EVNEED: _event_ids,
 }
 
 

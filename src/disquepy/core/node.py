@@ -189,6 +189,8 @@ class Node:
             M.EVACK: g.acks.on_evack, M.EVACKED: g.acks.on_evacked,
             M.EVFLUSH: g.repl.on_evflush, M.EVWATCH: g.notify.on_evwatch,
             M.EVAVAIL: g.notify.on_evavail, M.EVDEL: g.repl.on_evdel,
+            M.EVSYNC: g.sync.on_evsync, M.EVSYNCED: g.sync.on_evsynced,
+            M.EVNEED: g.sync.on_evneed,
         })
         self.run_id = f"{rng.getrandbits(160):040x}"
         self._next_cron = now

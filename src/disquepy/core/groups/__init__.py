@@ -19,7 +19,9 @@ docs/GROUPS.md):
 - ``leases.py``: QGET, here or asked of peers (EVPULL/EVGRANT), leases running out;
 - ``acks.py``: QACK and QWORKING, decided by the authority (EVACK/EVACKED);
 - ``notify.py``: QNOTIFY, woken by arrivals here and by peers (EVWATCH/EVAVAIL);
-- ``dead.py``: MAXDELIVERIES' dead letters, QDEAD.
+- ``dead.py``: MAXDELIVERIES' dead letters, QDEAD;
+- ``persist.py``: the events' records in the node's AOF, the rewrite's, the reload;
+- ``sync.py``: holders catching up when a link comes up (after a restart, a cut).
 
 Their timers (expiry, lease ends, requests to peers, QNOTIFY timeouts) are in the
 node's one awake index; :meth:`Groups.fire` dispatches them. Their bus messages are
@@ -56,8 +58,10 @@ from .model import (
     effective,
 )
 from .notify import Notify
+from .persist import EventLog
 from .replication import EventReplication
 from .store import EventStore
+from .sync import Sync
 
 if TYPE_CHECKING:
     from ..awake import Timer
@@ -65,6 +69,7 @@ if TYPE_CHECKING:
     from ..node import Node
 
 CRON_MS = 1000
+MAX_AHEAD_MS = 60_000  # a peer's event time further ahead of our clock raises nothing
 
 
 class Groups:
@@ -84,6 +89,17 @@ class Groups:
         self.acks = EventAcks(self)
         self.notify = Notify(self)
         self.dead = DeadLetters(self)
+        self.log = EventLog(self)
+        self.sync = Sync(self)
+
+    def seen(self, ctime: int, now: int) -> None:
+        """An event time (ns) from a peer or the AOF: the node's clock for new IDs
+        (Node.next_ctime) is raised past it, a hybrid logical clock, so an event added
+        after another was acknowledged (its copy on this node) gets a larger ID. A time
+        more than MAX_AHEAD_MS ahead of ours (a clock gone wrong) is not followed."""
+        node = self.node
+        if node.last_ctime < ctime <= (now + MAX_AHEAD_MS) * 1_000_000:
+            node.last_ctime = ctime
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -138,6 +154,7 @@ class Groups:
             self.store.cron(now)
         if self.store.queues:
             self.notify.cron(now)
+        self.sync.cron(now)
 
     # ------------------------------------------------------------------ node
     def client_closed(self, client: Client) -> None:
@@ -223,6 +240,8 @@ class Groups:
             ("events_repaired", self.repl.repairs),
             ("event_leases", leases),
             ("qnotify_clients", len(self.notify.waiters)),
+            ("event_syncs", self.sync.syncs),
+            ("event_sync_waiting", len(self.sync.waiting)),
         ]
 
 

@@ -103,6 +103,7 @@ class EventReplication:
         got: list[bytes] = []
         for f in fields:  # EventFields, decoded and checked by messages.parse
             eid = f.id
+            g.seen(f.ctime, now)
             got.append(eid)
             known = store.events.get(eid)
             stored = known is not None
@@ -148,6 +149,7 @@ class EventReplication:
         e = self.g.store.events.get(fields[0])
         if e is not None:
             self.g.store.remove(e)
+            self.g.log.dropped(e.id)
 
     def repair(self, eid: bytes, nid: str) -> None:
         """``nid`` decides for an event we know is available, yet leased us nothing: it
@@ -160,7 +162,9 @@ class EventReplication:
 
     # ----------------------------------------------------------------- claims
     def replicate_claim(self, e: Event, group: bytes) -> None:
-        """``group``'s claim on ``e`` changed here: every other holder merges it."""
+        """``group``'s claim on ``e`` changed here: in the AOF, and every other holder
+        merges it."""
+        self.g.log.claim(e, group)
         myid = self.node.myid
         dsts = sorted(h for h in e.delivered if h != myid)
         if dsts:
@@ -184,4 +188,5 @@ class EventReplication:
 
     def on_evflush(self, p: Peer, fields: M.Fields, now: int) -> None:
         qname, ctime = fields
+        self.g.seen(ctime, now)
         self.g.store.flush_local(qname, ctime, now)

@@ -73,6 +73,7 @@ class EventStore:
         q.live += 1
         self.node.mem.used += EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
         self.node.awake.schedule(e, e.etime)
+        self.g.log.held(e)
 
     def remove(self, e: Event) -> None:
         if e.stage == GONE:
@@ -135,6 +136,7 @@ class EventStore:
         new = e.claims[group] = merge(old, claim)
         if new == old:
             return
+        self.g.log.claim(e, group)
         if new & STATE_MASK == LEASED:
             self.g.leases.timer(e.id, group, claim_deadline(new))
         elif new & STATE_MASK == REDO:
@@ -152,6 +154,7 @@ class EventStore:
         old = self.tombs.get(qname)
         if old is None or old[0] < ctime:
             self.tombs[qname] = (ctime, now + TOMBSTONE_MS)
+        self.g.log.flushed(qname, ctime)
         q = self.queues.get(qname)
         if q is None:
             return
@@ -214,6 +217,17 @@ class EventStore:
     def mine(self, e: Event) -> bool:
         return self.authority(e) == self.node.myid
 
+    def leasable(self, e: Event) -> bool:
+        """Whether this node leases ``e`` now: its authority, caught up (sync.py)."""
+        return self.authority(e) == self.node.myid and not self.g.sync.blocks(e)
+
+    def rescan(self) -> None:
+        """What this node may lease changed other than by reachability: every scan
+        starts over."""
+        for q in self.queues.values():
+            for cur in q.cursors.values():
+                cur.reach = None
+
     # ------------------------------------------------------------ availability
     def cursor(self, q: EQueue, group: bytes) -> Cursor:
         cur = q.cursors.get(group)
@@ -245,7 +259,7 @@ class EventStore:
                                                            now) not in (REDO, AVAILABLE):
                 del redo[k]  # gone, leased again, done or dead: no longer to redo
                 continue
-            if not only_mine or self.mine(e):
+            if not only_mine or self.leasable(e):
                 return e
             k += 1  # another node redoes it (or should: a repair may be due); kept in view
         order, base = q.order, q.base
@@ -260,7 +274,7 @@ class EventStore:
             if e.stage != GONE:
                 st = effective(e.claims.get(group), now)
                 if st in (AVAILABLE, REDO):
-                    if not only_mine or self.mine(e):
+                    if not only_mine or self.leasable(e):
                         if advance:
                             cur.pos = i  # passed once leased (a look leases nothing)
                         if only_mine:
