@@ -141,6 +141,14 @@ def groups_every_holder_leases() -> None:
     store.EventStore.authority = lambda self, e: self.node.myid
 
 
+def groups_ids_by_wall_clock() -> None:
+    """A node's ID clock is not raised by the event IDs it sees (each node's own wall
+    clock alone): IDs go down across nodes whose clocks disagree."""
+    from disquepy.core import groups
+
+    groups.Groups.seen = lambda self, ctime, now: None
+
+
 def groups_leases_never_end() -> None:
     """A lease that runs out is never given back to the group: an event whose consumer
     died unacknowledged is lost for that group."""

@@ -35,8 +35,8 @@ A consumer group's events (``core.groups``, docs/GROUPS.md) are in the same file
 the same way (``*3``, the name, a blob, its CRC), one record per step of an event's
 life; the blobs are checked by ``core.eventcodec``, the one validation the bus shares:
 
-* ``EVENT``: an event held, ``[id, queue, body, ctime, etime, holders, claims]``
-  (payload: its ``EventFields``);
+* ``EVENT``: an event held, ``[id, queue, body, ctime, etime, holders, claims]``, and
+  its IDEMPOTENT key when it has one (payload: its ``EventFields``);
 * ``EVCLAIM``: a group's claim on it changed, ``[id, group, claim]`` (payload: the
   tuple);
 * ``EVDEL``: an event dropped before its expiry, ``[id]`` (payload: the ID);
@@ -138,11 +138,11 @@ _FIXARRAY_OUT = 0x90 | _OUT_NFIELDS  # first byte of a valid OUTCOME blob
 _U32 = 0xFFFFFFFF
 _I64 = 1 << 63
 
-# the events' records: kind -> (head, the blob's checker, its first byte: a fixarray)
-_EV_CHECK: dict[str, tuple[bytes, Any, int]] = {
-    k: (b"*3\r\n$%d\r\n%s\r\n" % (len(k), k.encode()), check, 0x90 | n)
-    for k, check, n in ((EVENT, parse_event, 7), (EVCLAIM, parse_claim_change, 3),
-                        (EVDEL, parse_event_ref, 1), (EVFLUSH, parse_flush, 2))}
+# the events' records: kind -> (head, the blob's checker, its first bytes: fixarrays)
+_EV_CHECK: dict[str, tuple[bytes, Any, tuple[int, ...]]] = {
+    k: (b"*3\r\n$%d\r\n%s\r\n" % (len(k), k.encode()), check, tuple(0x90 | n for n in ns))
+    for k, check, ns in ((EVENT, parse_event, (7, 8)), (EVCLAIM, parse_claim_change, (3,)),
+                         (EVDEL, parse_event_ref, (1,)), (EVFLUSH, parse_flush, (2,)))}
 _EV_HEADS = {head: kind for kind, (head, _, _) in _EV_CHECK.items()}
 # how every kind of record starts (disque-check-aof looks for them past a bad one)
 HEADS = (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD, *_EV_HEADS)
@@ -546,7 +546,7 @@ def _blob_prefix_ok(part: memoryview, kind: str = LOADJOB) -> bool:
         return True
     ev = _EV_CHECK.get(kind)
     if ev is not None:
-        if part[0] != ev[2]:
+        if part[0] not in ev[2]:
             return False
     elif kind == OUTCOME:
         if part[0] != _FIXARRAY_OUT:

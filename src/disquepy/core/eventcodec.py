@@ -3,11 +3,13 @@ and its validation (as jobcodec.py is for jobs).
 
 An event travels as a flat list (msgpack packs it), its fields in this order::
 
-    id, queue, body, ctime, etime, holders, claims
+    id, queue, body, ctime, etime, holders, claims (, key)
 
 ``ctime`` is the event's creation time in ns (its ID's clock), ``etime`` when it
 expires (ms), ``holders`` the node IDs holding a copy (the creator first) and
-``claims`` ``[[group, claim], ...]``, each group's packed claim (groups/model.py).
+``claims`` ``[[group, claim], ...]``, each group's packed claim (groups/model.py), and
+``key`` (an 8th field, only when there is one) the producer's ``QADD ... IDEMPOTENT``
+key.
 EVADD carries events this way (a new copy, a read repair); so does the AOF's EVENT
 record. The smaller records of an event's life share their checks too: a group's claim
 changed (the bus's EVSTATE item, the AOF's EVCLAIM), an event dropped (EVDEL) and a
@@ -24,11 +26,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from .ids import is_valid_event_id, node_ids_from_wire
+from .jobcodec import MAX_IDEM_KEY
 
 if TYPE_CHECKING:
     from .groups.model import Event
 
-NFIELDS = 7
+NFIELDS = 7  # (8 with an IDEMPOTENT key)
+MAX_KEY = MAX_IDEM_KEY  # an IDEMPOTENT key's bytes (as ADDJOB's)
 MAX_CLAIM = (1 << 62) - 1  # a packed claim (groups/model.py: state, deliveries, deadline)
 MAX_TIME = (1 << 63) - 1  # ctime (ns), etime (ms)
 MAX_NODES = 4096  # holders of one event
@@ -51,6 +55,7 @@ class EventFields(NamedTuple):
     etime: int
     holders: tuple[str, ...]
     claims: tuple[tuple[bytes, int], ...]
+    key: bytes | None
 
 
 _new = tuple.__new__  # EventFields(...) without its Python-level __new__
@@ -58,8 +63,11 @@ _new = tuple.__new__  # EventFields(...) without its Python-level __new__
 
 def event_fields(e: Event) -> list[object]:
     """``e`` as a field list (the bus's EVADD, the AOF's EVENT record)."""
-    return [e.id, e.queue, e.body, e.ctime, e.etime, list(e.delivered),
-            [[g, c] for g, c in e.claims.items()]]
+    f: list[object] = [e.id, e.queue, e.body, e.ctime, e.etime, list(e.delivered),
+                       [[g, c] for g, c in e.claims.items()]]
+    if e.key is not None:
+        f.append(e.key)
+    return f
 
 
 def parse_claims(v: object) -> tuple[tuple[bytes, int], ...] | None:
@@ -80,9 +88,12 @@ def parse_claims(v: object) -> tuple[tuple[bytes, int], ...] | None:
 
 def parse_event(f: object) -> EventFields:
     """Check a field list (see the module doc) and return it by name; BadEvent if not."""
-    if type(f) is not list or len(f) != NFIELDS:
-        raise BadEvent(f"event fields: expected a list of {NFIELDS} items")
-    eid, queue, body, ctime, etime, holders, claims = f
+    if type(f) is not list or not NFIELDS <= len(f) <= NFIELDS + 1:
+        raise BadEvent(f"event fields: expected a list of {NFIELDS} or {NFIELDS + 1} items")
+    eid, queue, body, ctime, etime, holders, claims = f[:NFIELDS]
+    key = f[NFIELDS] if len(f) > NFIELDS else None
+    if key is not None and (type(key) is not bytes or not 0 < len(key) <= MAX_KEY):
+        raise BadEvent("key: expected 1 to 256 bytes")
     if (is_valid_event_id(eid) and type(queue) is bytes and len(queue) <= MAX_NAME
             and type(body) is bytes and type(ctime) is int and 0 <= ctime <= MAX_TIME
             and type(etime) is int and 0 <= etime <= MAX_TIME and type(holders) is list
@@ -91,7 +102,7 @@ def parse_event(f: object) -> EventFields:
         cl = parse_claims(claims)
         if nodes is not None and cl is not None:
             assert type(eid) is bytes
-            return _new(EventFields, (eid, queue, body, ctime, etime, nodes, cl))
+            return _new(EventFields, (eid, queue, body, ctime, etime, nodes, cl, key))
     raise BadEvent(_explain(f))
 
 
@@ -128,7 +139,7 @@ def parse_flush(f: object) -> tuple[bytes, int]:
 
 def _explain(f: list[object]) -> str:
     """What is wrong with a field list parse_event refused (for logs and check-aof)."""
-    eid, queue, body, ctime, etime, holders, claims = f
+    eid, queue, body, ctime, etime, holders, claims = f[:NFIELDS]
     if not is_valid_event_id(eid):
         return f"id: invalid event id {eid!r}"
     if type(queue) is not bytes or len(queue) > MAX_NAME:

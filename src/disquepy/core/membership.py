@@ -291,6 +291,7 @@ class Membership:
                 self.node.groups.sync.link_up(nid)  # events' holders catch up
         else:
             p.link_down_since = now
+        self.node.groups.link_changed(up, now)
 
     def heard_from(self, p: Peer, sflags: int, now: int) -> None:
         leaving = bool(sflags & M.SF_LEAVING)

@@ -18,6 +18,8 @@ The checker judges what clients saw against the four properties of docs/GROUPS.m
 * a delivered event is one a client added, under the ID its QADD returned, never
   after it expired (clock skew allowed for);
 * groups never affect each other: each group is checked on its own;
+* IDs in order: a QADD returns an ID above every event its node held when the QADD
+  was sent (the node's ID clock is raised by every event it sees);
 * memory accounting covers the events (the job checker's sweep counts them).
 """
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.groups.leases import PULL_STEP_MS
-from ..core.groups.model import CLAIM_OVERHEAD, DONE, EVENT_OVERHEAD
+from ..core.groups.model import DONE
 from ..core.groups.replication import QADD_TIMEOUT_MS
 from .config import split_rng
 from .replies import ErrorReply, Reply, ReplyShapeError, array, bulk, decode
@@ -59,7 +61,7 @@ class GroupState:
 
 class EventRecord:
     __slots__ = ("body", "queue", "expire_ms", "sent_at", "noblock", "eid", "promised", "lost_on",
-                 "holders_at_reply", "groups")
+                 "holders_at_reply", "groups", "floor")
 
     def __init__(self, body: bytes, queue: bytes, expire_ms: int, sent_at: int,
                  noblock: bool) -> None:
@@ -72,6 +74,7 @@ class EventRecord:
         self.promised = False  # QADD replied with the ID: the properties apply
         self.lost_on: set[int] = set()  # nodes that lost their copy in a crash
         self.holders_at_reply = 0
+        self.floor = b""  # the largest event ID its node held when the QADD was sent
         self.groups: dict[bytes, GroupState] = {}
 
     def __repr__(self) -> str:
@@ -152,7 +155,7 @@ class GroupSim:
         self.stats = {"events_added": 0, "events_noblock": 0, "event_add_errors": 0,
                       "event_deliveries": 0, "event_acks": 0, "double_leases": 0,
                       "after_ack": 0, "events_excused": 0, "events_lost": 0,
-                      "event_copies_lost": 0, "acks_unconfirmed": 0}
+                      "event_copies_lost": 0, "acks_unconfirmed": 0, "ids_ordered": 0}
         self.repl = min(3, n)
 
     # ------------------------------------------------------------ schedule
@@ -286,6 +289,10 @@ class GroupSim:
         noblock = rng.random() < 0.1
         q = rng.choice(self.queues)
         rec = EventRecord(body, q, expire, now, noblock)
+        n = self.world.nodes[node]
+        assert n is not None  # (_pick chose a live node)
+        held = n.groups.store.events
+        rec.floor = max(held) if held else b""
         self.by_body[body] = rec
         argv = [b"QADD", q, b"%.3f" % (expire / 1000), body]
         if noblock:
@@ -354,6 +361,12 @@ class GroupSim:
         rec.eid = value
         rec.promised = True
         self.by_id[value] = rec
+        self.stats["ids_ordered"] += 1
+        if value <= rec.floor:
+            self.world.checker.fail(
+                "group-order", f"QADD returned {value.decode()}, not above "
+                f"{rec.floor.decode()} which its node held when it was sent (docs/GROUPS.md: "
+                "an event added after another reached a node gets a larger ID)")
         self.stats["events_added"] += 1
         rec.holders_at_reply = h = self._holders(value)
         if h + len(rec.lost_on) < self.repl and not rec.groups:
@@ -521,5 +534,4 @@ class GroupSim:
 
 def events_memory(node: Node) -> int:
     """What a node's events cost in its used_memory (groups.py's accounting)."""
-    return sum(EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
-               for e in node.groups.store.events.values())
+    return sum(e.cost() for e in node.groups.store.events.values())

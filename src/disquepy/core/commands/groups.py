@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
+from ..eventcodec import MAX_KEY
+from ..groups.leases import MAX_COUNT
 from ..groups.model import DEFAULT_LEASE_MS, MAX_DELIVERIES, MAX_EXPIRE_MS, event_reply
 from ..ids import is_valid_event_id
 from .args import parse_int
@@ -31,20 +33,36 @@ def parse_seconds(b: bytes, err: str, limit_ms: int = MAX_EXPIRE_MS) -> int:
 
 
 def qadd(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
-    """QADD queue expireSeconds contents [NOBLOCK]"""
-    if len(argv) > 5 or (len(argv) == 5 and argv[4].lower() != b"noblock"):
-        raise ReplyError(errors.SYNTAX)
+    """QADD queue expireSeconds contents [NOBLOCK] [IDEMPOTENT key] (disquepy: the
+    event already added with ``key`` answers instead, see docs/GROUPS.md)"""
+    noblock = False
+    key: bytes | None = None
+    j = 4
+    while j < len(argv):
+        opt = argv[j].lower()
+        if opt == b"noblock":
+            noblock = True
+        elif opt == b"idempotent" and j + 1 < len(argv):
+            key = argv[j + 1]
+            if not 0 < len(key) <= MAX_KEY:
+                raise ReplyError(errors.IDEM_RANGE)
+            j += 1
+        else:
+            raise ReplyError(errors.SYNTAX)
+        j += 1
     expire = parse_seconds(argv[2], errors.EXPIRE_RANGE)
     if expire <= 0:
         raise ReplyError(errors.EXPIRE_RANGE)
-    return node.groups.repl.qadd(client, argv[1], expire, argv[3], len(argv) == 5, now)
+    return node.groups.repl.qadd(client, argv[1], expire, argv[3], noblock, now, key)
 
 
 def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
-    """QGET queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n]"""
+    """QGET queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n] [COUNT n]
+    (COUNT, disquepy's: up to n events, as an array of entries)"""
     lease = DEFAULT_LEASE_MS
     counters = False
     maxdeliv = 0
+    count = 0
     j = 3
     n = len(argv)
     while j < n:
@@ -60,9 +78,15 @@ def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Non
         elif opt == b"withcounters":
             counters = True
             j += 1
+        elif opt == b"count" and j + 1 < n:
+            count = parse_int(argv[j + 1], errors.QGET_COUNT_RANGE)
+            if not 0 < count <= MAX_COUNT:
+                raise ReplyError(errors.QGET_COUNT_RANGE)
+            j += 2
         else:
             raise ReplyError(errors.SYNTAX)
-    return node.groups.leases.qget(client, argv[1], argv[2], lease, maxdeliv, counters, now)
+    return node.groups.leases.qget(client, argv[1], argv[2], lease, maxdeliv, counters, now,
+                                   count)
 
 
 def qack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:

@@ -54,6 +54,7 @@ from .model import (
     Lease,
     PullWait,
     Request,
+    Rescan,
     Waiter,
     effective,
 )
@@ -91,6 +92,15 @@ class Groups:
         self.dead = DeadLetters(self)
         self.log = EventLog(self)
         self.sync = Sync(self)
+        self._rescan = Rescan()
+
+    def link_changed(self, up: bool, now: int) -> None:
+        """Our link to a peer went up or down: the events it decides for may change
+        hands (store.authority), now or once it stayed down long enough."""
+        if up:
+            self.store.rescan()
+        elif self.store.events:
+            self.node.awake.schedule(self._rescan, now + self.store.takeover_ms() + 1)
 
     def seen(self, ctime: int, now: int) -> None:
         """An event time (ns) from a peer or the AOF: the node's clock for new IDs
@@ -129,7 +139,7 @@ class Groups:
         if isinstance(t, Lease):
             self.leases.ended(t, now)
         elif isinstance(t, Event):
-            if t.stage == ADDING:
+            if t.stage == ADDING or t.id in self.repl.adding:
                 self.node.repl.tick(t, now)  # waiting for its copies
             else:
                 self.store.expire(t, now)
@@ -143,6 +153,8 @@ class Groups:
                 self.acks.timed_out(t)
         elif isinstance(t, Waiter):
             self.notify.timed_out(t)
+        elif isinstance(t, Rescan):
+            self.store.rescan()
 
     def cron(self, now: int) -> None:
         """Once a second (from the node's cron): flush tombstones and watches that ran
@@ -167,6 +179,7 @@ class Groups:
         self.leases.granted_by.clear()
         self.repl.adding.clear()
         self.pending.clear()
+        self._rescan.awake = 0  # (the node starts a new awake index)
 
     # ------------------------------------------------------------------ status
     def group_names(self, q: EQueue) -> list[bytes]:

@@ -35,6 +35,7 @@ PULL_STEP_MS = 500  # a peer asked to lease an event must answer within this
 AUTOACK_LEASE_MS = 5000  # the lease of a QGET EX 0 served by a peer, until its ack comes
 GRANTED_MAX = 100_000  # remembered "which peer leased this event to us" entries
 SCAN_LIMIT = 10_000  # events one lease looks at, at most (dead letters skipped)
+MAX_COUNT = 10_000  # QGET ... COUNT n: events one QGET leases, at most
 
 
 class Leases:
@@ -91,20 +92,34 @@ class Leases:
         return e, deliv
 
     def qget(self, client: Client, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
-             counters: bool, now: int) -> bytes | None:
+             counters: bool, now: int, count: int = 0) -> bytes | None:
+        """QGET: the group's next event, leased here if this node decides for one, else
+        asked of peers. With ``count`` (COUNT n) up to n events this node decides for,
+        as an array of entries; failing any, one asked of peers (``[]`` if none)."""
         group = self.g.store.intern(group)
-        got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
-        if got is not None:
-            return event_reply(got[0].id, got[0].body, got[1], counters)
+        if count:
+            out = []
+            for _ in range(count):
+                got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
+                if got is None:
+                    break
+                out.append(event_reply(got[0].id, got[0].body, got[1], counters))
+            if out:
+                return b"*%d\r\n%b" % (len(out), b"".join(out))
+        else:
+            got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
+            if got is not None:
+                return event_reply(got[0].id, got[0].body, got[1], counters)
         targets, hint = self._pull_targets(qname, group, now)
         if not targets:
-            return resp.null_array(client.proto)
+            return resp.EMPTY_ARRAY if count else resp.null_array(client.proto)
         # EX 0 from a peer: leased briefly, acked once the grant reached us (an ack at
         # the grant would lose the event for the group if the EVGRANT were lost)
         w = PullWait(client, qname, group, lease_ms or AUTOACK_LEASE_MS, maxdeliv, targets,
                      counters)
         w.hint = hint
         w.autoack = not lease_ms
+        w.batch = count > 0
         self._pull_next(w, now)
         return None
 
@@ -129,7 +144,8 @@ class Leases:
     def _pull_next(self, w: PullWait, now: int) -> None:
         if not w.targets or w.client.closed:
             if not w.client.closed:
-                self.node.outbox.append((w.client, resp.null_array(w.client.proto)))
+                self.node.outbox.append((w.client, resp.EMPTY_ARRAY if w.batch
+                                         else resp.null_array(w.client.proto)))
             return
         self.g.ask(w, now + PULL_STEP_MS)
         self.node.send([w.targets[0]], M.EVPULL, w.req, w.queue, w.group, w.lease,
@@ -165,7 +181,8 @@ class Leases:
         if len(gb) > GRANTED_MAX:
             del gb[next(iter(gb))]
         if not w.client.closed:
-            self.node.outbox.append((w.client, event_reply(eid, body, deliv, w.counters)))
+            reply = event_reply(eid, body, deliv, w.counters)
+            self.node.outbox.append((w.client, b"*1\r\n" + reply if w.batch else reply))
             if w.autoack:
                 self.node.send([p.id], M.EVACK, 0, w.queue, w.group, eid, 0)
 

@@ -94,7 +94,7 @@ class Event(Record):
     ``confirmed``. Its timer (``awake``): the replication's retry while ADDING, then
     its expiry."""
 
-    __slots__ = ("queue", "body", "etime", "claims", "stage")
+    __slots__ = ("queue", "body", "etime", "claims", "stage", "key")
 
     def __init__(self, eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
                  holders: tuple[str, ...]) -> None:
@@ -109,9 +109,15 @@ class Event(Record):
         self.etime = etime  # ms: discarded then
         self.claims: dict[bytes, int] = {}  # group -> packed claim
         self.stage = ADDING
+        self.key: bytes | None = None  # its QADD's IDEMPOTENT key
 
     def expiry(self) -> int:
         return self.etime
+
+    def cost(self) -> int:
+        """What the event costs in the node's used memory (bytes)."""
+        return (EVENT_OVERHEAD + len(self.body) + CLAIM_OVERHEAD * len(self.claims)
+                + (len(self.key) if self.key is not None else 0))
 
     def __repr__(self) -> str:
         return f"<Event {self.id.decode()} q={self.queue!r}>"
@@ -131,6 +137,18 @@ class Lease(Timer):
         self.eid = eid
         self.group = group
         self.deadline = deadline
+
+
+class Rescan(Timer):
+    """A time when what this node decides for may change without the set of
+    reachable nodes changing (a link down for long enough: store.authority)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.id = b""
+        self.ctime = 0
+        self.awake = 0
 
 
 class Cursor:
@@ -202,7 +220,7 @@ class PullWait(Request):
     """A QGET asking peers, one at a time, to lease one of their events."""
 
     __slots__ = ("queue", "group", "lease", "maxdeliv", "targets", "counters", "hint",
-                 "autoack")
+                 "autoack", "batch")
 
     def __init__(self, client: Client, queue: bytes, group: bytes, lease: int, maxdeliv: int,
                  targets: list[str], counters: bool) -> None:
@@ -215,6 +233,7 @@ class PullWait(Request):
         self.counters = counters
         self.hint: bytes | None = None  # an event we hold that targets[0] decides for
         self.autoack = False  # QGET EX 0: ack what the grant brings
+        self.batch = False  # QGET ... COUNT n: the reply is an array of entries
 
 
 class AckWait(Request):

@@ -120,6 +120,7 @@ class EventLog:
             hs = f.holders if myid in f.holders else (*f.holders, myid)
             e = Event(f.id, store.intern(f.queue), f.body, f.ctime, f.etime,
                       store.holders(hs))
+            e.key = f.key
             for gr, c in claims.items():
                 gr = store.intern(gr)
                 e.claims[gr] = c

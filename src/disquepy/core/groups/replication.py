@@ -18,7 +18,7 @@ from ..errors import ReplyError
 from ..eventcodec import event_fields
 from ..ids import event_id
 from ..replication import COPIES_UP_TO
-from .model import ADDING, GONE, LEASED, STATE_MASK, Event, claim_deadline, merge
+from .model import ADDING, HELD, LEASED, STATE_MASK, Event, claim_deadline, merge
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -40,11 +40,18 @@ class EventReplication:
 
     # --------------------------------------------------------------------- QADD
     def qadd(self, client: Client, qname: bytes, expire_ms: int, body: bytes, noblock: bool,
-             now: int) -> bytes | None:
+             now: int, key: bytes | None = None) -> bytes | None:
+        """QADD: a new event, with copies on R-1 other nodes before the reply (NOBLOCK:
+        at once, copies in the background). With an IDEMPOTENT ``key`` already used
+        for an event held here, that event's ID instead (see :meth:`_again`)."""
         node = self.node
         store = self.g.store
         repl = node.default_replicate if node.clustered else 1
         need = repl - 1
+        if key is not None:
+            old = store.keys.get(key)
+            if old is not None:
+                return self._again(old, client, noblock, need, now)
         if need > node.reachable and not noblock:
             raise ReplyError(errors.NOREPL)
         targets = node.repl.choose(need)
@@ -53,6 +60,9 @@ class EventReplication:
         e = Event(eid, qname, body, ctime, now + expire_ms,
                   store.holders((node.myid, *targets)))
         e.repl = repl
+        if key is not None:
+            e.key = key
+            store.keys[key] = e
         self.added += 1
         if targets:
             self.send_copy(e, targets)
@@ -62,6 +72,23 @@ class EventReplication:
             return resp.OK if noblock else resp.bulk(eid)
         self.adding[eid] = e
         node.repl.wait(e, client, now + min(QADD_TIMEOUT_MS, expire_ms), False, now)
+        return None
+
+    def _again(self, e: Event, client: Client, noblock: bool, need: int,
+               now: int) -> bytes | None:
+        """A QADD with the IDEMPOTENT key of ``e``: its ID, never a second event. An
+        event this node created whose copies are still short (its QADD got NOREPL:
+        kept, see add_failed) gets them made first, as a new QADD would."""
+        if e.id in self.adding:
+            raise ReplyError(errors.EV_IDEM_BUSY)
+        if noblock:
+            return resp.OK
+        if len(e.confirmed) >= e.repl or e.delivered[0] != self.node.myid:
+            return resp.bulk(e.id)
+        if need > self.node.reachable:
+            raise ReplyError(errors.NOREPL)
+        self.adding[e.id] = e
+        self.node.repl.wait(e, client, now + min(QADD_TIMEOUT_MS, e.etime - now), False, now)
         return None
 
     def send_copy(self, rec: Record, dsts: list[str]) -> None:
@@ -78,16 +105,28 @@ class EventReplication:
                 self.g.store.put(e, now)
                 self.g.notify.arrived(e, now)
             else:
-                e.stage = GONE
+                self.g.store.remove(e)
+        elif e.stage == HELD:  # (a retry made the copies: its timer is its expiry again)
+            self.node.awake.schedule(e, e.etime)
         if client is not None and not client.closed:
             self.node.outbox.append((client, resp.bulk(e.id)))
 
     def add_failed(self, e: Record) -> None:
         """The replication's hook: the copies were not made in time (its client gets
-        NOREPL): those made are dropped."""
+        NOREPL): those made are dropped; but an event with an IDEMPOTENT key is kept
+        (held here, with the copies made): the producer's retry with the key gets its
+        ID, never a second event, whichever copies the first try left."""
         assert isinstance(e, Event)
         self.adding.pop(e.id, None)
-        e.stage = GONE
+        now = self.node.now
+        if e.key is not None and (e.stage != ADDING or e.etime > now):
+            if e.stage == ADDING:
+                self.g.store.put(e, now)
+                self.g.notify.arrived(e, now)
+            elif e.stage == HELD:
+                self.node.awake.schedule(e, e.etime)
+            return
+        self.g.store.remove(e)
         myid = self.node.myid
         self.node.send(sorted(h for h in e.delivered if h != myid), M.EVDEL, e.id)
 
@@ -137,6 +176,7 @@ class EventReplication:
         myid = self.node.myid
         hs = f.holders if myid in f.holders else (*f.holders, myid)
         e = Event(f.id, f.queue, f.body, f.ctime, f.etime, store.holders(hs))
+        e.key = f.key
         for gr, c in f.claims:
             gr = store.intern(gr)
             e.claims[gr] = c

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..membership import P_FAIL
+from ..membership import P_FAIL, P_PFAIL
 from .model import (
     AVAILABLE,
     CLAIM_OVERHEAD,
-    EVENT_OVERHEAD,
     GONE,
     HELD,
     LEASED,
@@ -31,6 +30,8 @@ from .model import (
 if TYPE_CHECKING:
     from . import Groups
 
+TAKEOVER_MS = 1000  # a holder whose link stayed down this long (at most half the node
+#                    timeout) decides for nothing: a crashed node's events are served then
 SCAN_BUDGET = 10_000  # events one QGET looks at, at most, past its group's cursor
 TOMBSTONE_MS = 600_000  # a QFLUSH refuses copies of older events this long
 
@@ -45,6 +46,7 @@ class EventStore:
         self.queues: dict[bytes, EQueue] = {}
         self.flushed: dict[tuple[bytes, bytes], int] = {}  # (event, group) -> lease end
         self.tombs: dict[bytes, tuple[int, int]] = {}  # queue -> (flushed ctime ns, until)
+        self.keys: dict[bytes, Event] = {}  # IDEMPOTENT key -> its event (held or ADDING)
         self.expired = 0
 
     # ------------------------------------------------------------------ names
@@ -71,7 +73,9 @@ class EventStore:
         self.events[e.id] = e
         q.order.append(e)
         q.live += 1
-        self.node.mem.used += EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
+        self.node.mem.used += e.cost()
+        if e.key is not None:
+            self.keys[e.key] = e
         self.node.awake.schedule(e, e.etime)
         self.g.log.held(e)
 
@@ -81,10 +85,12 @@ class EventStore:
         held = e.stage == HELD
         e.stage = GONE
         self.node.awake.cancel(e)
+        if e.key is not None and self.keys.get(e.key) is e:
+            del self.keys[e.key]
         if not held:
             return
         self.events.pop(e.id, None)
-        self.node.mem.used -= EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
+        self.node.mem.used -= e.cost()
         e.body = b""
         e.claims = {}
         q = self.queues.get(e.queue)
@@ -199,18 +205,32 @@ class EventStore:
         self.queues.clear()
         self.flushed.clear()
         self.tombs.clear()
+        self.keys.clear()
 
     # ---------------------------------------------------------------- authority
+    def takeover_ms(self) -> int:
+        return max(100, min(TAKEOVER_MS, self.node.config.cluster_node_timeout // 2))
+
     def authority(self, e: Event) -> str:
-        """The holder that decides for ``e``: the first holder not known to have
-        failed (this node, if all the others did)."""
-        myid = self.node.myid
-        peers = self.node.members.peers
+        """The holder that decides for ``e``: the first holder not failing, this node
+        if all the others are. Failing: flagged (PFAIL, this node's own suspicion; or
+        FAIL), or our link to it broke and could not be made again for
+        takeover_ms() (a process that died refuses connections at once; a live one
+        is reconnected in a few ms). Taking over then, not at the majority's FAIL a
+        node timeout or more later, serves a crashed node's events within a second;
+        the price is for a node cut off but alive: both may lease its events
+        meanwhile (a fault, as a partition is; in a healthy cluster no link stays
+        down)."""
+        node = self.node
+        myid = node.myid
+        peers = node.members.peers
         for h in e.delivered:
             if h == myid:
                 return h
             p = peers.get(h)
-            if p is not None and not p.flags & P_FAIL:
+            if p is not None and not p.flags & (P_FAIL | P_PFAIL) and (
+                    p.link or not p.pong_received
+                    or node.now - p.link_down_since < self.takeover_ms()):
                 return h
         return myid
 
