@@ -83,8 +83,8 @@ class EventReplication:
             raise ReplyError(errors.EV_IDEM_BUSY)
         if noblock:
             return resp.OK
-        if len(e.confirmed) >= e.repl or e.delivered[0] != self.node.myid:
-            return resp.bulk(e.id)
+        if not e.confirmed or len(e.confirmed) >= e.repl or e.delivered[0] != self.node.myid:
+            return resp.bulk(e.id)  # (replicated: confirmed emptied)
         if need > self.node.reachable:
             raise ReplyError(errors.NOREPL)
         self.adding[e.id] = e
@@ -100,6 +100,7 @@ class EventReplication:
         """The replication's hook: R nodes hold ``e``: held here, the QADD answered."""
         assert isinstance(e, Event)
         self.adding.pop(e.id, None)
+        e.confirmed = ()  # (matters while replicating only, as for jobs)
         if e.stage == ADDING:
             if e.etime > now and e.id not in self.g.store.events:
                 self.g.store.put(e, now)
