@@ -23,6 +23,8 @@ def test_group_seed_set_holds_under_every_fault():
     assert s.total("events_added") > 500 and s.total("event_deliveries") > 2000
     assert s.total("events_lost") == 0
     assert s.total("event_copies_lost") > 0  # crashes took events with them
+    # keyed QADDs retried after an error or no reply: the same event, never a second
+    assert s.total("idempotent_retries") > 0 and s.total("ids_ordered") > 500
     for r in results:
         assert r.stats["phase"] == "done", r.summary_line()
 

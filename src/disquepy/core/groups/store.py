@@ -213,22 +213,28 @@ class EventStore:
 
     def authority(self, e: Event) -> str:
         """The holder that decides for ``e``: the first holder not failing, this node
-        if all the others are. Failing: flagged (PFAIL, this node's own suspicion; or
-        FAIL), or our link to it broke and could not be made again for
-        takeover_ms() (a process that died refuses connections at once; a live one
-        is reconnected in a few ms). Taking over then, not at the majority's FAIL a
-        node timeout or more later, serves a crashed node's events within a second;
-        the price is for a node cut off but alive: both may lease its events
-        meanwhile (a fault, as a partition is; in a healthy cluster no link stays
-        down)."""
+        if all the others are. Failing: FAIL; or, if this node reaches a majority of
+        the cluster, flagged PFAIL (its own suspicion) or our link to it broke and
+        could not be made again for takeover_ms() (a process that died refuses
+        connections at once; a live one is reconnected in a few ms). Taking over
+        then, not at the majority's FAIL a node timeout or more later, serves a
+        crashed node's events within a second. The price is for a node cut off but
+        alive on the minority side: the majority leases its events while it may
+        still lease them to its side (as with FAIL, sooner); the minority side never
+        takes over early. In a healthy cluster no link stays down."""
         node = self.node
         myid = node.myid
         peers = node.members.peers
+        # only a node that reaches a majority takes over before FAIL (which needs one):
+        # the minority side of a partition leaves the majority's events alone
+        quick = 2 * (node.reachable + 1) > node.size
         for h in e.delivered:
             if h == myid:
                 return h
             p = peers.get(h)
-            if p is not None and not p.flags & (P_FAIL | P_PFAIL) and (
+            if p is None or p.flags & P_FAIL:
+                continue
+            if not quick or not p.flags & P_PFAIL and (
                     p.link or not p.pong_received
                     or node.now - p.link_down_since < self.takeover_ms()):
                 return h
