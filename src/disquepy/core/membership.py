@@ -288,7 +288,7 @@ class Membership:
                 if not p.ping_sent:
                     p.ping_sent = now
                 self.ping(p)
-                self.node.groups.sync.link_up(nid)  # events' holders catch up
+                self.node.groups.sync.link_up(nid, now)  # events' holders catch up
         else:
             p.link_down_since = now
         self.node.groups.link_changed(up, now)

@@ -62,7 +62,7 @@ from .notify import Notify
 from .persist import EventLog
 from .replication import EventReplication
 from .store import EventStore
-from .sync import Sync
+from .sync import Sync, SyncOut
 
 if TYPE_CHECKING:
     from ..awake import Timer
@@ -155,6 +155,8 @@ class Groups:
             self.notify.timed_out(t)
         elif isinstance(t, Rescan):
             self.store.rescan()
+        elif isinstance(t, SyncOut):
+            self.sync.step(t, now)
 
     def cron(self, now: int) -> None:
         """Once a second (from the node's cron): flush tombstones and watches that ran
@@ -180,6 +182,7 @@ class Groups:
         self.repl.adding.clear()
         self.pending.clear()
         self._rescan.awake = 0  # (the node starts a new awake index)
+        self.sync.out.clear()
 
     # ------------------------------------------------------------------ status
     def group_names(self, q: EQueue) -> list[bytes]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import messages as M
+from ..awake import Timer
 from ..eventcodec import event_fields
 from ..membership import P_FAIL
 
@@ -31,6 +32,23 @@ if TYPE_CHECKING:
     from .model import Event
 
 SYNC_WAIT_MS = 10_000  # at least; 2 node timeouts if longer
+SYNC_CHUNK = 5000  # events looked at per step of an EVSYNC round (a step per awake tick)
+
+
+class SyncOut(Timer):
+    """An EVSYNC round to one peer under way: a step of SYNC_CHUNK events, then its
+    timer brings the next, so a node holding millions of events never stalls."""
+
+    __slots__ = ("peer", "events", "pos", "want_reply")
+
+    def __init__(self, peer: str, events: list[Event], want_reply: bool) -> None:
+        self.id = b""
+        self.ctime = 0
+        self.awake = 0
+        self.peer = peer
+        self.events = events
+        self.pos = 0
+        self.want_reply = want_reply
 
 
 class Sync:
@@ -40,6 +58,7 @@ class Sync:
         self.waiting: set[str] = set()  # peers to hear from before leasing loaded events
         self.until = 0
         self.syncs = 0  # EVSYNC rounds sent (INFO)
+        self.out: dict[str, SyncOut] = {}  # rounds under way, by peer
 
     def after_load(self, now: int) -> None:
         """Events came back from the AOF: wait for the peers' claims before leasing."""
@@ -72,18 +91,38 @@ class Sync:
                 self._heard(pid)
 
     # ---------------------------------------------------------------- sending
-    def link_up(self, pid: str) -> None:
+    def link_up(self, pid: str, now: int) -> None:
         """Our link to ``pid`` (a known node) connected: tell it what we hold of its."""
-        self.send(pid, True)
+        self.send(pid, True, now)
 
-    def send(self, pid: str, want_reply: bool) -> None:
-        node = self.node
-        dsts = [pid]
+    def send(self, pid: str, want_reply: bool, now: int) -> None:
+        """Start an EVSYNC round to ``pid`` (one under way to it starts over)."""
+        old = self.out.pop(pid, None)
+        if old is not None:
+            self.node.awake.cancel(old)
         self.syncs += 1
-        for e in self.g.store.events.values():
-            if pid in e.delivered:
+        out = SyncOut(pid, list(self.g.store.events.values()), want_reply)
+        self.out[pid] = out
+        self.step(out, now)
+
+    def step(self, out: SyncOut, now: int) -> None:
+        """The next SYNC_CHUNK events of a round; EVSYNCED once all are sent."""
+        if self.out.get(out.peer) is not out:
+            return
+        node = self.node
+        dsts = [out.peer]
+        events = out.events
+        end = min(out.pos + SYNC_CHUNK, len(events))
+        held = self.g.store.events
+        for e in events[out.pos:end]:
+            if out.peer in e.delivered and held.get(e.id) is e:
                 node.send_item(dsts, M.EVSYNC, [e.id, [[g, c] for g, c in e.claims.items()]])
-        node.send(dsts, M.EVSYNCED, int(want_reply))
+        out.pos = end
+        if end < len(events):
+            node.awake.schedule(out, now + 1)
+            return
+        del self.out[out.peer]
+        node.send(dsts, M.EVSYNCED, int(out.want_reply))
 
     # -------------------------------------------------------------- receiving
     def on_evsync(self, p: Peer, fields: M.Fields, now: int) -> None:
@@ -111,7 +150,7 @@ class Sync:
     def on_evsynced(self, p: Peer, fields: M.Fields, now: int) -> None:
         self._heard(p.id)
         if fields[0]:
-            self.send(p.id, False)
+            self.send(p.id, False, now)
 
     def on_evneed(self, p: Peer, fields: M.Fields, now: int) -> None:
         """The peer lacks copies of these events we hold: sent (a read repair)."""
