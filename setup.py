@@ -61,7 +61,19 @@ MYPYC_MODULES = [
     "src/disquepy/core/acks.py",
     "src/disquepy/core/acl.py",
     "src/disquepy/core/federation.py",
-    "src/disquepy/core/groups.py",
+    # consumer groups, by topic (as the job side is)
+    "src/disquepy/core/record.py",
+    "src/disquepy/core/eventcodec.py",
+    "src/disquepy/core/groups/__init__.py",
+    "src/disquepy/core/groups/model.py",
+    "src/disquepy/core/groups/store.py",
+    "src/disquepy/core/groups/replication.py",
+    "src/disquepy/core/groups/leases.py",
+    "src/disquepy/core/groups/acks.py",
+    "src/disquepy/core/groups/notify.py",
+    "src/disquepy/core/groups/dead.py",
+    "src/disquepy/core/groups/persist.py",
+    "src/disquepy/core/groups/sync.py",
 ]
 
 

@@ -60,6 +60,10 @@ def test_event_no_group_got_is_lost_unless_r_nodes_were_killed_after_its_qadd():
     # kills before the QADD excuse nothing
     rep = check_groups(h, G, R, [(1.0, 0), (2.0, 1), (3.0, 2)], float("-inf"))
     assert rep.violations == {"lost": 1}
+    # nodes with their events on disk (the chaos cluster's AOF): no kill excuses a loss
+    rep = check_groups(h, G, R, [(6.0, 0), (7.0, 1), (8.0, 1), (9.0, 4)], float("-inf"),
+                       durable=True)
+    assert rep.violations == {"lost": 1} and rep.counts["events_after_r_kills"] == 0
 
 
 def test_a_group_missing_an_event_another_group_got_fails():

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import redis
-from support import wait_for
+from support import hello_ok, wait_for
 
 EVENT_ID = re.compile(rb"^[0-9a-f]{16}-[0-9a-f]{8}$")
 FIELDS = [b"total", b"inprogress", b"redo", b"done", b"available", b"consumers"]
@@ -381,10 +381,9 @@ def test_qworking_and_dead_letters_across_nodes(make_cluster):
 
 
 def test_creator_restarted_without_its_events_gets_them_back(make_cluster):
-    """Events live in memory: a creator killed and restarted at once (same node ID,
-    never marked FAIL) is still their authority but has lost them. A consumer on
-    another node asks it, gets nothing, and sends it the copy back (read repair)."""
-    from support import hello_ok
+    """Without AOF events live in memory: a creator killed and restarted at once (same
+    node ID, never marked FAIL) is still their authority but has lost them. Its peers
+    give them back when their links come up (EVSYNC/EVNEED, a read repair)."""
 
     servers, clients = make_cluster(3)
     a, b, c = clients
@@ -393,7 +392,7 @@ def test_creator_restarted_without_its_events_gets_them_back(make_cluster):
     servers[0].start()
     clients[0] = a = servers[0].client()
     wait_for(lambda: hello_ok(a, 3) and hello_ok(b, 3), what="the node to rejoin")
-    assert a.info("groups")["events"] == 0  # it holds nothing now
+    wait_for(lambda: a.info("groups")["events"] == 4, what="the copies back")
     got = []
 
     def drain():
@@ -403,4 +402,98 @@ def test_creator_restarted_without_its_events_gets_them_back(make_cluster):
         return sorted(got) == sorted(ids)
 
     wait_for(drain, timeout=20, step=0.05, what="every event delivered")
-    assert len(got) == 4 and b.info("groups")["events_repaired"] >= 1
+    assert len(got) == 4
+    assert b.info("groups")["events_repaired"] + c.info("groups")["events_repaired"] >= 4
+
+
+def test_event_ids_rise_across_nodes(make_cluster):
+    """Sequential QADDs (each sent after the previous reply) round-robin over three
+    nodes of one machine: every ID is above the previous one (the node's ID clock is
+    raised by the events it holds copies of: a hybrid logical clock), though the
+    nodes' millisecond clocks tie and node IDs would sort the ties either way."""
+    servers, clients = make_cluster(3)
+    prev = b""
+    for i in range(300):
+        eid = clients[i % 3].execute_command("QADD", "q", 60, f"e{i}")
+        assert eid > prev, (i, prev, eid)
+        prev = eid
+
+
+def test_qadd_idempotent_retries_never_duplicate(make_cluster):
+    """QADD ... IDEMPOTENT key: the same key returns the first event's ID, on the node
+    that added it and on a node holding a copy; a retry after -NOREPL (a node stopped:
+    the copies could not all be made) gets the same event once its copies are made,
+    and the group gets it once."""
+    servers, clients = make_cluster(3)
+    a, b, c = clients
+    eid = a.execute_command("QADD", "q", 60, "one", "IDEMPOTENT", "k1")
+    assert a.execute_command("QADD", "q", 60, "other", "IDEMPOTENT", "k1") == eid
+    assert b.execute_command("QADD", "q", 60, "one", "IDEMPOTENT", "k1") == eid
+    assert a.execute_command("QADD", "q", 60, "x", "NOBLOCK", "IDEMPOTENT", "k1") == b"OK"
+    with pytest.raises(redis.ResponseError, match="IDEMPOTENT key must be 1 to 256 bytes"):
+        a.execute_command("QADD", "q", 60, "x", "IDEMPOTENT", "k" * 257)
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        a.execute_command("QADD", "q", 60, "x", "IDEMPOTENT")
+    servers[2].proc.send_signal(signal.SIGSTOP)  # reachable until flagged, never answers
+    try:
+        with pytest.raises(redis.ResponseError, match="NOREPL"):
+            a.execute_command("QADD", "q", 60, "two", "IDEMPOTENT", "k2")
+    finally:
+        servers[2].proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: hello_ok(a, 3) and hello_ok(c, 3), timeout=20, what="the node back")
+
+    def retry_once():
+        try:
+            return a.execute_command("QADD", "q", 60, "two", "IDEMPOTENT", "k2")
+        except redis.exceptions.TryAgainError:  # its copies are being made
+            return None
+        except redis.ResponseError as e:  # the node still thinks copies cannot be made
+            assert str(e).startswith("NOREPL"), e
+            return None
+
+    retry = wait_for(retry_once, what="the retry to succeed")
+    assert c.execute_command("QADD", "q", 60, "two", "IDEMPOTENT", "k2") == retry
+    got = []
+    while (e := b.execute_command("QGET", "q", "g", "EX", 0)) is not None:
+        got.append(e[1])
+    assert got == [b"one", b"two"]
+
+
+def test_the_next_holder_takes_over_as_soon_as_it_flags_the_creator(server_factory):
+    """kill -9 of the node that decides for a queue's events: another holder serves
+    them once its link to the creator stayed down for 1 s (half the node timeout at
+    most), before any node flags it failing (one node timeout), let alone the
+    majority's FAIL."""
+    from support import join_cluster
+
+    timeout_ms = 2000
+    servers = [server_factory("--cluster-node-timeout", str(timeout_ms)) for _ in range(3)]
+    a, b, c = join_cluster(servers)
+    ids = [a.execute_command("QADD", "q", 120, f"e{i}") for i in range(3)]
+    servers[0].kill(signal.SIGKILL)
+    t0 = time.monotonic()
+    first = wait_for(lambda: b.execute_command("QGET", "q", "g", "EX", 0), timeout=20,
+                     step=0.02, what="an event served after the kill")
+    took = time.monotonic() - t0
+    assert first[0] == ids[0]
+    assert took < timeout_ms / 1000, f"served {took:.2f} s after the kill"
+
+
+def test_qget_count_leases_a_batch(make_cluster):
+    """QGET ... COUNT n: up to n events in one reply, as an array of entries (WITHCOUNTERS
+    too), [] once none is left; each is leased (QACK 1) and not delivered again."""
+    servers, clients = make_cluster(2)
+    a, b = clients
+    ids = [a.execute_command("QADD", "q", 60, f"e{i}") for i in range(5)]
+    first = a.execute_command("QGET", "q", "g", "COUNT", 3)
+    assert first == [[ids[0], b"e0"], [ids[1], b"e1"], [ids[2], b"e2"]]
+    assert all(a.execute_command("QACK", "q", "g", e[0]) == 1 for e in first)
+    rest = a.execute_command("QGET", "q", "g", "COUNT", 10, "WITHCOUNTERS")
+    assert rest == [[ids[3], b"e3", 1], [ids[4], b"e4", 1]]
+    assert a.execute_command("QGET", "q", "g", "COUNT", 2) == []
+    assert a.execute_command("QGET", "q", "g") is None
+    # a node that decides for none of them asks a peer: one event, in a one-entry array
+    assert b.execute_command("QGET", "q", "other", "COUNT", 5, "EX", 0) == [[ids[0], b"e0"]]
+    for bad in ("0", "10001", "x"):
+        with pytest.raises(redis.ResponseError, match="COUNT must be 1 to 10000"):
+            a.execute_command("QGET", "q", "g", "COUNT", bad)

@@ -136,18 +136,28 @@ def apply(name: str) -> None:
 def groups_every_holder_leases() -> None:
     """Every holder of an event thinks it decides for it (no single authority): two
     consumers of one group can hold the same event at once."""
+    from disquepy.core.groups import store
+
+    store.EventStore.authority = lambda self, e: self.node.myid
+
+
+def groups_ids_by_wall_clock() -> None:
+    """A node's ID clock is not raised by the event IDs it sees (each node's own wall
+    clock alone): IDs go down across nodes whose clocks disagree."""
     from disquepy.core import groups
 
-    groups.Groups.authority = lambda self, e: self.node.myid
+    groups.Groups.seen = lambda self, ctime, now: None
 
 
 def groups_leases_never_end() -> None:
     """A lease that runs out is never given back to the group: an event whose consumer
     died unacknowledged is lost for that group."""
     from disquepy.core import groups
+    from disquepy.core.groups import acks, leases, model, store
 
     def effective(c, now):
-        return groups.AVAILABLE if c is None else c & 3
+        return model.AVAILABLE if c is None else c & 3
 
-    groups.effective = effective
-    groups.Groups._lease_ended = lambda self, eid, group, deadline, now: None
+    for m in (groups, acks, model, store):
+        m.effective = effective
+    leases.Leases.ended = lambda self, t, now: None

@@ -818,3 +818,45 @@ def test_outcome_torn_tail_and_corruption():
     flipped = bytearray(last)
     flipped[30] ^= 1
     assert scan(good + bytes(flipped)).status == "corrupt"
+
+
+# ------------------------------------------------------------ consumer groups' events
+EVENT_FIELDS = [b"18ec3471e00ecb40-18300b3e", b"q", b"body", 1_700_000_000_000_000_000,
+                1_700_000_060_000, [NODE_A, NODE_B], [[b"g", 7]]]
+
+
+def event_records() -> bytes:
+    return b"".join([
+        aof.encode_event_record(aof.EVENT, EVENT_FIELDS),
+        aof.encode_event_record(aof.EVCLAIM, [EVENT_FIELDS[0], b"g", 1 << 20]),
+        aof.encode_event_record(aof.EVDEL, [EVENT_FIELDS[0]]),
+        aof.encode_event_record(aof.EVFLUSH, [b"q", 5]),
+    ])
+
+
+def test_event_records_scan_back_with_the_jobs():
+    data = encode_loadjob(fields(1)) + event_records() + encode_deljob(jid(1))
+    res = scan(data)
+    assert res.status == "ok" and (res.loadjobs, res.deljobs, res.events) == (1, 1, 4)
+    kinds = [k for _, k, _ in res.records]
+    assert kinds == [LOADJOB, aof.EVENT, aof.EVCLAIM, aof.EVDEL, aof.EVFLUSH, DELJOB]
+    ev = res.records[1][2]
+    assert ev.id == EVENT_FIELDS[0] and ev.holders == (NODE_A, NODE_B)
+    assert ev.claims == ((b"g", 7),)
+    assert res.records[2][2] == (EVENT_FIELDS[0], b"g", 1 << 20)
+    assert res.records[3][2] == EVENT_FIELDS[0] and res.records[4][2] == (b"q", 5)
+
+
+def test_event_records_torn_and_corrupt():
+    data = event_records()
+    for cut in range(1, len(data)):
+        res = scan(data[:cut])
+        assert res.status in ("ok", "truncated"), (cut, res.reason)
+    bad = bytearray(data)
+    bad[40] ^= 0x01  # inside the EVENT record's blob: its CRC no longer matches
+    res = scan(bytes(bad))
+    assert res.status == "corrupt" and res.error_offset == 0
+    # a record whose blob breaks the event layout is named, CRC or not
+    wrong = aof.encode_event_record(aof.EVENT, [b"not-an-id", *EVENT_FIELDS[1:]])
+    res = scan(wrong)
+    assert res.status == "corrupt" and "invalid EVENT record" in res.reason

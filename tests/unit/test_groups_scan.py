@@ -29,8 +29,8 @@ def test_a_non_deciding_node_scans_each_event_once_until_reachability_changes():
     for n in range(600):
         assert c.cmd(0, "QADD", "q", 3600, f"ev{n}", "NOBLOCK") == b"OK"
     c.run(200)
-    ids = [e.id for e in c.nodes[0].groups.queues[b"q"].order]
-    groups1 = c.nodes[1].groups
+    ids = [e.id for e in c.nodes[0].groups.store.queues[b"q"].order]
+    groups1 = c.nodes[1].groups.store
     q = groups1.queues[b"q"]
     assert len(q.order) == 600  # node 1 holds a copy of every event, node 0 decides
 

@@ -319,7 +319,7 @@ class ChaosRun:
         await self._gather_evidence(report)
         if cfg.groups:
             g = check_groups(self.groups.history, self.groups.groups, min(3, cfg.nodes),
-                             self.nemesis.kills, self.healthy_from)
+                             self.nemesis.kills, self.healthy_from, durable=True)
             r.group_counts, r.group_examples = g.counts, g.examples
             r.violations.update({f"groups_{k}": v for k, v in g.violations.items()})
             r.client_errors.update({f"groups {k}": v for k, v in self.groups.errors.items()})

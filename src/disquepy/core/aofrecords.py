@@ -31,6 +31,20 @@ the job is gone), framed as LOADJOB with a 7-item blob::
 
 and its payload is the ``core.outcomes.Outcome``.
 
+A consumer group's events (``core.groups``, docs/GROUPS.md) are in the same file, framed
+the same way (``*3``, the name, a blob, its CRC), one record per step of an event's
+life; the blobs are checked by ``core.eventcodec``, the one validation the bus shares:
+
+* ``EVENT``: an event held, ``[id, queue, body, ctime, etime, holders, claims]``, and
+  its IDEMPOTENT key when it has one (payload: its ``EventFields``);
+* ``EVCLAIM``: a group's claim on it changed, ``[id, group, claim]`` (payload: the
+  tuple);
+* ``EVDEL``: an event dropped before its expiry, ``[id]`` (payload: the ID);
+* ``EVFLUSH``: a QFLUSH, ``[queue, ctime]``: the events of the queue created up to
+  ``ctime`` (ns) are gone (payload: the tuple).
+
+An expiry needs no record: a reload skips what expired meanwhile.
+
 Scanning
 ========
 
@@ -61,12 +75,19 @@ from zlib import crc32
 
 import msgpack
 
+from .eventcodec import BadEvent, parse_claim_change, parse_event, parse_event_ref, parse_flush
 from .ids import is_valid_job_id
 from .jobcodec import DISK, NDISK, BadJob, JobFields, parse_job
 from .outcomes import MAX_DETAIL_LIMIT, STATE_NAMES, Outcome
 
 __all__ = [
     "DELJOB",
+    "EVCLAIM",
+    "EVDEL",
+    "EVENT",
+    "EVENT_KINDS",
+    "EVFLUSH",
+    "HEADS",
     "LOADJOB",
     "NFIELDS",
     "OUTCOME",
@@ -74,6 +95,7 @@ __all__ = [
     "ScanResult",
     "decode_loadjob_blob",
     "encode_deljob",
+    "encode_event_record",
     "encode_loadjob",
     "encode_outcome",
     "scan",
@@ -84,6 +106,11 @@ LOADJOB = "LOADJOB"
 DELJOB = "DELJOB"
 OUTCOME = "OUTCOME"
 NFIELDS = NDISK
+EVENT = "EVENT"
+EVCLAIM = "EVCLAIM"
+EVDEL = "EVDEL"
+EVFLUSH = "EVFLUSH"
+EVENT_KINDS = (EVENT, EVCLAIM, EVDEL, EVFLUSH)
 
 # Blob lengths have at most this many digits (a blob is under 1 GB).
 _MAX_LEN_DIGITS = 9
@@ -110,6 +137,15 @@ _OUT_NFIELDS = 7
 _FIXARRAY_OUT = 0x90 | _OUT_NFIELDS  # first byte of a valid OUTCOME blob
 _U32 = 0xFFFFFFFF
 _I64 = 1 << 63
+
+# the events' records: kind -> (head, the blob's checker, its first bytes: fixarrays)
+_EV_CHECK: dict[str, tuple[bytes, Any, tuple[int, ...]]] = {
+    k: (b"*3\r\n$%d\r\n%s\r\n" % (len(k), k.encode()), check, tuple(0x90 | n for n in ns))
+    for k, check, ns in ((EVENT, parse_event, (7, 8)), (EVCLAIM, parse_claim_change, (3,)),
+                         (EVDEL, parse_event_ref, (1,)), (EVFLUSH, parse_flush, (2,)))}
+_EV_HEADS = {head: kind for kind, (head, _, _) in _EV_CHECK.items()}
+# how every kind of record starts (disque-check-aof looks for them past a bad one)
+HEADS = (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD, *_EV_HEADS)
 
 _unpackb = msgpack.unpackb
 # One Packer for the write path: packb() builds a new one per call, which costs
@@ -139,7 +175,8 @@ class ScanResult:
 
     ``records``: ``(offset, kind, payload)`` for each valid record in order; kind
     ``"LOADJOB"`` (payload: its JobFields), ``"DELJOB"`` (payload: the ID) or
-    ``"OUTCOME"`` (payload: the ``Outcome``).
+    ``"OUTCOME"`` (payload: the ``Outcome``), or one of ``EVENT_KINDS`` (see the
+    module doc).
     Empty when scanning with ``collect=False``; the counts are always set.
     ``valid_end``: offset just after the last valid record (``start`` if none).
     ``status``: ``"ok"``, ``"truncated"`` or ``"corrupt"`` (see the module doc).
@@ -155,6 +192,7 @@ class ScanResult:
     loadjobs: int = 0
     deljobs: int = 0
     outcomes: int = 0
+    events: int = 0  # EVENT, EVCLAIM, EVDEL and EVFLUSH records
 
 
 # ---------------------------------------------------------------------------
@@ -173,6 +211,14 @@ def encode_outcome(jid: bytes, state: int, queue: bytes, attempts: int, created:
     """The OUTCOME record of a finished job (not validated: see ``decode_outcome_blob``)."""
     blob = _pack([jid, state, queue, attempts, created, finished, detail])
     return _OUT_FMT % (len(blob), blob, crc32(blob))
+
+
+def encode_event_record(kind: str, fields: list[object]) -> bytes:
+    """An event's record (``kind``, one of EVENT_KINDS) for its field list (not
+    validated: written by the node from what it holds)."""
+    blob = _pack(fields)
+    return _EV_CHECK[kind][0] + b"$%d\r\n%b\r\n$8\r\n%08x\r\n" % (
+        len(blob), blob, crc32(blob))
 
 
 def encode_deljob(jid: bytes) -> bytes:
@@ -229,6 +275,26 @@ def decode_outcome_blob(blob: bytes | memoryview) -> Outcome:
     return validate_outcome(f)
 
 
+def _event_decoder(kind: str) -> Any:
+    check = _EV_CHECK[kind][1]
+
+    def decode(blob: bytes | memoryview) -> object:
+        """Unpack and check one of the events' blobs; AofFormatError if invalid."""
+        try:
+            f = _unpackb(blob, raw=False)
+        except Exception as e:  # msgpack raises several types
+            raise AofFormatError(f"undecodable blob ({type(e).__name__}: {e})") from None
+        try:
+            return check(f)
+        except BadEvent as e:
+            raise AofFormatError(f"invalid {kind} record: {e}") from None
+
+    return decode
+
+
+_EV_DECODE = {k: _event_decoder(k) for k in EVENT_KINDS}
+
+
 def decode_loadjob_blob(blob: bytes | memoryview) -> JobFields:
     """Unpack and validate a LOADJOB blob; raise AofFormatError if it is invalid."""
     try:
@@ -271,7 +337,7 @@ def scan(data: bytes, start: int = 0, *, collect: bool = True) -> ScanResult:
 def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
     records: list[tuple[int, str, Any]] = []
     append = records.append
-    nload = ndel = nout = 0
+    nload = ndel = nout = nev = 0
     pos = start
     status: Literal["ok", "truncated", "corrupt"] = "ok"
     error_offset = reason = None
@@ -347,10 +413,12 @@ def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
                 nload += 1
             elif kind == OUTCOME:
                 nout += 1
-            else:
+            elif kind == DELJOB:
                 ndel += 1
+            else:
+                nev += 1
             pos = nxt
-    return ScanResult(records, pos, status, error_offset, reason, nload, ndel, nout)
+    return ScanResult(records, pos, status, error_offset, reason, nload, ndel, nout, nev)
 
 
 def _show(b: bytes) -> str:
@@ -372,7 +440,7 @@ def _parse_record(data: bytes, mv: memoryview, pos: int, end: int) -> tuple[int,
     (with the reason) otherwise.
     """
     avail = end - pos
-    for head in (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD):
+    for head in (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD, *_EV_HEADS):
         if avail < len(head):
             if head.startswith(data[pos:end]):
                 raise _INCOMPLETE
@@ -385,6 +453,9 @@ def _parse_record(data: bytes, mv: memoryview, pos: int, end: int) -> tuple[int,
     if head is _OUT_HEAD:
         return _parse_blob_record(data, mv, pos + len(_OUT_HEAD), end, OUTCOME,
                                   decode_outcome_blob)
+    ev = _EV_HEADS.get(head)
+    if ev is not None:
+        return _parse_blob_record(data, mv, pos + len(head), end, ev, _EV_DECODE[ev])
     return _parse_blob_record(data, mv, pos + len(_LOAD_HEAD), end, LOADJOB,
                               decode_loadjob_blob)
 
@@ -473,7 +544,11 @@ def _blob_prefix_ok(part: memoryview, kind: str = LOADJOB) -> bool:
     OUTCOME's: a 7-item list)."""
     if not len(part):
         return True
-    if kind == OUTCOME:
+    ev = _EV_CHECK.get(kind)
+    if ev is not None:
+        if part[0] not in ev[2]:
+            return False
+    elif kind == OUTCOME:
         if part[0] != _FIXARRAY_OUT:
             return False
     elif part[0] != _FIXARRAY_14 and part[0] != _FIXARRAY_15:
@@ -511,9 +586,10 @@ def _diagnose_head(data: bytes, pos: int, end: int) -> AofFormatError:
             if data[p + n : p + n + 2] != b"\r\n":
                 return AofFormatError("bulk length mismatch (no CRLF after the command name)")
             name = bytes(data[p : p + n])
-    if name is not None and name not in (b"LOADJOB", b"DELJOB", b"OUTCOME"):
+    blob_names = (b"LOADJOB", b"OUTCOME", *(k.encode() for k in EVENT_KINDS))
+    if name is not None and name not in (*blob_names, b"DELJOB"):
         return AofFormatError(f"unknown command '{_show(name)}'")
-    want = 3 if name in (b"LOADJOB", b"OUTCOME") else 2 if name == b"DELJOB" else None
+    want = 3 if name in blob_names else 2 if name == b"DELJOB" else None
     if name is not None and want is not None and count != want:
         return AofFormatError(
             f"wrong number of arguments for '{name.decode()}' (got {count - 1}, expected {want - 1})"

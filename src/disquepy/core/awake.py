@@ -1,11 +1,14 @@
-"""The one ordered index that drives every per-job timer.
+"""The one ordered index that drives every timer of the node.
 
 Delay expiry, retry re-queue, WILLQUEUE, TTL expiry and ack garbage collection all
-reduce to "wake this job at time T" (``job.awake``, ms). Jobs sit in time buckets of
+reduce to "wake this job at time T" (``job.awake``, ms); so do a consumer group's
+event expiry and lease ends, and its requests and clients waiting with a deadline
+(core/groups/). What the index wakes is a :class:`Timer`: a job, or one of the
+groups' (the node tells them apart when they fire). Timers sit in time buckets of
 ``GRANULARITY`` ms and a heap orders the bucket keys. A bucket fires whole once the
-clock passes its end: a job is never early and at most GRANULARITY-1 ms late (Disque's
-own timer resolution is coarser). Due jobs come out sorted by (awake, ctime, id), so
-runs are deterministic.
+clock passes its end: a timer is never early and at most GRANULARITY-1 ms late
+(Disque's own timer resolution is coarser). Due timers come out sorted by (awake,
+ctime, id), so runs are deterministic.
 
 Buckets are plain lists (8 bytes a job). Rescheduling or cancelling a job leaves its
 old entry behind, recognisable because the job's ``awake`` no longer falls in that
@@ -16,16 +19,25 @@ is held at most until then, and memory stays within twice the live entries.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .job import Job
 
 GRANULARITY = 8  # ms
 _COMPACT_MIN = 16  # buckets smaller than this are never compacted
 
 
-def _order(job: Job) -> tuple[int, int, bytes]:
+class Timer:
+    """What the awake index wakes. ``awake``: when (ms), 0 while not scheduled;
+    ``ctime`` and ``id`` order the timers due at the same ms (a job's creation time
+    and ID; a sequence number and b"" for the groups' requests and clients)."""
+
+    __slots__ = ("id", "ctime", "awake")
+
+    def __init__(self, tid: bytes, ctime: int) -> None:
+        self.id = tid
+        self.ctime = ctime
+        self.awake = 0
+
+
+def _order(job: Timer) -> tuple[int, int, bytes]:
     return (job.awake, job.ctime, job.id)
 
 
@@ -38,8 +50,8 @@ class _Bucket:
 
     __slots__ = ("jobs", "stale")
 
-    def __init__(self, job: Job) -> None:
-        self.jobs: list[Job] = [job]
+    def __init__(self, job: Timer) -> None:
+        self.jobs: list[Timer] = [job]
         self.stale = 0
 
 
@@ -59,7 +71,7 @@ class AwakeIndex:
                    for b, bk in self._buckets.items())
 
     @staticmethod
-    def _live(b: int, lst: list[Job]) -> list[Job]:
+    def _live(b: int, lst: list[Timer]) -> list[Timer]:
         """The entries of bucket ``b`` still due there. A job moved out of a bucket and
         back may be listed twice; pop_due takes it once."""
         out = []
@@ -69,7 +81,7 @@ class AwakeIndex:
                 out.append(j)
         return out
 
-    def schedule(self, job: Job, when: int) -> None:
+    def schedule(self, job: Timer, when: int) -> None:
         """(Re)schedule ``job`` to wake at ``when`` ms; 0 means unscheduled."""
         old = job.awake
         if old:
@@ -92,7 +104,7 @@ class AwakeIndex:
             else:
                 bk.jobs.append(job)
 
-    def add_new(self, job: Job, when: int) -> None:
+    def add_new(self, job: Timer, when: int) -> None:
         """schedule() for a job that is not scheduled yet (job.awake == 0)."""
         job.awake = when
         b = when // GRANULARITY
@@ -106,14 +118,14 @@ class AwakeIndex:
         if t < self.hint:
             self.hint = float(t)
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: Timer) -> None:
         if job.awake:
             b = job.awake // GRANULARITY
             job.awake = 0
             self._went_stale(b)
 
     @staticmethod
-    def cancel_near(job: Job) -> None:
+    def cancel_near(job: Timer) -> None:
         """cancel() for a job due soon (a replication retry, tens of ms away): its entry
         is left to go stale in its bucket uncounted, which fires shortly and drops it,
         and the compaction bookkeeping is skipped. Outside the memory bound above only
@@ -144,14 +156,14 @@ class AwakeIndex:
             buckets.pop(b, None)
         return None
 
-    def pop_due(self, now: int) -> list[Job]:
+    def pop_due(self, now: int) -> list[Timer]:
         """Remove and return the jobs of every bucket that ended by ``now``, in order.
 
         Returned jobs have ``awake`` reset to 0: the caller reschedules what lives on.
         """
         heap, buckets = self._heap, self._buckets
         last = (now - GRANULARITY + 1) // GRANULARITY  # the last bucket that has ended
-        due: dict[int, Job] = {}  # by identity: a job may have been listed twice in one bucket
+        due: dict[int, Timer] = {}  # by identity: a job may have been listed twice in one bucket
         while heap and heap[0] <= last:
             b = heapq.heappop(heap)
             bk = buckets.pop(b, None)

@@ -48,6 +48,11 @@ IDEM_RANGE = "ERR IDEMPOTENT key must be 1 to 256 bytes"
 IDEM_BUSY = (
     "TRYAGAIN The job added with this IDEMPOTENT key is still being replicated, try again later"
 )
+QGET_COUNT_RANGE = "ERR COUNT must be 1 to 10000"
+EV_IDEM_BUSY = (
+    "TRYAGAIN The event added with this IDEMPOTENT key is still being replicated, try again "
+    "later"
+)
 TOKEN_RANGE = "ERR TOKEN must be 1 to 256 bytes"
 TOOLATE = (
     "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the "

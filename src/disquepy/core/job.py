@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
+from .record import Record
+
 WAIT_REPL = 0
 ACTIVE = 1
 QUEUED = 2
@@ -59,24 +61,20 @@ F_OUTCOME = 64  # its outcome is recorded (FAILJOB): the ack that follows keeps 
 _EMPTY: tuple[str, ...] = ()
 
 
-class Job:
+class Job(Record):
+    # (id, ctime and awake are the Timer's, the awake index wakes jobs; repl, delivered
+    # and confirmed the Record's, replication.py makes their copies)
     __slots__ = (
-        "id",
         "queue",
         "body",
         "state",
-        "repl",
-        "ctime",
         "delay",
         "retry",
         "ttl",
         "qtime",
-        "awake",
         "nacks",
         "adeliv",
         "flags",
-        "delivered",
-        "confirmed",
     )
 
     def __init__(
@@ -114,6 +112,9 @@ class Job:
     def etime(self) -> int:
         """Expiry time, ms."""
         return self.ctime // 1_000_000 + self.ttl * 1000
+
+    def expiry(self) -> int:
+        return self.etime
 
     @property
     def state_name(self) -> bytes:

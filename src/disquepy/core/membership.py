@@ -288,8 +288,10 @@ class Membership:
                 if not p.ping_sent:
                     p.ping_sent = now
                 self.ping(p)
+                self.node.groups.sync.link_up(nid, now)  # events' holders catch up
         else:
             p.link_down_since = now
+        self.node.groups.link_changed(up, now)
 
     def heard_from(self, p: Peer, sflags: int, now: int) -> None:
         leaving = bool(sflags & M.SF_LEAVING)

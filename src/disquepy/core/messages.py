@@ -12,7 +12,7 @@ Fields after the header, by type:
     MEET          [gossip, your_ip] the address the sender used to reach us
     FAIL          [node_id]
     REPLJOB       [job, ...]        job: jobcodec's BUS fields; one or more
-    GOTJOB        [job_id, ...]     one or more
+    GOTJOB        [id, ...]         one or more: job IDs, or event IDs (EVADD's copies)
     ENQUEUE       [job_id]
     WILLQUEUE     [job_id]
     QUEUED        [job_id, incr]    incr: QUEUED_INCR_* for the counters
@@ -26,10 +26,10 @@ Fields after the header, by type:
     OUTCOME       [job_id, state, detail]  a job completed with a result (ACKJOB RESULT),
                                            failed (FAILJOB) or was cancelled
 
-  consumer groups (core/groups.py, docs/GROUPS.md):
-    EVADD         [event, ...]      event: [id, queue, body, ctime ns, etime ms,
-                                    [holder, ...], [[group, claim], ...]]
-    EVGOT         [event_id, ...]   the sender holds these events
+  consumer groups (core/groups/, docs/GROUPS.md):
+    EVADD         [event, ...]      event: eventcodec's fields, [id, queue, body,
+                                    ctime ns, etime ms, [holder, ...], [[group, claim],
+                                    ...]]; answered by GOTJOB with the IDs held
     EVSTATE       [[event_id, group, claim], ...]  a group's claim on events changed
     EVPULL        [req, queue, group, lease ms, max deliveries]  lease me an event of yours
     EVGRANT       [req, [event_id, body, deliveries] | nil]
@@ -41,10 +41,14 @@ Fields after the header, by type:
     EVWATCH       [queue, group, ms] tell me when events are available (0: stop)
     EVAVAIL       [queue, group]    events are available here for the group
     EVDEL         [event_id]        a QADD gave up: drop the copy
+    EVSYNC        [[event_id, [[group, claim], ...]], ...]  after a link came up: the
+                                    claims the sender knows of events both hold
+    EVSYNCED      [reply]           the EVSYNC items are all sent; reply 1: send yours
+    EVNEED        [event_id, ...]   copies the sender lacks (answered by EVADD)
 
 Everything a peer sends is checked here, before any handler runs: ``parse`` returns
-the message's header and its fields (jobs decoded to tuples, every integer in
-range) or raises :class:`Malformed`, which the node counts and logs. Handlers trust
+the message's header and its fields (jobs and events decoded to tuples, every
+integer in range) or raises :class:`Malformed`, which the node counts and logs. Handlers trust
 what they get; an exception inside one is a bug, never swallowed.
 """
 
@@ -53,6 +57,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .eventcodec import (
+    MAX_TIME,
+    BadEvent,
+    EventFields,
+    parse_claim_change,
+    parse_claims,
+    parse_event,
+)
 from .ids import is_valid_event_id, is_valid_job_id, valid_node_id
 from .jobcodec import BUS, MAX_NODES, BadJob, JobFields, job_fields, parse_job
 from .outcomes import CANCELLED, COMPLETED, MAX_DETAIL_LIMIT
@@ -87,7 +99,7 @@ YOURJOBS = 20
 PAUSE = 21
 OUTCOME = 22
 EVADD = 30
-EVGOT = 31
+# 31: EVGOT, retired (GOTJOB confirms events' copies too)
 EVSTATE = 32
 EVPULL = 33
 EVGRANT = 34
@@ -97,6 +109,9 @@ EVFLUSH = 37
 EVWATCH = 38
 EVAVAIL = 39
 EVDEL = 40
+EVSYNC = 41
+EVSYNCED = 42
+EVNEED = 43
 
 NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
 
@@ -185,11 +200,13 @@ def _jobs(items: Fields) -> list[JobFields]:
     return [job_from_wire(w) for w in items]
 
 
-def _job_ids(items: Fields) -> Fields:
+def _record_ids(items: Fields) -> Fields:
+    """GOTJOB's IDs: jobs' or events' (replication.py confirms both)."""
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
-    for jid in items:
-        _job_id(jid)
+    for rid in items:
+        if not (type(rid) is bytes and is_valid_job_id(rid)) and not is_valid_event_id(rid):
+            raise Malformed("bad job or event ID")
     return items
 
 
@@ -258,10 +275,8 @@ def _outcome(f: Fields) -> Fields:
 
 
 # ------------------------------------------------------------ consumer groups
-MAX_CLAIM = (1 << 62) - 1  # a packed claim (groups.py: state, deliveries, deadline)
 MAX_LEASE_MS = 1 << 40
 MAX_REQ = (1 << 62) - 1
-MAX_TIME = (1 << 63) - 1
 
 
 def _event_id(v: object) -> bytes:
@@ -271,35 +286,27 @@ def _event_id(v: object) -> bytes:
     return v
 
 
-def _claims(v: object) -> None:
-    if type(v) is not list or len(v) > MAX_ITEMS:
-        raise Malformed("bad claims")
-    for c in v:
-        if type(c) is not list or len(c) != 2:
-            raise Malformed("bad claim")
-        _name(c[0])
-        _int(c[1], 0, MAX_CLAIM, "claim")
-
-
-def _events(items: Fields) -> Fields:
+def _events(items: Fields) -> list[EventFields]:
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
-    for e in items:
-        if type(e) is not list or len(e) != 7:
-            raise Malformed("bad event")
-        _event_id(e[0])
-        _name(e[1])
-        if type(e[2]) is not bytes:
-            raise Malformed("bad event body")
-        _int(e[3], 0, MAX_TIME, "event ctime")
-        _int(e[4], 0, MAX_TIME, "event expiry")
-        h = e[5]
-        if type(h) is not list or not 0 < len(h) <= MAX_NODES:
-            raise Malformed("bad event holders")
-        for n in h:
-            _node_id(n)
-        _claims(e[6])
-    return items
+    try:
+        return [parse_event(e) for e in items]
+    except BadEvent as e:
+        raise Malformed(f"bad event on the wire: {e}") from None
+
+
+def _evsync(items: Fields) -> list[tuple[bytes, tuple[tuple[bytes, int], ...]]]:
+    if not 0 < len(items) <= MAX_ITEMS:
+        raise Malformed("bad item count")
+    out = []
+    for it in items:
+        if type(it) is not list or len(it) != 2:
+            raise Malformed("bad EVSYNC item")
+        claims = parse_claims(it[1])
+        if claims is None:
+            raise Malformed("bad EVSYNC claims")
+        out.append((_event_id(it[0]), claims))
+    return out
 
 
 def _event_ids(items: Fields) -> Fields:
@@ -310,16 +317,13 @@ def _event_ids(items: Fields) -> Fields:
     return items
 
 
-def _evstate(items: Fields) -> Fields:
+def _evstate(items: Fields) -> list[tuple[bytes, bytes, int]]:
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
-    for it in items:
-        if type(it) is not list or len(it) != 3:
-            raise Malformed("bad EVSTATE item")
-        _event_id(it[0])
-        _name(it[1])
-        _int(it[2], 0, MAX_CLAIM, "claim")
-    return items
+    try:
+        return [parse_claim_change(it) for it in items]
+    except BadEvent:
+        raise Malformed("bad EVSTATE item") from None
 
 
 def _fields(*checks: Callable[[object], object]) -> Callable[[Fields], Fields]:
@@ -361,13 +365,14 @@ _evavail = _fields(_name, _name)
 # the fields of each message type: checked, and decoded where they carry jobs
 _FIELDS: dict[int, Callable[[Fields], Fields]] = {
     PING: _gossip, PONG: _gossip, MEET: _gossip, FAIL: _fail,
-    REPLJOB: _jobs, GOTJOB: _job_ids, ENQUEUE: _one_id, WILLQUEUE: _one_id,
+    REPLJOB: _jobs, GOTJOB: _record_ids, ENQUEUE: _one_id, WILLQUEUE: _one_id,
     QUEUED: _queued, SETACK: _setack, GOTACK: _gotack, DELJOB: _deljob,
     WORKING: _one_id, NEEDJOBS: _needjobs, YOURJOBS: _yourjobs, PAUSE: _pause,
     OUTCOME: _outcome,
-    EVADD: _events, EVGOT: _event_ids, EVSTATE: _evstate, EVPULL: _evpull,
+    EVADD: _events, EVSTATE: _evstate, EVPULL: _evpull,
     EVGRANT: _evgrant, EVACK: _evack, EVACKED: _evacked, EVFLUSH: _evflush,
     EVWATCH: _evwatch, EVAVAIL: _evavail, EVDEL: _one(_event_id),
+    EVSYNC: _evsync, EVSYNCED: _fields(lambda v: _int(v, 0, 1, "reply")), EVNEED: _event_ids,
 }
 
 

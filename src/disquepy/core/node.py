@@ -25,7 +25,7 @@ from .config import ConfigError
 from .errors import ReplyError
 from .federation import Federation
 from .groups import Groups
-from .ids import JobIdGenerator, Rng, new_node_id
+from .ids import JOB_ID_LEN, JobIdGenerator, Rng, new_node_id
 from .info import HostFacts, info_reply
 from .job import (
     F_DUMMY,
@@ -184,10 +184,13 @@ class Node:
         }
         g = self.groups
         self._handlers.update({
-            M.EVADD: g.on_evadd, M.EVGOT: g.on_evgot, M.EVSTATE: g.on_evstate,
-            M.EVPULL: g.on_evpull, M.EVGRANT: g.on_evgrant, M.EVACK: g.on_evack,
-            M.EVACKED: g.on_evacked, M.EVFLUSH: g.on_evflush, M.EVWATCH: g.on_evwatch,
-            M.EVAVAIL: g.on_evavail, M.EVDEL: g.on_evdel,
+            M.EVADD: g.repl.on_evadd, M.EVSTATE: g.repl.on_evstate,
+            M.EVPULL: g.leases.on_evpull, M.EVGRANT: g.leases.on_evgrant,
+            M.EVACK: g.acks.on_evack, M.EVACKED: g.acks.on_evacked,
+            M.EVFLUSH: g.repl.on_evflush, M.EVWATCH: g.notify.on_evwatch,
+            M.EVAVAIL: g.notify.on_evavail, M.EVDEL: g.repl.on_evdel,
+            M.EVSYNC: g.sync.on_evsync, M.EVSYNCED: g.sync.on_evsynced,
+            M.EVNEED: g.sync.on_evneed,
         })
         self.run_id = f"{rng.getrandbits(160):040x}"
         self._next_cron = now
@@ -394,13 +397,13 @@ class Node:
         if client.blocked_add is not None:
             # a producer gone before its synchronous ADDJOB got the job's ID: it was never
             # told the job exists and may add it again, so the job goes, from every node
-            # it was sent to (as Disque)
-            job = self.jobs.get(client.blocked_add)
+            # it was sent to (as Disque). (A QADD's event stays: its copies complete.)
+            rid = client.blocked_add
             client.blocked_add = None
+            job = self.jobs.get(rid) if len(rid) == JOB_ID_LEN else None
             if job is not None and job.state == WAIT_REPL:
                 self.repl.failed(job, "")
-        if self.groups.waiters:
-            self.groups.client_closed(client)
+        self.groups.client_closed(client)
         if self.clients.pop(client.id, None) is not None:
             self.mem.used -= CLIENT_OVERHEAD + client.qbuf
             client.qbuf = 0
@@ -669,22 +672,21 @@ class Node:
             t = b
         if t is None or self._next_cron < t:
             t = self._next_cron
-        g = self.groups.next_due()
-        if g is not None and g < t:
-            t = g
         return t
 
     def tick(self, now: int) -> None:
         """Fire every timer that is due at ``now``."""
         self.now = now
-        for job in self.awake.pop_due(now):
-            if self.jobs.get(job.id) is job:
-                self.store.process_job(job, now)
+        for t in self.awake.pop_due(now):
+            if isinstance(t, Job):
+                if self.jobs.get(t.id) is t:
+                    self.store.process_job(t, now)
+            else:
+                self.groups.fire(t, now)  # consumer groups' timers (core/groups/)
         self.queues.expire_blocked(now)
         if now >= self._next_cron:
             self._next_cron = now + EVICT_CRON_MS
             self._cron(now)
-        self.groups.tick(now)
         if self.queues.ready:
             self.queues.serve_ready(now)
 
@@ -715,6 +717,7 @@ class Node:
             self.keys.expire(now)
         if len(self.outcomes):
             self.outcomes.expire(now)
+        self.groups.cron(now)
         level = self.mem.level()
         if level >= CRITICAL:
             self.mem.evict(self.config.maxmemory * 95 // 100)

@@ -1,6 +1,7 @@
 """What the node writes to its AOF and how it reads it back.
 
-The node keeps no file: it appends records to ``out`` (LOADJOB with a job's fields
+The node keeps no file: it appends records to ``out`` (the consumer groups' events
+too, core/groups/persist.py; LOADJOB with a job's fields
 in ``jobcodec``'s DISK layout, DELJOB with an ID, OUTCOME with how a job ended, for
 JOBSTATUS after a restart) and the shell writes them (see
 server/aof.py). A running log records a job as ACTIVE, never QUEUED: a reload must
@@ -112,15 +113,19 @@ class Persistence:
         """Rebuild the jobs from AOF records (scan order). Jobs come back active and
         re-queue when their retry time comes; with ``enqueue`` (aof-enqueue-jobs-once,
         after SHUTDOWN REWRITE-AOF) jobs recorded as queued are queued again. At-most-
-        once jobs are never queued by a reload otherwise. Returns the jobs loaded."""
+        once jobs are never queued by a reload otherwise. The events' records go to
+        the groups (``node.groups.log.loaded`` counts them). Returns the jobs loaded."""
         node = self.node
         loaded: dict[bytes, JobFields] = {}
         gone_keys: dict[bytes, tuple[bytes, int]] = {}  # idempotency keys of deleted jobs
         store = node.outcomes
         keep = node.store.outcomes_on
         cutoff = now - store.retention_ms
+        events: list[tuple[str, object]] = []  # the consumer groups' (groups/persist.py)
         for _, kind, payload in recs:
-            if kind == records.LOADJOB:
+            if kind in records.EVENT_KINDS:
+                events.append((kind, payload))
+            elif kind == records.LOADJOB:
                 assert isinstance(payload, JobFields)
                 loaded[payload.id] = payload
             elif kind == records.OUTCOME:
@@ -168,4 +173,6 @@ class Persistence:
             else:
                 job.qtime = 0  # at most once: a reload never queues it
             node.store.schedule(job)
+        if events:
+            node.groups.log.load(events, now)
         return count

@@ -4,6 +4,11 @@ REPLJOB/GOTJOB synchronous replication with one more node every 50 ms while shor
 (ADDJOB waits in ``waiting`` until enough copies are confirmed); ENQUEUE asks a copy
 to queue a job this node does not keep; WILLQUEUE/QUEUED avoid double re-queues and
 WORKING pushes a copy's re-queue time on (Disque's README, "Job replication").
+
+The synchronous part is one mechanism for every :class:`~.record.Record`: a job, or a
+consumer group's event (QADD; its copies go out as EVADD and are confirmed by the same
+GOTJOB, see core/groups/replication.py, which supplies what differs: the copy sent,
+what happens once replicated or failed).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..codec import resp
 from . import messages as M
+from .ids import JOB_ID_LEN
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
 from .jobcodec import COUNTER_TOP
 from .jobtable import part_of
@@ -22,6 +28,7 @@ if TYPE_CHECKING:
     from .jobcodec import JobFields
     from .membership import Peer
     from .node import Node
+    from .record import Record
 
 REPL_RETRY_MS = 50  # add one more node this often while replication is short
 _NOT_WAITING: tuple[None, int, bool] = (None, 0, False)  # waiting's entry for a job nobody waits for
@@ -45,30 +52,43 @@ class Replication:
         # job id -> (client, deadline ms or 0, extrepl)
         self.waiting: dict[bytes, tuple[Client, int, bool]] = {}
 
+    def choose(self, need: int) -> list[str]:
+        """Where copies go: every reachable peer, or a random choice of ``need`` of them;
+        sorted either way, so the copies of a burst for the same nodes share a message."""
+        others = self.node.members.reach_ids
+        return others if need >= len(others) else sorted(self.node.rng.sample(others, need))
+
     def start(self, job: Job, client: Client, now: int, timeout: int, is_async: bool,
               extrepl: bool) -> bytes | None:
         """ADDJOB with copies on other nodes (REPLJOB to repl-1 nodes, or repl nodes
         when this node keeps no copy). Returns the reply, or None while waiting."""
-        others = self.node.members.reach_ids
-        need = job.repl if extrepl else job.repl - 1
-        # every reachable peer, or a random choice of them; sorted either way, so the
-        # REPLJOBs of a burst of jobs for the same nodes share one message
-        targets = others if need >= len(others) else sorted(self.node.rng.sample(others, need))
+        targets = self.choose(job.repl if extrepl else job.repl - 1)
         job.delivered = self.node.shared(tuple(targets) if extrepl else (self.node.myid, *targets))
         job.confirmed = () if extrepl else (self.node.myid,)
         if targets:
-            self.node.send_item(targets, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)),
-                                len(job.body))
+            self.send_copies(job, targets)
         if is_async or not targets:
             move(job, ACTIVE)
             self.replicated(job, now, extrepl)
             return b"+" + job.id + b"\r\n"
         # the job stays in WAIT_REPL (as built) until its copies confirm
-        deadline = now + timeout if timeout else 0
-        self.waiting[job.id] = (client, deadline, extrepl)
-        client.blocked_add = job.id
-        self.node.awake.schedule(job, now + REPL_RETRY_MS)
+        self.wait(job, client, now + timeout if timeout else 0, extrepl, now)
         return None
+
+    def wait(self, rec: Record, client: Client, deadline: int, extrepl: bool, now: int) -> None:
+        """``client`` waits until ``rec.repl`` nodes confirmed a copy of ``rec`` (sent to
+        ``rec.delivered``), or ``deadline`` (0: none): then NOREPL."""
+        self.waiting[rec.id] = (client, deadline, extrepl)
+        client.blocked_add = rec.id
+        self.node.awake.schedule(rec, now + REPL_RETRY_MS)
+
+    def send_copies(self, rec: Record, dsts: list[str]) -> None:
+        """A copy of ``rec`` to each of ``dsts`` (sorted): REPLJOB, or EVADD for an event."""
+        if isinstance(rec, Job):
+            self.node.send_item(dsts, M.REPLJOB, M.job_to_wire(rec, self.node.keys.of.get(rec.id)),
+                                len(rec.body))
+        else:
+            self.node.groups.repl.send_copy(rec, dsts)
 
     def replicated(self, job: Job, now: int, extrepl: bool) -> None:
         """Enough copies exist: queue the job here, or on a copy when we keep none."""
@@ -93,31 +113,33 @@ class Replication:
                 self.node.aof.created(job)
             self.node.store.enqueue(job, now)
 
-    def tick(self, job: Job, now: int) -> None:
-        """A job still short of copies: give up at the deadline, else one more node."""
-        client, deadline, extrepl = self.waiting.get(job.id, _NOT_WAITING)
+    def tick(self, rec: Record, now: int) -> None:
+        """A record still short of copies: give up at the deadline, else one more node."""
+        client, deadline, extrepl = self.waiting.get(rec.id, _NOT_WAITING)
         if client is None:
             return
         if deadline and now >= deadline:
-            self.failed(job, "NOREPL Timeout reached before replicating to the "
-                                   "requested number of nodes")
+            self.failed(rec, "NOREPL Timeout reached before replicating to the "
+                             "requested number of nodes")
             return
-        spare = [n for n in self.node.members.reachable_peers() if n not in job.delivered]
+        spare = [n for n in self.node.members.reachable_peers() if n not in rec.delivered]
         if spare:
-            job.delivered = (*job.delivered, self.node.rng.choice(spare))
-        dsts = sorted(n for n in job.delivered if n != self.node.myid and n not in job.confirmed)
+            rec.delivered = (*rec.delivered, self.node.rng.choice(spare))
+        dsts = sorted(n for n in rec.delivered if n != self.node.myid and n not in rec.confirmed)
         if dsts:
-            self.node.send_item(dsts, M.REPLJOB, M.job_to_wire(job, self.node.keys.of.get(job.id)),
-                                len(job.body))
+            self.send_copies(rec, dsts)
         at = now + REPL_RETRY_MS
         if deadline and deadline < at:
             at = deadline
-        self.node.awake.schedule(job, min(at, job.etime))
+        self.node.awake.schedule(rec, min(at, rec.expiry()))
 
-    def failed(self, job: Job, error: str) -> None:
-        client, _, _ = self.waiting.pop(job.id, _NOT_WAITING)
-        self.node.send_to_copies(job, M.DELJOB, job.id)
-        self.node.store.unregister(job)
+    def failed(self, rec: Record, error: str) -> None:
+        client, _, _ = self.waiting.pop(rec.id, _NOT_WAITING)
+        if isinstance(rec, Job):
+            self.node.send_to_copies(rec, M.DELJOB, rec.id)
+            self.node.store.unregister(rec)
+        else:
+            self.node.groups.repl.add_failed(rec)
         if client is not None and not client.closed:
             client.blocked_add = None
             self.node.outbox.append((client, resp.error(error)))
@@ -181,28 +203,40 @@ class Replication:
         return job
 
     def on_gotjob(self, p: Peer, fields: M.Fields, now: int) -> None:
-        """The sender holds copies of these jobs (one or more IDs per message)."""
+        """The sender holds copies of these jobs or events (one or more IDs per
+        message)."""
         parts = self.node.jobs.parts
-        for jid in fields:
-            job = parts[part_of(jid)].get(jid)  # jobs.get
+        adding = self.node.groups.repl.adding
+        for rid in fields:
+            if len(rid) != JOB_ID_LEN:  # an event's ID (checked by messages.parse)
+                e = adding.get(rid)
+                if e is not None:
+                    self._got_copy(p, e, now)
+                continue
+            job = parts[part_of(rid)].get(rid)  # jobs.get
             if job is not None and job.state == WAIT_REPL:
                 self._got_copy(p, job, now)
 
-    def _got_copy(self, p: Peer, job: Job, now: int) -> None:
+    def _got_copy(self, p: Peer, rec: Record, now: int) -> None:
         pid = p.id
-        confirmed = job.confirmed
+        confirmed = rec.confirmed
         if pid not in confirmed:
-            job.confirmed = confirmed = (*confirmed, pid)
-        if pid not in job.delivered:
-            job.delivered = (*job.delivered, pid)
-        if len(confirmed) >= job.repl:
-            client, _, extrepl = self.waiting.pop(job.id, _NOT_WAITING)
-            move(job, ACTIVE)
-            self.node.awake.cancel_near(job)  # its replication retry, due within REPL_RETRY_MS
-            if client is not None and not client.closed:
-                client.blocked_add = None
-                self.node.outbox.append((client, b"+" + job.id + b"\r\n"))
-            self.replicated(job, now, extrepl)
+            rec.confirmed = confirmed = (*confirmed, pid)
+        if pid not in rec.delivered:
+            rec.delivered = (*rec.delivered, pid)
+        if len(confirmed) < rec.repl:
+            return
+        client, _, extrepl = self.waiting.pop(rec.id, _NOT_WAITING)
+        self.node.awake.cancel_near(rec)  # its replication retry, due within REPL_RETRY_MS
+        if client is not None:
+            client.blocked_add = None
+        if not isinstance(rec, Job):
+            self.node.groups.repl.replicated(rec, client, now)
+            return
+        move(rec, ACTIVE)
+        if client is not None and not client.closed:
+            self.node.outbox.append((client, b"+" + rec.id + b"\r\n"))
+        self.replicated(rec, now, extrepl)
 
     def on_enqueue(self, p: Peer, fields: M.Fields, now: int) -> None:
         job = self.node.jobs.get(fields[0])

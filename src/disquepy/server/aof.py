@@ -14,7 +14,8 @@ crash never loses a job whose ADDJOB got an ID, whatever the policy. Then:
 - ``no``: the kernel flushes when it likes.
 
 A rewrite (BGREWRITEAOF, automatic growth, CONFIG SET appendonly yes) writes the live
-jobs, then the kept job outcomes, to a temporary file a slice at a time between events, while new records go both
+jobs, then the consumer groups' flushes and events held, then the kept job outcomes,
+to a temporary file a slice at a time between events, while new records go both
 to the old file and to a rewrite buffer; at the end the buffer is appended, the file
 fsynced and renamed over the AOF. ``SHUTDOWN REWRITE-AOF`` does the same in one go,
 recording which jobs are queued, for the controlled restart.
@@ -237,6 +238,8 @@ class Rewrite:
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.jobs = list(aof.node.jobs.values())  # the snapshot: 8 bytes a job
         self.pos = 0
+        self.events = aof.node.groups.log.snapshot_list()  # then the events, the same way
+        self.epos = -1  # (-1: the flushes first)
         # then the outcomes, a chunk of the store per step
         self.outcomes: Iterator[list[bytes]] | None = None
         self.buffer: list[bytes] = []
@@ -260,6 +263,9 @@ class Rewrite:
             if self.pos < len(self.jobs):
                 aof.loop.call_soon(self.step)
                 return
+            if self.step_events():
+                aof.loop.call_soon(self.step)
+                return
             if self.outcomes is None:
                 self.outcomes = node.aof.outcome_snapshots(int(time.time() * 1000))
             recs = next(self.outcomes, None)  # one chunk: at most 4096 records
@@ -278,6 +284,23 @@ class Rewrite:
             self.abort()
         finally:
             aof.longest_slice_ms = max(aof.longest_slice_ms, (time.perf_counter() - t0) * 1000)
+
+    def step_events(self) -> bool:
+        """One slice of the consumer groups' part; False once it is all written."""
+        log_ = self.aof.node.groups.log
+        if self.epos < 0:
+            self.epos = 0
+            tombs = log_.tombstones()
+            if tombs:
+                self.write(b"".join(tombs))
+        if self.epos >= len(self.events):
+            return False
+        end = min(self.epos + REWRITE_SLICE, len(self.events))
+        out = [r for r in map(log_.snapshot, self.events[self.epos:end]) if r is not None]
+        if out:
+            self.write(b"".join(out))
+        self.epos = end
+        return True
 
     def write(self, data: bytes) -> None:
         """Write to the new file; with aof-rewrite-incremental-fsync yes, sync it off the
@@ -333,7 +356,8 @@ class Rewrite:
 
 
 def write_snapshot(node: Node, path: str) -> int:
-    """A complete AOF of the live jobs with their queue state, written atomically (for
+    """A complete AOF of the live jobs with their queue state (and the events held),
+    written atomically (for
     SHUTDOWN REWRITE-AOF and the controlled restart). Returns its size."""
     tmp = f"{path}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -342,6 +366,14 @@ def write_snapshot(node: Node, path: str) -> int:
         size = 0
         for job in node.jobs.values():
             rec = node.aof.snapshot(job)
+            if rec is not None:
+                batch.append(rec)
+                if len(batch) >= 10_000:
+                    size += write_all(fd, b"".join(batch))
+                    batch.clear()
+        batch += node.groups.log.tombstones()
+        for e in node.groups.log.snapshot_list():
+            rec = node.groups.log.snapshot(e)
             if rec is not None:
                 batch.append(rec)
                 if len(batch) >= 10_000:

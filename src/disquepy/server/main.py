@@ -306,8 +306,9 @@ def _load_aof(cfg: Config, node: Node, driver: Driver) -> bool:
             log.warning("Can't open the append-only file %s: %s", driver.aof_path, e.strerror)
             return False
         n = node.aof.load(records, Driver.now(), enqueue=once)
-        log.info("DB loaded from append only file: %d jobs (%d records) in %.3f seconds%s", n,
-                 len(records), (Driver.now() - t) / 1000, ", queues restored" if once else "")
+        log.info("DB loaded from append only file: %d jobs, %d events (%d records) in %.3f "
+                 "seconds%s", n, node.groups.log.loaded, len(records),
+                 (Driver.now() - t) / 1000, ", queues restored" if once else "")
     if once:  # a one-time switch: off again, and persisted so
         cfg.aof_enqueue_jobs_once = False
         if driver.config_path:

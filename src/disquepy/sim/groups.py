@@ -18,6 +18,12 @@ The checker judges what clients saw against the four properties of docs/GROUPS.m
 * a delivered event is one a client added, under the ID its QADD returned, never
   after it expired (clock skew allowed for);
 * groups never affect each other: each group is checked on its own;
+* IDs in order: a QADD returns an ID above every event its node held when the QADD
+  was sent (the node's ID clock is raised by every event it sees);
+* safe retries: a third of the QADDs carry IDEMPOTENT <contents>, and one that got an
+  error or no reply is sent again to the same node (not restarted since): a retry
+  answers the first try's event ID, never a second event (a body delivered under two
+  IDs fails ``group-bad-delivery``, a retry's other ID ``group-idempotent``);
 * memory accounting covers the events (the job checker's sweep counts them).
 """
 
@@ -25,7 +31,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.groups import CLAIM_OVERHEAD, DONE, EVENT_OVERHEAD, PULL_STEP_MS, QADD_TIMEOUT_MS
+from ..core.groups.leases import PULL_STEP_MS
+from ..core.groups.model import DONE
+from ..core.groups.replication import QADD_TIMEOUT_MS
 from .config import split_rng
 from .replies import ErrorReply, Reply, ReplyShapeError, array, bulk, decode
 from .workload import pick_node
@@ -57,7 +65,7 @@ class GroupState:
 
 class EventRecord:
     __slots__ = ("body", "queue", "expire_ms", "sent_at", "noblock", "eid", "promised", "lost_on",
-                 "holders_at_reply", "groups")
+                 "holders_at_reply", "groups", "floor", "keyed", "tries", "node", "inc")
 
     def __init__(self, body: bytes, queue: bytes, expire_ms: int, sent_at: int,
                  noblock: bool) -> None:
@@ -70,6 +78,11 @@ class EventRecord:
         self.promised = False  # QADD replied with the ID: the properties apply
         self.lost_on: set[int] = set()  # nodes that lost their copy in a crash
         self.holders_at_reply = 0
+        self.floor = b""  # the largest event ID its node held when the QADD was sent
+        self.keyed = False  # QADD ... IDEMPOTENT <body>: retried after an error
+        self.tries = 0
+        self.node = -1  # where the first QADD went (retries go there too)
+        self.inc = 0  # that node's incarnation then
         self.groups: dict[bytes, GroupState] = {}
 
     def __repr__(self) -> str:
@@ -109,7 +122,7 @@ class Pending:
 
 class GroupAgent:
     __slots__ = ("idx", "home", "group", "conns", "pending", "next_at", "held", "seq",
-                 "notified", "sim")
+                 "notified", "sim", "retry")
 
     def __init__(self, sim: GroupSim, idx: int, home: int, group: bytes | None) -> None:
         self.sim = sim
@@ -122,6 +135,7 @@ class GroupAgent:
         self.held: Held | None = None
         self.seq = 0
         self.notified: bytes | None = None  # the queue a QNOTIFY named
+        self.retry: EventRecord | None = None  # a keyed QADD to send again
 
     def on_reply(self, world: World, node: int, data: bytes) -> None:
         self.sim.reply(self, node, data)
@@ -150,7 +164,8 @@ class GroupSim:
         self.stats = {"events_added": 0, "events_noblock": 0, "event_add_errors": 0,
                       "event_deliveries": 0, "event_acks": 0, "double_leases": 0,
                       "after_ack": 0, "events_excused": 0, "events_lost": 0,
-                      "event_copies_lost": 0, "acks_unconfirmed": 0}
+                      "event_copies_lost": 0, "acks_unconfirmed": 0, "ids_ordered": 0,
+                      "idempotent_retries": 0}
         self.repl = min(3, n)
 
     # ------------------------------------------------------------ schedule
@@ -218,7 +233,7 @@ class GroupSim:
         if st.acked_at is not None:
             return True
         for n in self.world.nodes:
-            e = n.groups.events.get(rec.eid) if n is not None and rec.eid else None
+            e = n.groups.store.events.get(rec.eid) if n is not None and rec.eid else None
             c = e.claims.get(g) if e is not None else None
             if c is not None and c & 3 == DONE:
                 self.stats["acks_unconfirmed"] += 1
@@ -247,6 +262,9 @@ class GroupSim:
             self._finish(a, a.held)
             return
         if a.group is None:
+            if a.retry is not None:
+                self._qadd_again(a)
+                return
             if self.quiescing or self.ops >= self.cfg.steps:
                 return
             self.ops += 1
@@ -284,11 +302,43 @@ class GroupSim:
         noblock = rng.random() < 0.1
         q = rng.choice(self.queues)
         rec = EventRecord(body, q, expire, now, noblock)
+        rec.keyed = rng.random() < 0.3
+        rec.node, rec.inc = node, self.world.incarnation[node]
         self.by_body[body] = rec
-        argv = [b"QADD", q, b"%.3f" % (expire / 1000), body]
-        if noblock:
+        self._send_add(a, rec, node)
+
+    def _send_add(self, a: GroupAgent, rec: EventRecord, node: int) -> None:
+        n = self.world.nodes[node]
+        assert n is not None  # (a live node: _pick's, or checked by _qadd_again)
+        held = n.groups.store.events
+        rec.floor = max(held) if held else b""
+        argv = [b"QADD", rec.queue, b"%.3f" % (rec.expire_ms / 1000), rec.body]
+        if rec.noblock:
             argv.append(b"NOBLOCK")
-        self._send(a, node, argv, Pending("add", node, now, QADD_TIMEOUT_MS, rec=rec))
+        if rec.keyed:
+            argv += [b"IDEMPOTENT", rec.body]
+        self._send(a, node, argv, Pending("add", node, self.world.now, QADD_TIMEOUT_MS,
+                                          rec=rec))
+
+    def _maybe_retry(self, a: GroupAgent, rec: EventRecord | None) -> None:
+        """A keyed QADD that got an error or no reply: sent again (up to 3 times) to
+        the same node, unless it restarted since (a crash may lose what it had not
+        synced; docs/GROUPS.md: retry on the node that added it)."""
+        if rec is not None and rec.keyed and rec.tries < 3 and not self.quiescing:
+            a.retry = rec
+
+    def _qadd_again(self, a: GroupAgent) -> None:
+        rec = a.retry
+        a.retry = None
+        assert rec is not None
+        node = rec.node
+        if self.world.nodes[node] is None or self.world.incarnation[node] != rec.inc \
+                or self.world.now >= rec.sent_at + rec.expire_ms:
+            self._think(a)
+            return
+        rec.tries += 1
+        self.stats["idempotent_retries"] += 1
+        self._send_add(a, rec, node)
 
     def _finish(self, a: GroupAgent, h: Held) -> None:
         rng = self.rng
@@ -328,6 +378,7 @@ class GroupSim:
             self.errors[key] = self.errors.get(key, 0) + 1
             if p.kind == "add":
                 self.stats["event_add_errors"] += 1
+                self._maybe_retry(a, p.rec)
             elif p.held is not None:
                 a.held = None
         else:
@@ -349,9 +400,22 @@ class GroupSim:
         if not isinstance(value, bytes) or len(value) != 25:
             self.world.checker.fail("protocol", f"odd QADD reply {value!r}")
             return
+        if rec.eid is not None and rec.eid != value:
+            self.world.checker.fail(
+                "group-idempotent", f"QADD IDEMPOTENT retry returned {value.decode()}, "
+                f"but the first try's event {rec.eid.decode()} exists: {rec}")
+            return
         rec.eid = value
         rec.promised = True
         self.by_id[value] = rec
+        # (a retry answers the first try's ID, checked above: no new ID to order)
+        if not rec.tries:
+            self.stats["ids_ordered"] += 1
+        if not rec.tries and value <= rec.floor:
+            self.world.checker.fail(
+                "group-order", f"QADD returned {value.decode()}, not above "
+                f"{rec.floor.decode()} which its node held when it was sent (docs/GROUPS.md: "
+                "an event added after another reached a node gets a larger ID)")
         self.stats["events_added"] += 1
         rec.holders_at_reply = h = self._holders(value)
         if h + len(rec.lost_on) < self.repl and not rec.groups:
@@ -447,6 +511,8 @@ class GroupSim:
     def connection_lost(self, a: GroupAgent) -> None:
         p = a.pending
         a.pending = None
+        if p is not None and p.kind == "add":
+            self._maybe_retry(a, p.rec)
         if p is not None and p.held is not None and a.held is p.held:
             p.held.due = self.world.now + 50
         self._think(a)
@@ -454,7 +520,7 @@ class GroupSim:
     def on_crash(self, i: int, node: Node) -> None:
         """Node i is gone with every event it held (events live in memory)."""
         g = node.groups
-        for e in [*g.events.values(), *(w.event for w in g.adding.values())]:
+        for e in [*g.store.events.values(), *g.repl.adding.values()]:
             rec = self.by_body.get(e.body)
             if rec is not None:
                 rec.lost_on.add(i)
@@ -464,7 +530,7 @@ class GroupSim:
                 self.connection_lost(a)
 
     def _holders(self, eid: bytes) -> int:
-        return sum(1 for n in self.world.nodes if n is not None and eid in n.groups.events)
+        return sum(1 for n in self.world.nodes if n is not None and eid in n.groups.store.events)
 
     def _excused(self, rec: EventRecord) -> bool:
         return len(rec.lost_on) >= max(1, rec.holders_at_reply)
@@ -508,16 +574,15 @@ class GroupSim:
                 self.stats["events_lost"] += 1
                 what = "never delivered to" if st is None else "never acked by"
                 where = [i for i, n in enumerate(world.nodes)
-                         if n is not None and rec.eid in n.groups.events]
+                         if n is not None and rec.eid in n.groups.store.events]
                 ck.fail("group-lost", f"{rec} {what} group {g.decode()} (held by nodes "
                                       f"{where}, lost in crashes on {sorted(rec.lost_on)})")
                 break
         for i, node in enumerate(world.nodes):
-            if node is not None and node.groups.adding:
+            if node is not None and node.groups.repl.adding:
                 ck.fail("stuck", f"node {i}: QADDs still wait for copies")
 
 
 def events_memory(node: Node) -> int:
     """What a node's events cost in its used_memory (groups.py's accounting)."""
-    return sum(EVENT_OVERHEAD + len(e.body) + CLAIM_OVERHEAD * len(e.claims)
-               for e in node.groups.events.values())
+    return sum(e.cost() for e in node.groups.store.events.values())

@@ -130,7 +130,9 @@ class Summary:
                 f"{self.total('events_lost')} (excused by crashes: "
                 f"{self.total('events_excused')}, {self.total('event_copies_lost')} copies "
                 f"lost); double leases {self.total('double_leases')}, deliveries after an "
-                f"ack {self.total('after_ack')} (both counted under faults)"))
+                f"ack {self.total('after_ack')} (both counted under faults); IDs ordered "
+                f"{self.total('ids_ordered')}, IDEMPOTENT retries "
+                f"{self.total('idempotent_retries')}"))
         for r in self.failed:
             kinds = ",".join(f"{k}={v}" for k, v in sorted(r.fail_counts.items()))
             lines.append(f"  seed {r.config.seed}: {kinds}")

@@ -24,9 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from disquepy.core.aofrecords import DELJOB, LOADJOB, OUTCOME, ScanResult, scan
-
-_HEADS = (b"*3\r\n$7\r\nLOADJOB\r\n", b"*2\r\n$6\r\nDELJOB\r\n", b"*3\r\n$7\r\nOUTCOME\r\n")
+from disquepy.core.aofrecords import DELJOB, HEADS, LOADJOB, OUTCOME, ScanResult, scan
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,22 +53,23 @@ def records_after(data: bytes, offset: int) -> tuple[int, int]:
     candidates = valid = 0
     pos = offset + 1
     while True:
-        starts = [i for i in (data.find(h, pos) for h in _HEADS) if i >= 0]
+        starts = [i for i in (data.find(h, pos) for h in HEADS) if i >= 0]
         if not starts:
             return candidates, valid
         at = min(starts)
         res = scan(data, at, collect=False)
-        n = res.loadjobs + res.deljobs + res.outcomes
+        n = res.loadjobs + res.deljobs + res.outcomes + res.events
         candidates += max(n, 1)
         valid += n
         pos = res.valid_end if n else at + 1
 
 
 def _report(path: Path, size: int, res: ScanResult) -> None:
-    total = res.loadjobs + res.deljobs + res.outcomes
+    total = res.loadjobs + res.deljobs + res.outcomes + res.events
+    events = f", events={res.events}" if res.events else ""  # (consumer groups' records)
     print(
         f"AOF {path}: size={size}, records={total} "
-        f"({LOADJOB}={res.loadjobs}, {DELJOB}={res.deljobs}, {OUTCOME}={res.outcomes}) "
+        f"({LOADJOB}={res.loadjobs}, {DELJOB}={res.deljobs}, {OUTCOME}={res.outcomes}{events}) "
         f"up to offset {res.valid_end}"
     )
     if res.status == "ok":

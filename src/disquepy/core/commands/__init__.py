@@ -132,13 +132,13 @@ _TABLE = [
     Command("pause", -3, queues.pause, "readonly fast",
             args='queue option...',
             summary='Pause a queue: in, out, all or none; state to read it; bcast to the cluster'),
-    # consumer groups (bananaq's event queues; core/groups.py, docs/GROUPS.md)
+    # consumer groups (bananaq's event queues; core/groups/, docs/GROUPS.md)
     Command("qadd", -4, groups.qadd, "write denyoom fast",
-            args="queue expireSeconds contents [NOBLOCK]",
+            args="queue expireSeconds contents [NOBLOCK] [IDEMPOTENT key]",
             summary=("Add an event to a queue, kept until it expires; every consumer group "
                      "gets it (the reply, its ID, waits for its copies unless NOBLOCK)")),
     Command("qget", -3, groups.qget, "write fast",
-            args="queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n]",
+            args="queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n] [COUNT n]",
             summary=("Lease the group's next event of a queue for EX seconds (default 30; "
                      "0 acknowledges it at once): [id, contents(, deliveries)] or nil")),
     Command("qack", 4, groups.qack, "write fast",

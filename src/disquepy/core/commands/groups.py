@@ -1,5 +1,6 @@
 """Consumer group commands, bananaq's syntax and replies: QADD, QGET, QACK, QNOTIFY,
-QFLUSH, QSTATUS, QINFO (the state and the cluster side live in core/groups.py)."""
+QFLUSH, QSTATUS, QINFO (the state and the cluster side live in core/groups/, by
+topic)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import TYPE_CHECKING
 from ...codec import resp
 from .. import errors
 from ..errors import ReplyError
-from ..groups import DEFAULT_LEASE_MS, MAX_DELIVERIES, MAX_EXPIRE_MS, event_reply
+from ..eventcodec import MAX_KEY
+from ..groups.leases import MAX_COUNT
+from ..groups.model import DEFAULT_LEASE_MS, MAX_DELIVERIES, MAX_EXPIRE_MS, event_reply
 from ..ids import is_valid_event_id
 from .args import parse_int
 
@@ -30,20 +33,36 @@ def parse_seconds(b: bytes, err: str, limit_ms: int = MAX_EXPIRE_MS) -> int:
 
 
 def qadd(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
-    """QADD queue expireSeconds contents [NOBLOCK]"""
-    if len(argv) > 5 or (len(argv) == 5 and argv[4].lower() != b"noblock"):
-        raise ReplyError(errors.SYNTAX)
+    """QADD queue expireSeconds contents [NOBLOCK] [IDEMPOTENT key] (disquepy: the
+    event already added with ``key`` answers instead, see docs/GROUPS.md)"""
+    noblock = False
+    key: bytes | None = None
+    j = 4
+    while j < len(argv):
+        opt = argv[j].lower()
+        if opt == b"noblock":
+            noblock = True
+        elif opt == b"idempotent" and j + 1 < len(argv):
+            key = argv[j + 1]
+            if not 0 < len(key) <= MAX_KEY:
+                raise ReplyError(errors.IDEM_RANGE)
+            j += 1
+        else:
+            raise ReplyError(errors.SYNTAX)
+        j += 1
     expire = parse_seconds(argv[2], errors.EXPIRE_RANGE)
     if expire <= 0:
         raise ReplyError(errors.EXPIRE_RANGE)
-    return node.groups.qadd(client, argv[1], expire, argv[3], len(argv) == 5, now)
+    return node.groups.repl.qadd(client, argv[1], expire, argv[3], noblock, now, key)
 
 
 def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
-    """QGET queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n]"""
+    """QGET queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n] [COUNT n]
+    (COUNT, disquepy's: up to n events, as an array of entries)"""
     lease = DEFAULT_LEASE_MS
     counters = False
     maxdeliv = 0
+    count = 0
     j = 3
     n = len(argv)
     while j < n:
@@ -59,16 +78,22 @@ def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Non
         elif opt == b"withcounters":
             counters = True
             j += 1
+        elif opt == b"count" and j + 1 < n:
+            count = parse_int(argv[j + 1], errors.QGET_COUNT_RANGE)
+            if not 0 < count <= MAX_COUNT:
+                raise ReplyError(errors.QGET_COUNT_RANGE)
+            j += 2
         else:
             raise ReplyError(errors.SYNTAX)
-    return node.groups.qget(client, argv[1], argv[2], lease, maxdeliv, counters, now)
+    return node.groups.leases.qget(client, argv[1], argv[2], lease, maxdeliv, counters, now,
+                                   count)
 
 
 def qack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
     """QACK queue group eventID"""
     if not is_valid_event_id(argv[3]):
         raise ReplyError(errors.BAD_EVENT_ID)
-    return node.groups.qack(client, argv[1], node.groups.intern(argv[2]), argv[3], 0, now)
+    return node.groups.acks.qack(client, argv[1], node.groups.store.intern(argv[2]), argv[3], 0, now)
 
 
 def qworking(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
@@ -83,21 +108,21 @@ def qworking(node: Node, client: Client, argv: list[bytes], now: int) -> bytes |
         ext = parse_seconds(argv[5], errors.EX_RANGE)
         if ext <= 0:
             raise ReplyError(errors.EX_RANGE)
-    return node.groups.qack(client, argv[1], node.groups.intern(argv[2]), argv[3], ext, now)
+    return node.groups.acks.qack(client, argv[1], node.groups.store.intern(argv[2]), argv[3], ext, now)
 
 
 def qdead(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """QDEAD queue group [REQUEUE id ...]: the group's dead letters held here as
     [id, contents, deliveries] (oldest first), or requeue them: how many were."""
-    group = node.groups.intern(argv[2])
+    group = node.groups.store.intern(argv[2])
     if len(argv) > 3:
         if argv[3].lower() != b"requeue" or len(argv) == 4:
             raise ReplyError(errors.SYNTAX)
         ids = argv[4:]
         if not all(is_valid_event_id(i) for i in ids):
             raise ReplyError(errors.BAD_EVENT_ID)
-        return resp.integer(node.groups.requeue(argv[1], group, ids, now))
-    dead = node.groups.dead_letters(argv[1], group)
+        return resp.integer(node.groups.dead.requeue(argv[1], group, ids, now))
+    dead = node.groups.dead.letters(argv[1], group)
     return b"*%d\r\n" % len(dead) + b"".join(
         event_reply(e.id, e.body, n, True) for e, n in dead)
 
@@ -105,12 +130,12 @@ def qdead(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
 def qnotify(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
     """QNOTIFY group timeout queue [queue ...] (timeout in seconds, 0: forever)"""
     timeout = parse_seconds(argv[2], errors.NOTIFY_TIMEOUT)
-    return node.groups.qnotify(client, argv[1], timeout, list(dict.fromkeys(argv[3:])), now)
+    return node.groups.notify.qnotify(client, argv[1], timeout, list(dict.fromkeys(argv[3:])), now)
 
 
 def qflush(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     """QFLUSH queue"""
-    return node.groups.qflush(argv[1], now)
+    return node.groups.repl.qflush(argv[1], now)
 
 
 def _status_args(argv: list[bytes]) -> tuple[list[bytes], list[bytes]]:

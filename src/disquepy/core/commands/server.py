@@ -199,7 +199,7 @@ def debug(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Sh
 def _structsize() -> bytes:
     """DEBUG STRUCTSIZE in Disque's form (``name:bytes ``...): what the node counts in
     used_memory for each thing it holds, besides its variable bytes."""
-    from ..groups import CLAIM_OVERHEAD, EVENT_OVERHEAD
+    from ..groups.model import CLAIM_OVERHEAD, EVENT_OVERHEAD
     from ..keys import IDEM_OVERHEAD, TOKEN_OVERHEAD
     from ..memory import CLIENT_OVERHEAD, JOB_OVERHEAD
     from ..queues import QUEUE_OVERHEAD

@@ -1,0 +1,215 @@
+"""Leases: QGET, served by an event this node decides for, or asked of peers one at a
+time (EVPULL/EVGRANT, as federation moves jobs to consumers); and what happens when a
+lease runs out unacknowledged (the event is redone: available to the group again).
+
+Pure: time comes in as ``now`` (ms).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...codec import resp
+from .. import messages as M
+from .model import (
+    CLAIM_OVERHEAD,
+    DONE,
+    LEASED,
+    REDO,
+    STATE_MASK,
+    Event,
+    Lease,
+    PullWait,
+    claim_deadline,
+    claim_deliveries,
+    event_reply,
+    pack,
+)
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..membership import Peer
+    from . import Groups
+
+PULL_STEP_MS = 500  # a peer asked to lease an event must answer within this
+AUTOACK_LEASE_MS = 5000  # the lease of a QGET EX 0 served by a peer, until its ack comes
+GRANTED_MAX = 100_000  # remembered "which peer leased this event to us" entries
+SCAN_LIMIT = 10_000  # events one lease looks at, at most (dead letters skipped)
+MAX_COUNT = 10_000  # QGET ... COUNT n: events one QGET leases, at most
+
+
+class Leases:
+    def __init__(self, g: Groups) -> None:
+        self.g = g
+        self.node = g.node
+        self.granted_by: dict[bytes, str] = {}  # event -> peer that leased it to us
+        self.delivered = 0
+        self.redone = 0
+
+    def timer(self, eid: bytes, group: bytes, deadline: int) -> None:
+        """Wake at ``deadline`` to see whether ``group``'s lease on the event ended."""
+        t = Lease(self.g.next_seq(), eid, group, deadline)
+        self.node.awake.schedule(t, deadline)
+
+    # ---------------------------------------------------------------- leasing
+    def lease_local(self, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
+                    now: int) -> tuple[Event, int] | None:
+        """Lease the next event of ``qname`` this node decides for to ``group``:
+        (event, deliveries) or None. ``lease_ms`` 0 acknowledges it at once. An event
+        delivered ``maxdeliv`` times already (0: no limit) goes to the group's dead
+        letters instead."""
+        g = self.g
+        store = g.store
+        q = store.queues.get(qname)
+        if q is None:
+            return None
+        q.atime = now
+        for _ in range(SCAN_LIMIT):
+            e = store.find(q, group, now, True)
+            if e is None:
+                return None
+            cur = q.cursors[group]
+            if cur.redo and cur.redo[0] == e.id:
+                cur.redo.popleft()
+            old = e.claims.get(group)
+            deliv = (claim_deliveries(old) if old is not None else 0) + 1
+            if not g.dead.exhausted(e, group, old, deliv, maxdeliv, now):
+                break
+        else:
+            return None
+        if lease_ms:
+            deadline = now + lease_ms
+            c = pack(LEASED, deliv, deadline)
+            self.timer(e.id, group, deadline)
+        else:
+            c = pack(DONE, deliv, 0)
+            g.acks.acked += 1
+        if old is None:
+            self.node.mem.used += CLAIM_OVERHEAD
+        e.claims[group] = c
+        self.delivered += 1
+        g.repl.replicate_claim(e, group)
+        return e, deliv
+
+    def qget(self, client: Client, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
+             counters: bool, now: int, count: int = 0) -> bytes | None:
+        """QGET: the group's next event, leased here if this node decides for one, else
+        asked of peers. With ``count`` (COUNT n) up to n events this node decides for,
+        as an array of entries; failing any, one asked of peers (``[]`` if none)."""
+        group = self.g.store.intern(group)
+        if count:
+            out = []
+            for _ in range(count):
+                got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
+                if got is None:
+                    break
+                out.append(event_reply(got[0].id, got[0].body, got[1], counters))
+            if out:
+                return b"*%d\r\n%b" % (len(out), b"".join(out))
+        else:
+            got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
+            if got is not None:
+                return event_reply(got[0].id, got[0].body, got[1], counters)
+        targets, hint = self._pull_targets(qname, group, now)
+        if not targets:
+            return resp.EMPTY_ARRAY if count else resp.null_array(client.proto)
+        # EX 0 from a peer: leased briefly, acked once the grant reached us (an ack at
+        # the grant would lose the event for the group if the EVGRANT were lost)
+        w = PullWait(client, qname, group, lease_ms or AUTOACK_LEASE_MS, maxdeliv, targets,
+                     counters)
+        w.hint = hint
+        w.autoack = not lease_ms
+        w.batch = count > 0
+        self._pull_next(w, now)
+        return None
+
+    def _pull_targets(self, qname: bytes, group: bytes,
+                      now: int) -> tuple[list[str], bytes | None]:
+        """Peers to ask for a lease: first the authority of an event this node knows is
+        available to the group (its ID returned too), then every other reachable peer."""
+        node = self.node
+        if not node.clustered:
+            return [], None
+        reach = node.members.reach_ids
+        store = self.g.store
+        q = store.queues.get(qname)
+        if q is not None:
+            e = store.find(q, group, now, False)
+            if e is not None:
+                a = store.authority(e)
+                if a != node.myid and a in reach:
+                    return [a, *(p for p in reach if p != a)], e.id
+        return list(reach), None
+
+    def _pull_next(self, w: PullWait, now: int) -> None:
+        if not w.targets or w.client.closed:
+            if not w.client.closed:
+                self.node.outbox.append((w.client, resp.EMPTY_ARRAY if w.batch
+                                         else resp.null_array(w.client.proto)))
+            return
+        self.g.ask(w, now + PULL_STEP_MS)
+        self.node.send([w.targets[0]], M.EVPULL, w.req, w.queue, w.group, w.lease,
+                       w.maxdeliv)
+
+    def pull_timed_out(self, w: PullWait, now: int) -> None:
+        """The peer asked did not answer in time: the next one."""
+        w.targets.pop(0)
+        self._pull_next(w, now)
+
+    def on_evpull(self, p: Peer, fields: M.Fields, now: int) -> None:
+        req, qname, group, lease, maxdeliv = fields
+        got = self.lease_local(qname, self.g.store.intern(group), lease, maxdeliv, now)
+        self.node.send([p.id], M.EVGRANT, req,
+                       None if got is None else [got[0].id, got[0].body, got[1]])
+
+    def on_evgrant(self, p: Peer, fields: M.Fields, now: int) -> None:
+        req, grant = fields
+        w = self.g.answered(req)
+        if not isinstance(w, PullWait) or not w.targets or w.targets[0] != p.id:
+            return  # late: the lease runs out unused and the event is redone
+        self.g.done(w)
+        if grant is None:
+            w.targets.pop(0)
+            if w.hint is not None:
+                self.g.repl.repair(w.hint, p.id)
+                w.hint = None
+            self._pull_next(w, now)
+            return
+        eid, body, deliv = grant
+        gb = self.granted_by
+        gb[eid] = p.id
+        if len(gb) > GRANTED_MAX:
+            del gb[next(iter(gb))]
+        if not w.client.closed:
+            reply = event_reply(eid, body, deliv, w.counters)
+            self.node.outbox.append((w.client, b"*1\r\n" + reply if w.batch else reply))
+            if w.autoack:
+                self.node.send([p.id], M.EVACK, 0, w.queue, w.group, eid, 0)
+
+    # ------------------------------------------------------------ lease ends
+    def ended(self, t: Lease, now: int) -> None:
+        """A lease's timer fired: if the lease is still the one it was set for, it ran
+        out unacknowledged; the authority redoes the event, every holder wakes its
+        consumers."""
+        g = self.g
+        eid, group, deadline = t.eid, t.group, t.deadline
+        store = g.store
+        if store.flushed.get((eid, group)) == deadline:
+            del store.flushed[(eid, group)]  # a lease held across a QFLUSH ended
+        e = store.events.get(eid)
+        if e is None:
+            return
+        c = e.claims.get(group)
+        if c is None or c & STATE_MASK != LEASED or claim_deadline(c) != deadline:
+            return
+        q = store.queues.get(e.queue)
+        if store.mine(e):
+            self.redone += 1
+            e.claims[group] = pack(REDO, claim_deliveries(c), deadline)
+            g.repl.replicate_claim(e, group)
+        if q is not None:
+            cur = q.cursors.get(group)
+            if cur is not None:
+                cur.redo.append(eid)
+            g.notify.wake(q, group, now)
+            g.notify.tell_watchers(q, group)

@@ -1,0 +1,284 @@
+"""Consumer groups' data (as job.py is the jobs'): an event, the claim each group holds
+on it, the queues of events and what waits on them.
+
+A *claim* is one packed int: (state, deliveries, lease deadline). No claim at all:
+never delivered to the group. Copies of an event merge claims by a join (:func:`merge`),
+so copies that saw the same changes in any order agree.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..awake import Timer
+from ..record import Record
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+# claim states (the low 2 bits of a claim); no claim at all: never delivered
+DEAD = 0  # delivered the group's MAXDELIVERIES times without an ack: its dead letters
+LEASED = 1
+REDO = 2
+DONE = 3
+AVAILABLE = 4  # (effective() of no claim)
+_RANK = (3, 0, 1, 2)  # merge order at equal deadlines: LEASED < REDO < DEAD
+_STATE_BITS = 2
+_DELIV_BITS = 16
+_DELIV_MAX = (1 << _DELIV_BITS) - 1
+STATE_MASK = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
+DEADLINE_SHIFT = _STATE_BITS + _DELIV_BITS
+
+EVENT_OVERHEAD = 300  # bytes an event costs besides its body (memory accounting)
+CLAIM_OVERHEAD = 40  # bytes a group's claim on an event costs
+DEFAULT_LEASE_MS = 30_000
+MAX_EXPIRE_MS = 10 * 365 * 86_400_000  # ten years
+MAX_DELIVERIES = _DELIV_MAX
+
+# an event's stage on this node
+ADDING = 0  # created here, waiting for its copies (replication.py): not leased yet
+HELD = 1  # held (its expiry timer runs)
+GONE = 2  # expired, flushed, or dropped
+
+
+def pack(state: int, deliveries: int, deadline: int) -> int:
+    if deliveries > _DELIV_MAX:
+        deliveries = _DELIV_MAX
+    return state | (deliveries << _STATE_BITS) | (deadline << DEADLINE_SHIFT)
+
+
+def claim_state(c: int) -> int:
+    return c & STATE_MASK
+
+
+def claim_deliveries(c: int) -> int:
+    return (c >> _STATE_BITS) & _DELIV_MAX
+
+
+def claim_deadline(c: int) -> int:
+    return c >> DEADLINE_SHIFT
+
+
+def effective(c: int | None, now: int) -> int:
+    """What a claim means now: a lease whose deadline passed is a redo."""
+    if c is None:
+        return AVAILABLE
+    s = c & STATE_MASK
+    if s == LEASED and c >> DEADLINE_SHIFT <= now:
+        return REDO
+    return s
+
+
+def merge(old: int | None, new: int) -> int:
+    """The join of two claims on one event for one group: copies that saw the same
+    changes in any order agree. DONE is final; otherwise the later deadline wins (a
+    lease is granted only once the previous one ended, an extension moves it on, a
+    dead-lettering or a requeue is stamped with its time), then the state that ends
+    the other (REDO over the LEASED it ends, DEAD over the REDO it ends)."""
+    if old is None:
+        return new
+    if old & STATE_MASK == DONE:
+        return old
+    if new & STATE_MASK == DONE:
+        return new
+    ko = (old >> DEADLINE_SHIFT, _RANK[old & STATE_MASK])
+    kn = (new >> DEADLINE_SHIFT, _RANK[new & STATE_MASK])
+    return new if kn > ko else old
+
+
+class Event(Record):
+    """One event on this node. Its Record fields: ``delivered``, the nodes holding a
+    copy (its *holders*, the creator first: the order decides who leases it, see
+    store.authority), and while it is ADDING the replication's ``repl`` and
+    ``confirmed``. Its timer (``awake``): the replication's retry while ADDING, then
+    its expiry."""
+
+    __slots__ = ("queue", "body", "etime", "claims", "stage", "key")
+
+    def __init__(self, eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
+                 holders: tuple[str, ...]) -> None:
+        self.id = eid
+        self.ctime = ctime  # ns, the creating node's clock
+        self.awake = 0
+        self.repl = 1
+        self.delivered = holders
+        self.confirmed = holders[:1]
+        self.queue = queue
+        self.body = body
+        self.etime = etime  # ms: discarded then
+        self.claims: dict[bytes, int] = {}  # group -> packed claim
+        self.stage = ADDING
+        self.key: bytes | None = None  # its QADD's IDEMPOTENT key
+
+    def expiry(self) -> int:
+        return self.etime
+
+    def cost(self) -> int:
+        """What the event costs in the node's used memory (bytes)."""
+        return (EVENT_OVERHEAD + len(self.body) + CLAIM_OVERHEAD * len(self.claims)
+                + (len(self.key) if self.key is not None else 0))
+
+    def __repr__(self) -> str:
+        return f"<Event {self.id.decode()} q={self.queue!r}>"
+
+
+class Lease(Timer):
+    """The timer of a group's lease on an event (one per lease granted or heard of):
+    when it fires the lease may have ended (acked, extended or redone since: then the
+    claim's deadline no longer matches and nothing happens)."""
+
+    __slots__ = ("eid", "group", "deadline")
+
+    def __init__(self, seq: int, eid: bytes, group: bytes, deadline: int) -> None:
+        self.id = b""
+        self.ctime = seq
+        self.awake = 0
+        self.eid = eid
+        self.group = group
+        self.deadline = deadline
+
+
+class Rescan(Timer):
+    """A time when what this node decides for may change without the set of
+    reachable nodes changing (a link down for long enough: store.authority)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        self.id = b""
+        self.ctime = 0
+        self.awake = 0
+
+
+class Cursor:
+    """Where a group's scan of a queue stands on this node: every event before
+    ``pos`` is done, leased, gone, or listed in ``redo`` once its lease ran out; every
+    event before ``mine_pos`` (>= pos) is that or decided by another node, so a node that
+    creates none of a long queue's events does not rescan them on every QGET. Which
+    node decides changes only with who is reachable (an event's holders grow at the
+    end, after this node), and then both go back to the start (``reach``)."""
+
+    __slots__ = ("pos", "mine_pos", "redo", "reach")
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+        self.mine_pos = pos
+        self.redo: deque[bytes] = deque()
+        self.reach: object = None  # membership.reach_ids when the scan was last valid
+
+
+class Waiter(Timer):
+    """A client blocked in QNOTIFY; its timer: the timeout (none for 0, forever)."""
+
+    __slots__ = ("client", "group", "queues", "deadline")
+
+    def __init__(self, seq: int, client: Client, group: bytes, queues: list[bytes],
+                 deadline: int) -> None:
+        self.id = b""
+        self.ctime = seq
+        self.awake = 0
+        self.client = client
+        self.group = group
+        self.queues = queues
+        self.deadline = deadline  # 0: forever
+
+
+class EQueue:
+    __slots__ = ("name", "order", "base", "live", "cursors", "waiters", "watchers", "atime")
+
+    def __init__(self, name: bytes, now: int) -> None:
+        self.name = name
+        self.order: list[Event] = []  # arrival order here; gone events until compacted
+        self.base = 0  # absolute index of order[0]
+        self.live = 0
+        self.cursors: dict[bytes, Cursor] = {}
+        self.waiters: list[Waiter] = []
+        self.watchers: dict[str, tuple[bytes, int]] = {}  # peer -> (group, until ms)
+        self.atime = now
+
+    def end(self) -> int:
+        return self.base + len(self.order)
+
+
+class Request(Timer):
+    """A request to peers (a lease asked for, an ack to decide) waiting for answers,
+    by number (``req``); its timer: when it gives up (on that peer)."""
+
+    __slots__ = ("req", "client", "deadline")
+
+    def __init__(self, client: Client) -> None:
+        self.id = b""
+        self.ctime = 0
+        self.awake = 0
+        self.req = 0
+        self.client = client
+        self.deadline = 0
+
+
+class PullWait(Request):
+    """A QGET asking peers, one at a time, to lease one of their events."""
+
+    __slots__ = ("queue", "group", "lease", "maxdeliv", "targets", "counters", "hint",
+                 "autoack", "batch")
+
+    def __init__(self, client: Client, queue: bytes, group: bytes, lease: int, maxdeliv: int,
+                 targets: list[str], counters: bool) -> None:
+        super().__init__(client)
+        self.queue = queue
+        self.group = group
+        self.lease = lease
+        self.maxdeliv = maxdeliv
+        self.targets = targets  # still to ask, the one asked now first
+        self.counters = counters
+        self.hint: bytes | None = None  # an event we hold that targets[0] decides for
+        self.autoack = False  # QGET EX 0: ack what the grant brings
+        self.batch = False  # QGET ... COUNT n: the reply is an array of entries
+
+
+class AckWait(Request):
+    """A QACK or QWORKING waiting for the event's authority to decide."""
+
+    __slots__ = ("waiting", "eid", "extend")
+
+    def __init__(self, client: Client, waiting: set[str], eid: bytes, extend: int) -> None:
+        super().__init__(client)
+        self.waiting = waiting
+        self.eid = eid
+        self.extend = extend
+
+
+class GroupStats:
+    """QSTATUS for one queue and group: bananaq's fields, then ours (dead letters and
+    ``oldest``, the creation time in ms of the oldest event the group has not done)."""
+
+    __slots__ = ("total", "inprogress", "redo", "done", "available", "consumers", "dead",
+                 "oldest")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.inprogress = 0
+        self.redo = 0
+        self.done = 0
+        self.available = 0
+        self.consumers = 0
+        self.dead = 0
+        self.oldest = 0
+
+    def fields(self, now: int) -> list[tuple[bytes, int]]:
+        """Every field in QSTATUS order: bananaq's, then dead, lag (events waiting to
+        be delivered: available + redo), pending (delivered, not acknowledged yet) and
+        oldest-pending-ms (the age of the oldest event not done, 0 if none)."""
+        return [(b"total", self.total), (b"inprogress", self.inprogress),
+                (b"redo", self.redo), (b"done", self.done), (b"available", self.available),
+                (b"consumers", self.consumers), (b"dead", self.dead),
+                (b"lag", self.available + self.redo), (b"pending", self.inprogress),
+                (b"oldest-pending-ms", max(0, now - self.oldest) if self.oldest else 0)]
+
+
+def event_reply(eid: bytes, body: bytes, deliveries: int, counters: bool) -> bytes:
+    """QGET's reply: [id, contents], and the delivery count WITHCOUNTERS."""
+    if counters:
+        return b"*3\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n:%d\r\n" % (
+            len(eid), eid, len(body), body, deliveries)
+    return b"*2\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(eid), eid, len(body), body)

@@ -1,0 +1,135 @@
+"""Events in the node's AOF, with the jobs (as core/persistence.py is for jobs): the
+records of an event's life (aofrecords.py: EVENT, EVCLAIM, EVDEL, EVFLUSH), what a
+rewrite writes for the events held, and the replay at start.
+
+Records go to ``node.aof.out`` with the jobs' records, so they share the AOF's fsync
+policy and its group commit: the shell writes (and syncs) them before the replies and
+the bus frames of the same loop iteration leave. A QADD's reply, and a copy's GOTJOB,
+are thus never sent before the event is on disk (as ADDJOB's); nor a QACK's 1 before
+its claim is.
+
+Pure: time comes in as ``now`` (ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from .. import aofrecords as records
+from ..eventcodec import EventFields, event_fields
+from .model import LEASED, STATE_MASK, Event, claim_deadline, merge
+from .store import TOMBSTONE_MS
+
+if TYPE_CHECKING:
+    from . import Groups
+
+
+class EventLog:
+    def __init__(self, g: Groups) -> None:
+        self.g = g
+        self.node = g.node
+        self.loaded = 0  # events the last load brought back
+
+    # --- the running log ------------------------------------------------------------
+    def held(self, e: Event) -> None:
+        """``e`` is held here (new, or its copy arrived), with its claims."""
+        if self.node.aof.on:
+            self.node.aof.out.append(records.encode_event_record(records.EVENT,
+                                                                 event_fields(e)))
+
+    def claim(self, e: Event, group: bytes) -> None:
+        """``group``'s claim on ``e`` changed here."""
+        if self.node.aof.on:
+            self.node.aof.out.append(records.encode_event_record(
+                records.EVCLAIM, [e.id, group, e.claims[group]]))
+
+    def dropped(self, eid: bytes) -> None:
+        """An event dropped before its expiry (its QADD gave up)."""
+        if self.node.aof.on:
+            self.node.aof.out.append(records.encode_event_record(records.EVDEL, [eid]))
+
+    def flushed(self, qname: bytes, ctime: int) -> None:
+        """QFLUSH: the events of ``qname`` created up to ``ctime`` (ns) are gone."""
+        if self.node.aof.on:
+            self.node.aof.out.append(records.encode_event_record(records.EVFLUSH,
+                                                                 [qname, ctime]))
+
+    # --- a rewrite ------------------------------------------------------------------
+    def snapshot_list(self) -> list[Event]:
+        """The events a rewrite will write, a slice at a time (8 bytes each)."""
+        return list(self.g.store.events.values())
+
+    def snapshot(self, e: Event) -> bytes | None:
+        """A rewrite's record for ``e``, or None if it is no longer held (dropped or
+        expired since the snapshot was listed: the running log has said so)."""
+        if self.g.store.events.get(e.id) is not e:
+            return None
+        return records.encode_event_record(records.EVENT, event_fields(e))
+
+    def tombstones(self) -> list[bytes]:
+        """A rewrite's EVFLUSH records: the flushes still refusing late copies (written
+        before the events, so a reload drops none created after the flush)."""
+        return [records.encode_event_record(records.EVFLUSH, [q, ctime])
+                for q, (ctime, _) in self.g.store.tombs.items()]
+
+    # --- loading --------------------------------------------------------------------
+    def load(self, recs: Iterable[tuple[str, object]], now: int) -> int:
+        """Replay the events' records (file order): the events held and unexpired come
+        back with their claims, in their arrival order, leases running to their
+        deadlines; flushes recent enough keep refusing older copies. Returns the
+        events loaded."""
+        g = self.g
+        store = g.store
+        events: dict[bytes, tuple[EventFields, dict[bytes, int]]] = {}
+        tombs: dict[bytes, int] = {}
+        for kind, p in recs:
+            if kind == records.EVENT:
+                assert isinstance(p, EventFields)
+                old = events.get(p.id)
+                claims = old[1] if old is not None else {}
+                for gr, c in p.claims:
+                    claims[gr] = merge(claims.get(gr), c)
+                events[p.id] = (p, claims)
+            elif kind == records.EVCLAIM:
+                assert isinstance(p, tuple)
+                eid, gr, c = p
+                ev = events.get(eid)
+                if ev is not None:
+                    ev[1][gr] = merge(ev[1].get(gr), c)
+            elif kind == records.EVDEL:
+                assert isinstance(p, bytes)
+                events.pop(p, None)
+            else:
+                assert isinstance(p, tuple)
+                qname, ctime = p
+                if ctime > tombs.get(qname, -1):
+                    tombs[qname] = ctime
+                for eid in [i for i, (f, _) in events.items()
+                            if f.queue == qname and f.ctime <= ctime]:
+                    del events[eid]
+        for qname, ctime in tombs.items():
+            until = ctime // 1_000_000 + TOMBSTONE_MS
+            if until > now:
+                store.tombs[qname] = (ctime, until)
+        n = 0
+        myid = self.node.myid
+        for f, claims in events.values():
+            if f.etime <= now or f.id in store.events:
+                continue
+            hs = f.holders if myid in f.holders else (*f.holders, myid)
+            e = Event(f.id, store.intern(f.queue), f.body, f.ctime, f.etime,
+                      store.holders(hs))
+            e.key = f.key
+            for gr, c in claims.items():
+                gr = store.intern(gr)
+                e.claims[gr] = c
+                if c & STATE_MASK == LEASED and claim_deadline(c) > now:
+                    g.leases.timer(f.id, gr, claim_deadline(c))
+            store.put(e, now)
+            n += 1
+            g.seen(f.ctime, now)
+        self.loaded = n
+        if n:
+            g.sync.after_load(now)
+        return n

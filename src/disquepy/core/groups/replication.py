@@ -1,0 +1,233 @@
+"""Events' copies on other nodes: QADD through the node's one replication mechanism
+(core/replication.py, the one ADDJOB uses: EVADD copies to R-1 reachable peers, one
+more every 50 ms while short, the reply once R nodes confirmed with GOTJOB, NOREPL and
+EVDEL past the deadline), copies held on arrival, read repair, the claims changes sent
+to every holder (EVSTATE) and QFLUSH's EVFLUSH.
+
+Pure: time comes in as ``now`` (ms).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...codec import resp
+from .. import errors
+from .. import messages as M
+from ..errors import ReplyError
+from ..eventcodec import event_fields
+from ..ids import event_id
+from ..replication import COPIES_UP_TO
+from .model import ADDING, HELD, LEASED, STATE_MASK, Event, claim_deadline, merge
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..eventcodec import EventFields
+    from ..membership import Peer
+    from ..record import Record
+    from . import Groups
+
+QADD_TIMEOUT_MS = 5000  # a QADD waiting for its copies gives up (NOREPL) after this
+
+
+class EventReplication:
+    def __init__(self, g: Groups) -> None:
+        self.g = g
+        self.node = g.node
+        self.adding: dict[bytes, Event] = {}  # QADDs waiting for their copies, by event ID
+        self.added = 0
+        self.repairs = 0
+
+    # --------------------------------------------------------------------- QADD
+    def qadd(self, client: Client, qname: bytes, expire_ms: int, body: bytes, noblock: bool,
+             now: int, key: bytes | None = None) -> bytes | None:
+        """QADD: a new event, with copies on R-1 other nodes before the reply (NOBLOCK:
+        at once, copies in the background). With an IDEMPOTENT ``key`` already used
+        for an event held here, that event's ID instead (see :meth:`_again`)."""
+        node = self.node
+        store = self.g.store
+        repl = node.default_replicate if node.clustered else 1
+        need = repl - 1
+        if key is not None:
+            old = store.keys.get(key)
+            if old is not None:
+                return self._again(old, client, noblock, need, now)
+        if need > node.reachable and not noblock:
+            raise ReplyError(errors.NOREPL)
+        targets = node.repl.choose(need)
+        ctime = node.next_ctime(now)
+        eid = event_id(ctime, node.myid)
+        e = Event(eid, qname, body, ctime, now + expire_ms,
+                  store.holders((node.myid, *targets)))
+        e.repl = repl
+        if key is not None:
+            e.key = key
+            store.keys[key] = e
+        self.added += 1
+        if targets:
+            self.send_copy(e, targets)
+        if noblock or not targets:
+            store.put(e, now)
+            self.g.notify.arrived(e, now)
+            return resp.OK if noblock else resp.bulk(eid)
+        self.adding[eid] = e
+        node.repl.wait(e, client, now + min(QADD_TIMEOUT_MS, expire_ms), False, now)
+        return None
+
+    def _again(self, e: Event, client: Client, noblock: bool, need: int,
+               now: int) -> bytes | None:
+        """A QADD with the IDEMPOTENT key of ``e``: its ID, never a second event. An
+        event this node created whose copies are still short (its QADD got NOREPL:
+        kept, see add_failed) gets them made first, as a new QADD would."""
+        if e.id in self.adding:
+            raise ReplyError(errors.EV_IDEM_BUSY)
+        if noblock:
+            return resp.OK
+        if not e.confirmed or len(e.confirmed) >= e.repl or e.delivered[0] != self.node.myid:
+            return resp.bulk(e.id)  # (replicated: confirmed emptied)
+        if need > self.node.reachable:
+            raise ReplyError(errors.NOREPL)
+        self.adding[e.id] = e
+        self.node.repl.wait(e, client, now + min(QADD_TIMEOUT_MS, e.etime - now), False, now)
+        return None
+
+    def send_copy(self, rec: Record, dsts: list[str]) -> None:
+        """The replication's hook: send ``dsts`` (sorted) a copy of the event."""
+        assert isinstance(rec, Event)
+        self.node.send_item(dsts, M.EVADD, event_fields(rec), len(rec.body))
+
+    def replicated(self, e: Record, client: Client | None, now: int) -> None:
+        """The replication's hook: R nodes hold ``e``: held here, the QADD answered."""
+        assert isinstance(e, Event)
+        self.adding.pop(e.id, None)
+        e.confirmed = ()  # (matters while replicating only, as for jobs)
+        if e.stage == ADDING:
+            if e.etime > now and e.id not in self.g.store.events:
+                self.g.store.put(e, now)
+                self.g.notify.arrived(e, now)
+            else:
+                self.g.store.remove(e)
+        elif e.stage == HELD:  # (a retry made the copies: its timer is its expiry again)
+            self.node.awake.schedule(e, e.etime)
+        if client is not None and not client.closed:
+            self.node.outbox.append((client, resp.bulk(e.id)))
+
+    def add_failed(self, e: Record) -> None:
+        """The replication's hook: the copies were not made in time (its client gets
+        NOREPL): those made are dropped; but an event with an IDEMPOTENT key is kept
+        (held here, with the copies made): the producer's retry with the key gets its
+        ID, never a second event, whichever copies the first try left."""
+        assert isinstance(e, Event)
+        self.adding.pop(e.id, None)
+        now = self.node.now
+        if e.key is not None and (e.stage != ADDING or e.etime > now):
+            if e.stage == ADDING:
+                self.g.store.put(e, now)
+                self.g.notify.arrived(e, now)
+            elif e.stage == HELD:
+                self.node.awake.schedule(e, e.etime)
+            return
+        self.g.store.remove(e)
+        myid = self.node.myid
+        self.node.send(sorted(h for h in e.delivered if h != myid), M.EVDEL, e.id)
+
+    # ----------------------------------------------------------------- copies
+    def on_evadd(self, p: Peer, fields: M.Fields, now: int) -> None:
+        """Copies to hold (a new event, a read repair): GOTJOB for each held, in one
+        message. A copy of an event held already tells the sender's claims: merged,
+        and what this node knows better goes back (anti-entropy: a lost EVSTATE heals
+        here)."""
+        g = self.g
+        store = g.store
+        node = self.node
+        got: list[bytes] = []
+        for f in fields:  # EventFields, decoded and checked by messages.parse
+            eid = f.id
+            g.seen(f.ctime, now)
+            got.append(eid)
+            known = store.events.get(eid)
+            stored = known is not None
+            if known is None:
+                known = self.adding.get(eid)  # ours, a copy sent back before confirmed
+            if known is not None:
+                known.delivered = store.holders(tuple(dict.fromkeys(
+                    [*known.delivered, *f.holders])))
+                theirs = {store.intern(gr): c for gr, c in f.claims}
+                for gr, c in theirs.items():
+                    if stored:
+                        store.set_claim(known, gr, c, now)
+                    else:
+                        known.claims[gr] = merge(known.claims.get(gr), c)
+                for gr, c in known.claims.items():
+                    if theirs.get(gr) != c:
+                        node.send_item([p.id], M.EVSTATE, [eid, gr, c])
+                continue
+            if f.etime <= now or store.refused(f.queue, f.ctime):
+                continue
+            if not node.mem.fits_job(len(f.body), COPIES_UP_TO):
+                got.pop()  # not held (as a job copy past 75% of maxmemory): not counted
+                continue
+            self._hold(f, now)
+        if got:
+            node.send_items([p.id], M.GOTJOB, got)
+
+    def _hold(self, f: EventFields, now: int) -> None:
+        g = self.g
+        store = g.store
+        myid = self.node.myid
+        hs = f.holders if myid in f.holders else (*f.holders, myid)
+        e = Event(f.id, f.queue, f.body, f.ctime, f.etime, store.holders(hs))
+        e.key = f.key
+        for gr, c in f.claims:
+            gr = store.intern(gr)
+            e.claims[gr] = c
+            if c & STATE_MASK == LEASED:  # (every LEASED claim held has its timer)
+                g.leases.timer(f.id, gr, claim_deadline(c))
+        store.put(e, now)
+        g.notify.arrived(e, now)
+
+    def on_evdel(self, p: Peer, fields: M.Fields, now: int) -> None:
+        e = self.g.store.events.get(fields[0])
+        if e is not None:
+            self.g.store.remove(e)
+            self.g.log.dropped(e.id)
+
+    def repair(self, eid: bytes, nid: str) -> None:
+        """``nid`` decides for an event we know is available, yet leased us nothing: it
+        may have lost its copy (a restart: events live in memory). Send it ours, with
+        the claims we know; a node that holds it merges them (a join: no harm)."""
+        e = self.g.store.events.get(eid)
+        if e is not None and self.g.store.authority(e) == nid:
+            self.repairs += 1
+            self.node.send([nid], M.EVADD, event_fields(e))
+
+    # ----------------------------------------------------------------- claims
+    def replicate_claim(self, e: Event, group: bytes) -> None:
+        """``group``'s claim on ``e`` changed here: in the AOF, and every other holder
+        merges it."""
+        self.g.log.claim(e, group)
+        myid = self.node.myid
+        dsts = sorted(h for h in e.delivered if h != myid)
+        if dsts:
+            self.node.send_item(dsts, M.EVSTATE, [e.id, group, e.claims[group]])
+
+    def on_evstate(self, p: Peer, fields: M.Fields, now: int) -> None:
+        store = self.g.store
+        for eid, group, claim in fields:
+            e = store.events.get(eid)
+            if e is not None:
+                store.set_claim(e, store.intern(group), claim, now)
+
+    # ------------------------------------------------------------------ flush
+    def qflush(self, qname: bytes, now: int) -> bytes:
+        ctime = self.node.next_ctime(now)
+        self.g.store.flush_local(qname, ctime, now)
+        peers = self.node.members.known_peers()
+        if peers:
+            self.node.send(peers, M.EVFLUSH, qname, ctime)
+        return resp.OK
+
+    def on_evflush(self, p: Peer, fields: M.Fields, now: int) -> None:
+        qname, ctime = fields
+        self.g.seen(ctime, now)
+        self.g.store.flush_local(qname, ctime, now)
