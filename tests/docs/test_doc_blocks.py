@@ -140,6 +140,14 @@ def port_base() -> int:
     raise RuntimeError("no three free consecutive ports")
 
 
+def test_docs_link_upstream_not_the_workspace():
+    """A reader of the README and docs has a clone, not this machine's ../shared: C Disque
+    and the seed projects are linked upstream."""
+    for doc in DOCS:
+        text = doc.read_text()
+        assert "../shared" not in text and "/shared/anchors" not in text, doc.name
+
+
 def test_docs_have_runnable_blocks_and_few_exceptions():
     assert len([b for b in BLOCKS if b.path == README]) >= 6
     skipped = [b for b in BLOCKS if b.mark.startswith("skip") and b.path == README]
