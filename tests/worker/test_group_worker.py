@@ -78,3 +78,36 @@ def test_group_option_refuses_a_tasks_app(tmp_path):
                         "g", "--queues", "tq"], cwd=here, capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 2 and "--group takes a handler function" in r.stderr
+
+
+@pytest.mark.timeout(90)
+def test_group_worker_leases_events_in_batches_and_acks_each_once(dq, server, tmp_path):
+    """With a fast handler the worker's QGETs take many events each (QGET ... COUNT n,
+    issue #31) and their QACKs go in one round trip; every event is handled once and
+    acked; a failing one comes back alone when its lease ends."""
+    for n in range(400):
+        dq.qadd("batched", json.dumps({"n": n}), 120)
+    seen: list[int] = []
+    failed_once: list[int] = []
+    lock = threading.Lock()
+
+    def handle(payload):
+        with lock:
+            if payload["n"] == 7 and not failed_once:
+                failed_once.append(7)
+                raise ValueError("first attempt fails")
+            seen.append(payload["n"])
+
+    c = server.client()
+    calls_before = c.info("commandstats").get("cmdstat_qget", {}).get("calls", 0)
+    w = GroupWorker(dq, ["batched"], "b", 2, handle, lease=1.0, poll_timeout=0.2,
+                    prefetch=64).start()
+    try:
+        wait_for(lambda: dq.qstatus("batched")["batched"]["b"]["done"] == 400, timeout=60,
+                 what="every event acked")
+    finally:
+        w.stop(5)
+    assert sorted(seen) == list(range(400))  # each once, 7 after its failure
+    assert failed_once == [7] and w.failed == 1 and w.processed == 400
+    qgets = c.info("commandstats")["cmdstat_qget"]["calls"] - calls_before
+    assert qgets < 100, qgets  # batches, not one QGET per event

@@ -185,6 +185,17 @@ class Commands:
         return self._run(qget_args(queue, group, lease, with_counters, max_deliveries),
                          lambda r: parse_event(r, queue, self._decode_bodies))
 
+    def qget_many(self, queue: str, group: str, count: int, *, lease: float | None = None,
+                  with_counters: bool = False,
+                  max_deliveries: int | None = None) -> list[Event]:
+        """QGET ... COUNT n: lease up to ``count`` of ``group``'s next events of ``queue``
+        in one call (each for ``lease`` seconds, from now), oldest first; ``[]`` if
+        none."""
+        args = qget_args(queue, group, lease, with_counters, max_deliveries)
+        return self._run([*args, "COUNT", count],
+                         lambda r: [e for e in (parse_event(x, queue, self._decode_bodies)
+                                                for x in r or ()) if e is not None])
+
     def qack(self, queue: str, group: str, id: str) -> bool:
         """QACK: ``True`` if the lease was live and the event is now done for ``group``."""
         return self._run(["QACK", queue, group, id], lambda r: bool(parse_int(r)))

@@ -306,7 +306,8 @@ def _main(p: argparse.ArgumentParser, argv: list[str]) -> int:
         w: Worker | GroupWorker = GroupWorker(client, queues, a.group, a.concurrency, obj, body=a.body,
                         lease=a.lease, max_deliveries=a.max_deliveries,
                         poll_timeout=a.poll_timeout_ms / 1000,
-                        heartbeat=not a.no_heartbeat, shutdown_timeout=a.shutdown_timeout)
+                        heartbeat=not a.no_heartbeat, shutdown_timeout=a.shutdown_timeout,
+                        prefetch=a.prefetch)
     elif isinstance(obj, Tasks):
         w = obj.worker(a.concurrency, queues or None, client, **common)
     else:

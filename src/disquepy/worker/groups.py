@@ -3,10 +3,14 @@ every group gets every event of its queues (docs/GROUPS.md); the workers of one 
 share them, one event to one worker at a time.
 
 Each of ``concurrency`` threads loops: QNOTIFY the group on the queues (up to
-``poll_timeout`` seconds), QGET the queue it names with a ``lease`` (``max_deliveries``:
-an event delivered that many times unacknowledged goes to the group's dead letters),
-run the handler, QACK on success. (One event per QGET: QGET has no COUNT yet, so group
-workers do not batch as the job worker does.) Logs: start, one line per event outcome
+``poll_timeout`` seconds), QGET ... COUNT n the queue it names with a ``lease``
+(``max_deliveries``: an event delivered that many times unacknowledged goes to the
+group's dead letters), run the handler on each event of the batch, then QACK the ones
+that succeeded, all in one round trip. n adapts as the job worker's prefetch does:
+about 20 ms of handler work, at most ``1 + prefetch // concurrency`` (1 until a handler
+has been timed; ``prefetch=0``: one event per QGET). Every event of a batch is leased
+from its fetch: the heartbeat extends those still waiting as it does the running ones,
+and on stop those not started are left to their lease. Logs: start, one line per event outcome
 (``event=event id=... queue=... group=... outcome=acked``, INFO; a failure WARNING with
 its traceback) and stop. A failed handler leaves the lease to run out: the
 event comes back to the group then (use a short lease for a fast retry). A heartbeat
@@ -27,7 +31,7 @@ import redis.exceptions as rexc
 
 from ..client import Disque, DisqueError, Event, NoPermissionError
 from ..client.workerinfo import WorkerInfo
-from .core import NAME_EVERY, _decode, log_line
+from .core import DEFAULT_PREFETCH, NAME_EVERY, _decode, log_line
 
 log = logging.getLogger("disquepy.worker")
 
@@ -37,7 +41,7 @@ class GroupWorker:
                  concurrency: int, handler: Callable[[Any], Any], *, body: str = "json",
                  lease: float = 30.0, max_deliveries: int | None = None,
                  poll_timeout: float = 1.0, heartbeat: bool = True,
-                 shutdown_timeout: float = 30.0) -> None:
+                 shutdown_timeout: float = 30.0, prefetch: int = DEFAULT_PREFETCH) -> None:
         if not queues:
             raise ValueError("a group worker needs queues")
         if lease <= 0:
@@ -53,6 +57,10 @@ class GroupWorker:
         self.poll_timeout = poll_timeout
         self.heartbeat = heartbeat
         self.shutdown_timeout = shutdown_timeout
+        if prefetch < 0:
+            raise ValueError("prefetch must be >= 0")
+        self.max_batch = 1 + prefetch // max(1, concurrency)
+        self._handler_s = 0.0  # a handler's duration, moving average (0: not timed yet)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -141,8 +149,9 @@ class GroupWorker:
                 q = self._notify()
                 if q is None:
                     continue
-                e = self.client.qget(q, self.group, lease=self.lease, with_counters=True,
-                                     max_deliveries=self.max_deliveries)
+                batch = self.client.qget_many(q, self.group, self._batch_size(),
+                                              lease=self.lease, with_counters=True,
+                                              max_deliveries=self.max_deliveries)
             except (rexc.AuthenticationError, NoPermissionError) as exc:
                 self.fatal = exc
                 log.error("event=fatal error=%r: stopping (check --user, --password and the "
@@ -153,32 +162,71 @@ class GroupWorker:
                 log.warning("group %s: %s", self.group, exc)
                 self._stop.wait(0.5)
                 continue
-            if e is not None:
-                self._handle(e)
+            if batch:
+                self._handle_batch(batch)
 
-    def _handle(self, e: Event) -> None:
-        t0 = time.monotonic()
+    def _batch_size(self) -> int:
+        """Events to lease at once: about 20 ms of handler work, within max_batch."""
+        if self.max_batch <= 1 or self._handler_s <= 0:
+            return 1
+        return max(1, min(self.max_batch, int(0.020 / self._handler_s) + 1))
+
+    def _handle_batch(self, batch: list[Event]) -> None:
+        fetched = time.monotonic()
         with self._lock:
-            self._running[e.id] = (e, t0 + self.lease)
+            for e in batch:
+                self._running[e.id] = (e, fetched + self.lease)
+        done: list[tuple[Event, float]] = []
+        try:
+            for i, e in enumerate(batch):
+                if self._stop.is_set():
+                    log.info("group %s: stopping with %d fetched events not started: they "
+                             "come back when their lease ends", self.group, len(batch) - i)
+                    break
+                t0 = time.monotonic()
+                if self._handle(e, t0):
+                    done.append((e, t0))
+        finally:
+            with self._lock:
+                for e in batch:
+                    self._running.pop(e.id, None)
+            self._ack(done)
+
+    def _handle(self, e: Event, t0: float) -> bool:
+        """Run the handler on ``e``: True if it succeeded (to be acked)."""
         try:
             self.handler(_decode(e.body, self.body))
         except Exception as exc:
             self.failed += 1
             self._log(e, "failed", t0, logging.WARNING, exc=exc,
                       error=f"{exc!r}; it comes back when its lease ends")
-            return
+            return False
         finally:
-            with self._lock:
-                self._running.pop(e.id, None)
+            took = time.monotonic() - t0
+            self._handler_s = took if self._handler_s <= 0 else \
+                0.8 * self._handler_s + 0.2 * took
+        return True
+
+    def _ack(self, done: list[tuple[Event, float]]) -> None:
+        """QACK the events whose handler succeeded, in one round trip."""
+        if not done:
+            return
+        p = self.client.pipeline()
+        for e, _ in done:
+            p.qack(e.queue, self.group, e.id)
         try:
-            if self.client.qack(e.queue, self.group, e.id):
+            replies = p.execute()
+        except DisqueError as exc:
+            replies = [exc] * len(done)
+        for (e, t0), r in zip(done, replies, strict=True):
+            if isinstance(r, Exception):
+                self._log(e, "ack-failed", t0, logging.WARNING, error=repr(r))
+            elif r:
                 self._log(e, "acked", t0)
             else:
                 self._log(e, "acked-late", t0, logging.WARNING,
                           error="acked after its lease ran out")
-        except DisqueError as exc:
-            self._log(e, "ack-failed", t0, logging.WARNING, error=repr(exc))
-        self.processed += 1
+            self.processed += 1
 
     def _log(self, e: Event, outcome: str, t0: float, level: int = logging.INFO,
              exc: BaseException | None = None, **fields: Any) -> None:
