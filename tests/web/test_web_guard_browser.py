@@ -129,6 +129,13 @@ def test_the_dashboard_behind_the_login_page(secure_server, web_factory, tmp_pat
         time.sleep(0.2)
     assert b.find_element("id", "who-name").text == "producer"
     time.sleep(2.5)  # a poll of the overview
+    # the empty dashboard's example call logs in as the user does
+    deadline = time.monotonic() + 10
+    while "-u producer:PASSWORD" not in b.find_element("id", "curl-example").text \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert b.find_element("id", "curl-example").text.startswith(
+        "curl -u producer:PASSWORD -X POST " + w.url + "/jobs")
     shot(b, "dashboard-signed-in")
     assert "connecting" not in b.find_element("id", "cluster-pill").text
     cookies = {c["name"]: c for c in b.get_cookies()}

@@ -178,7 +178,8 @@ function renderQueues(queues) {
   const tb = $("#queues-table tbody");
   $("#queues-empty").hidden = queues.length > 0;
   const curl = $("#curl-example");  // the example names this dashboard's own address
-  if (curl) curl.textContent = curl.textContent.replace("http://HOST", location.origin);
+  if (curl) curl.textContent = curl.textContent.replace("http://HOST", location.origin)
+    .replace("curl -X POST", `curl ${CREDENTIALS}-X POST`);
   $("#queues-table").hidden = queues.length === 0;
   const max = Math.max(1, ...queues.map((q) => q.depth));
   tb.innerHTML = queues.map((q) => {
@@ -569,10 +570,16 @@ function history(s) {
 
 // ------------------------------------------------------------------ start
 
+// what the example curl call must add to log in (none without a login)
+let CREDENTIALS = "";
+
 async function whoami() {
   // who is logged in (disque-web --auth nodes / --token-file), and the way out
   const d = await api("GET", "/session").catch(() => null);
   if (!d || !d.user) return;
+  const modes = d.login || [];
+  if (modes.includes("nodes")) CREDENTIALS = `-u ${d.user}:PASSWORD `;
+  else if (modes.includes("token")) CREDENTIALS = "-H 'Authorization: Bearer TOKEN' ";
   $("#who-name").textContent = d.user;
   $("#who").hidden = false;
   $("#logout").addEventListener("click", async () => {
