@@ -104,7 +104,8 @@ class HttpProtocol(HttpToolsProtocol):
     def _expired(self) -> None:
         self._head_timer = None
         if self.cycle is not None and not self.cycle.response_complete:
-            return  # a request is being answered: its head came whole
+            self._arm()  # a request is being answered: the next head's time starts after
+            return
         if not self.transport.is_closing():
             peer = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
             log.info("closing %s: no whole request head within %g s", peer, HEAD_TIMEOUT)
