@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Consumer groups (issue #16) against jobs, on a 3-node cluster of ours, in one run.
+"""Consumer groups against jobs (issue #16) and against Redis Streams (issue #25).
+
+Section ``cluster`` (#16), on a 3-node cluster of ours, in one run:
 
 * QADD vs ADDJOB REPLICATE 3 (both synchronous, 3 copies): 50 connections spread over
   the 3 nodes, one request in flight each, alternating rounds. Target: >= 0.9x.
@@ -13,7 +15,23 @@
   process (tracemalloc: what Python allocated and still holds; 16-byte bodies).
   Target: <= 2x.
 
-    .venv/bin/python bench/groups.py            # about a minute
+Section ``streams`` (#25): one node of ours against one Debian ``redis-server``, in
+alternating rounds of the same run, the load from bench/loadgen (modes qadd/xadd,
+qget/xread), each side with AOF off, then both with ``appendonly yes`` + ``appendfsync
+everysec``:
+
+* QADD vs XADD, 16-byte bodies, 50 connections unpipelined and 16 deep. Target: >= 1.0x.
+* Batch consume by two groups (one connection each) of a preloaded queue: ``QGET q g
+  COUNT 100`` with one QACK per event of the reply, pipelined with the next QGET, vs
+  ``XREADGROUP GROUP g c COUNT 100 STREAMS q >`` with one XACK of the reply's IDs sent
+  with the next read; rate = deliveries. Target: >= 0.8x.
+* One at a time, two groups of two connections: QGET + QACK vs XREADGROUP COUNT 1 + XACK
+  (each ack travels with the next read). No target (shown for reference).
+* Memory per held event: ``used_memory`` and RSS growth over 100k QADDs vs XADDs,
+  fresh servers each round. Target: used_memory <= 3x XADD's (RSS shown beside it).
+
+    .venv/bin/python bench/groups.py            # both sections, a few minutes
+    .venv/bin/python bench/groups.py --only streams --rounds 3
     .venv/bin/python bench/groups.py --quick
 """
 
@@ -33,7 +51,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 import hiredis  # noqa: E402
-from servers import Fleet  # noqa: E402  (bench/servers.py)
+from run import cpu_us, problems, rate, ratio  # noqa: E402  (bench/run.py: table cells)
+from servers import (  # noqa: E402  (bench/servers.py)
+    Fleet,
+    HarnessError,
+    Server,
+    alternate,
+    build_loadgen,
+    loadgen,
+    median_rate,
+    median_ratio,
+)
 
 from disquepy.chaos.resp import encode  # noqa: E402
 
@@ -197,14 +225,143 @@ def memory_per_item(n: int) -> tuple[float, float]:
     return measure(jobs), measure(events)
 
 
+# ------------------------------------------------------------ against Redis Streams (#25)
+
+STREAM_AOF = {"off": [], "everysec": ["--appendonly", "yes", "--appendfsync", "everysec"]}
+STREAM_GROUPS = "g1,g2"
+
+
+def _preload(s: Server, n: int, max_s: float) -> str:
+    """``n`` events on queue ``sq`` of an empty node, the groups ready (Redis: XGROUP
+    CREATE from the start); a problem, or ''."""
+    s.flush()
+    redis = s.kind == "redis"
+    fill = loadgen([s], "xadd" if redis else "qadd", 50, 16, n, queue="sq", max_seconds=max_s)
+    if redis:
+        for g in STREAM_GROUPS.split(","):
+            s.call("XGROUP", "CREATE", "sq", g, "0")
+    return fill["problem"]
+
+
+def _stream_row(s: Server, row: str, n: int, max_s: float) -> dict:
+    """One run of ``row`` on ``s`` (ours or Redis), from an empty node."""
+    redis = s.kind == "redis"
+    if row in ("add", "add16"):
+        s.flush()
+        return loadgen([s], "xadd" if redis else "qadd", 50, 16 if row == "add16" else 1, n,
+                       queue="pq", max_seconds=max_s)
+    batch = row == "batch"
+    problem = _preload(s, n, max_s)
+    if problem:
+        return {"ops": 0, "ops_per_sec": 0.0, "problem": "preload: " + problem}
+    args = ("COUNT", "100") if batch else ("COUNT", "1") if redis else ()
+    return loadgen([s], "xread" if redis else "qget", 2 if batch else 4, 1, 2 * n,
+                   queue="sq", args=args, group=STREAM_GROUPS, max_seconds=max_s)
+
+
+def _held_memory(fleet: Fleet, kind: str, extra: list[str], n: int, max_s: float) -> dict:
+    """used_memory and RSS growth per event over ``n`` QADDs / XADDs on a fresh server."""
+    s = fleet.start(kind, extra)
+    try:
+        used0, rss0 = s.info_int("memory", "used_memory"), s.rss()
+        r = loadgen([s], "xadd" if kind == "redis" else "qadd", 50, 16, n, queue="mq",
+                    max_seconds=max_s)
+        time.sleep(1)
+        held = r["ops"]
+        return {"used": (s.info_int("memory", "used_memory") - used0) / max(held, 1),
+                "rss": (s.rss() - rss0) / max(held, 1), "problem": r["problem"]}
+    finally:
+        s.stop()  # kept in fleet.servers: the next one gets a new name, so a new directory
+        # (a node started in this one would load these events from its AOF)
+
+
+def streams(a, target) -> None:
+    """Section ``streams``: the #25 rows, one node of ours against one redis-server."""
+    q = a.quick
+    sizes = {"add": 10_000 if q else 100_000, "add16": 10_000 if q else 100_000,
+             "batch": 10_000 if q else 100_000, "one": 1_000 if q else 10_000}
+    held = 20_000 if q else 100_000
+    rows = [("add", "QADD / XADD, 50 conns", "QADD vs XADD, 50 conns", 1.0),
+            ("add16", "QADD / XADD, 50 conns, 16-deep", "QADD vs XADD, 16-deep", 1.0),
+            ("batch", "2 groups x 1 conn: QGET COUNT 100 + QACKs / XREADGROUP COUNT 100 + XACK",
+             "batch consume by 2 groups vs XREADGROUP COUNT 100 + XACK", 0.8),
+            ("one", "2 groups x 2 conns, one at a time: QGET + QACK / XREADGROUP COUNT 1 + XACK",
+             "", None)]
+    build_loadgen()
+    for aof in a.aof:
+        extra = STREAM_AOF[aof]
+        print(f"\n### against Redis Streams, AOF {aof}: one node each, median of {a.rounds} "
+              "alternating rounds\n")
+        print("| workload | disquepy/s | Redis/s | ours/Redis | target | CPU µs/op ours "
+              "| Redis | loadgen busy |\n|---|---:|---:|---:|---|---:|---:|---:|")
+        verdicts: list[tuple[bool, str]] = []  # said after the table
+        with Fleet() as fleet:
+            sides = {"ours": fleet.start("ours", extra), "redis": fleet.start("redis", extra)}
+            for key, name, short, tgt in rows:
+                res = alternate(a.rounds, {k: (lambda s=s, key=key: _stream_row(
+                    s, key, sizes[key], a.max_seconds)) for k, s in sides.items()})
+                ours, red = res["ours"], res["redis"]
+                r = median_ratio(ours, red)
+                shown = "—"
+                if tgt is not None:
+                    good = r is not None and r >= tgt and not problems(ours) + problems(red)
+                    shown = f">= {tgt}x " + ("PASS" if good else "FAIL")
+                    verdicts.append((good, f"AOF {aof}: {short}: ours/Redis = {ratio(r)} "
+                                           f"(target >= {tgt}x)"))
+                busy = max(x.get("gen_busy", 0) for x in ours + red)
+                print(f"| {name} | {rate(median_rate(ours))} | {rate(median_rate(red))} "
+                      f"| {ratio(r)} | {shown} | {cpu_us(ours)} | {cpu_us(red)} | {busy:.0%} |")
+                for side, reps in res.items():
+                    for p in dict.fromkeys(problems(reps)):
+                        print(f"|  ! {side}: {p} |")
+            mem = alternate(a.rounds, {k: (lambda k=k, extra=extra: _held_memory(
+                fleet, k, extra, held, a.max_seconds)) for k in ("ours", "redis")})
+        pairs = list(zip(mem["ours"], mem["redis"], strict=True))
+        used = statistics.median(o["used"] / r["used"] for o, r in pairs)
+        rss = statistics.median(o["rss"] / r["rss"] for o, r in pairs)
+        med = {k: {f: statistics.median(x[f] for x in v) for f in ("used", "rss")}
+               for k, v in mem.items()}
+        used_rounds = "; ".join(f"{o['used']:,.0f}/{r['used']:,.0f}" for o, r in pairs)
+        print(f"| memory per held event ({held:,} events, fresh servers): used_memory "
+              f"(rounds, ours/Redis: {used_rounds}) | {med['ours']['used']:,.0f} B | {med['redis']['used']:,.0f} B | {used:.2f}x "
+              f"| <= 3x {'PASS' if used <= 3 else 'FAIL'} | | | |")
+        rounds = "; ".join(f"{o['rss']:,.0f}/{r['rss']:,.0f}" for o, r in pairs)
+        print(f"| memory per held event: RSS (rounds, ours/Redis: {rounds}) "
+              f"| {med['ours']['rss']:,.0f} B | {med['redis']['rss']:,.0f} B | {rss:.2f}x "
+              f"| (<= 3x {'met' if rss <= 3 else 'not met'}) | | | |")
+        for side, reps in mem.items():
+            for p in dict.fromkeys(x["problem"] for x in reps if x["problem"]):
+                print(f"|  ! {side}: {p} |")
+        print()
+        for good, text in verdicts:
+            target(good, text)
+        target(used <= 3 and not any(x["problem"] for v in mem.values() for x in v),
+               f"AOF {aof}: memory per held event (used_memory) ours/Redis = {used:.2f}x "
+               "(target <= 3x)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="cluster,streams",
+                    help="sections, comma-separated: cluster (#16), streams (#25)")
+    ap.add_argument("--aof", default="off,everysec",
+                    help="streams: AOF settings, comma-separated, of off,everysec")
+    ap.add_argument("--max-seconds", type=float, default=60.0,
+                    help="streams: bound of each loadgen run")
     a = ap.parse_args()
+    a.only = [x.strip() for x in a.only.split(",") if x.strip()]
+    a.aof = [x.strip() for x in a.aof.split(",") if x.strip()]
+    if set(a.only) - {"cluster", "streams"} or not a.only:
+        ap.error("--only: sections are cluster and streams")
+    if set(a.aof) - set(STREAM_AOF) or not a.aof:
+        ap.error("--aof: settings are off and everysec")
+    if a.rounds <= 0:
+        ap.error("--rounds must be positive")
     adds = 3000 if a.quick else 15000
     consume = 1000 if a.quick else 4000
-    rounds = 1 if a.quick else a.rounds
+    rounds = a.rounds = 1 if a.quick else a.rounds
     ok = True
 
     def target(good: bool, text: str) -> None:
@@ -212,6 +369,14 @@ def main() -> int:
         ok = ok and good
         print(f"{'PASS' if good else 'FAIL'}: {text}")
 
+    if "streams" in a.only:
+        try:
+            streams(a, target)
+        except HarnessError as e:  # e.g. no redis-server: not a slow result
+            print(f"streams: could not run: {e}")
+            return 2
+    if "cluster" not in a.only:
+        return 0 if ok else 1
     with Fleet() as fleet:
         nodes = fleet.cluster("ours", 3)
         ports = [s.port for s in nodes]

@@ -26,6 +26,21 @@
  *            FROM <queue> in one write              one round trip per job)
  *   rpop     RPOP <queue>                          (Redis consume baseline)
  *   getjob   GETJOB NOHANG FROM <queue>, no ack     (delivery alone)
+ *   qadd     QADD <queue> 3600 <body> [args]       (consumer-group event)
+ *   xadd     XADD <queue> * b <body>               (Redis Streams baseline)
+ *   qget     QGET <queue> <group> [args], one       (consumer groups: as getack1,
+ *            QACK <queue> <group> <id> per event    the acks of a reply sent with
+ *                                                   the next QGET)
+ *   xread    XREADGROUP GROUP <group> c<conn>       (Redis Streams baseline: as
+ *            [args] STREAMS <queue> >, then one     getack1; the group must exist,
+ *            XACK <queue> <group> <id> ...          XGROUP CREATE)
+ *
+ * --group G1,G2,... (qget, xread; default g1): connection i reads as group
+ * G[i mod n], so one run can drain a queue for several groups at once; with
+ * --requests = events x groups it stops when every group got every event.
+ * qget's extra arguments go after the group ("COUNT 100": a reply is an
+ * array of [id, contents] entries; without COUNT a reply is one entry),
+ * xread's before STREAMS ("COUNT 100").
  *
  * Extra arguments, --arg A (repeatable) or --args "A B ..." (split on
  * blanks): addjob appends them after <ms-timeout> (e.g. --args "REPLICATE
@@ -96,10 +111,11 @@
 /* Configuration                                                       */
 /* ------------------------------------------------------------------ */
 
-enum mode { M_PING, M_ADDJOB, M_LPUSH, M_GETACK, M_RPOP, M_GETACK1, M_GETJOB };
+enum mode { M_PING, M_ADDJOB, M_LPUSH, M_GETACK, M_RPOP, M_GETACK1, M_GETJOB, M_QADD, M_XADD,
+            M_QGET, M_XREAD };
 static const char *mode_names[] = {"ping", "addjob", "lpush", "getack", "rpop", "getack1",
-                                   "getjob"};
-#define N_MODES 7
+                                   "getjob", "qadd", "xadd", "qget", "xread"};
+#define N_MODES 11
 
 static struct {
     const char *host;
@@ -133,9 +149,26 @@ static int nextra_store;
 #define MAX_DEPTH 16       /* deepest nested array we accept */
 #define READ_CHUNK 65536
 
+/* --group (qget, xread): connection i reads as groups[i % ngroups]. */
+#define MAX_GROUPS 64
+static const char *groups[MAX_GROUPS] = {"g1"};
+static int ngroups = 1, groups_given;
+/* getack1, qget, xread: deliveries received and reads in flight, per group (one group,
+ * index 0, in getack1). */
+static long long group_received[MAX_GROUPS], group_inflight[MAX_GROUPS];
+
+/* The modes where the acks of a reply travel with the next read (see getack1). */
+static int is_g1(void) {
+    return cfg.mode == M_GETACK1 || cfg.mode == M_QGET || cfg.mode == M_XREAD;
+}
+
 static int is_consume(void) {
-    return cfg.mode == M_GETACK || cfg.mode == M_RPOP || cfg.mode == M_GETACK1 ||
-           cfg.mode == M_GETJOB;
+    return cfg.mode == M_GETACK || cfg.mode == M_RPOP || cfg.mode == M_GETJOB || is_g1();
+}
+
+static int is_produce(void) {
+    return cfg.mode == M_ADDJOB || cfg.mode == M_LPUSH || cfg.mode == M_QADD ||
+           cfg.mode == M_XADD;
 }
 
 /* Job IDs a connection may hold for one ACKJOB batch: D GETJOBs, each bringing up to
@@ -392,6 +425,70 @@ static int for_each_job(const char *buf, size_t end, size_t pos,
     return (int)top.integer;
 }
 
+/* The start of a complete array reply's first element. */
+static size_t first_elem(const char *buf, size_t end, size_t pos) {
+    return (size_t)(find_crlf(buf, end, pos + 1) + 2);
+}
+
+/* Walk a complete QGET reply and call fn(id) for every event: [id, contents, ...] (no
+ * COUNT) or an array of such entries (COUNT). Returns the number of events, or -1 if the
+ * reply does not have the expected shape. */
+static int for_each_event(const char *buf, size_t end, size_t pos,
+                          void (*fn)(void *, const char *, size_t), void *ctx) {
+    struct reply top, el;
+    const char *perr;
+    size_t p;
+    if (resp_parse(buf, end, pos, &p, &top, &perr) != 1 || top.type != R_ARRAY) return -1;
+    if (top.integer == 0) return 0;
+    p = first_elem(buf, end, pos);
+    size_t q = p;
+    if (resp_parse(buf, end, q, &q, &el, &perr) != 1) return -1;
+    if (el.type == R_BULK) { fn(ctx, el.str, el.len); return 1; } /* one entry */
+    for (long long i = 0; i < top.integer; i++) {
+        size_t estart = p;
+        if (resp_parse(buf, end, estart, &p, &el, &perr) != 1) return -1;
+        if (el.type != R_ARRAY || el.integer < 2) return -1;
+        q = first_elem(buf, end, estart);
+        if (resp_parse(buf, end, q, &q, &el, &perr) != 1 || el.type != R_BULK) return -1;
+        fn(ctx, el.str, el.len);
+    }
+    return (int)top.integer;
+}
+
+/* Walk a complete XREADGROUP reply ([[stream, [[id, [field, value, ...]], ...]], ...])
+ * and call fn(id) for every entry. Returns the number of entries, or -1 on another
+ * shape. */
+static int for_each_entry(const char *buf, size_t end, size_t pos,
+                          void (*fn)(void *, const char *, size_t), void *ctx) {
+    struct reply top, st, el;
+    const char *perr;
+    size_t p, q, r;
+    int n = 0;
+    if (resp_parse(buf, end, pos, &p, &top, &perr) != 1 || top.type != R_ARRAY) return -1;
+    p = first_elem(buf, end, pos);
+    for (long long i = 0; i < top.integer; i++) {
+        size_t sstart = p;
+        if (resp_parse(buf, end, sstart, &p, &st, &perr) != 1) return -1;
+        if (st.type != R_ARRAY || st.integer != 2) return -1;
+        q = first_elem(buf, end, sstart);
+        if (resp_parse(buf, end, q, &q, &el, &perr) != 1) return -1; /* stream name */
+        size_t estart = q;
+        if (resp_parse(buf, end, estart, &q, &el, &perr) != 1 || el.type != R_ARRAY) return -1;
+        long long entries = el.integer;
+        r = first_elem(buf, end, estart);
+        for (long long j = 0; j < entries; j++) {
+            size_t one = r;
+            if (resp_parse(buf, end, one, &r, &el, &perr) != 1) return -1;
+            if (el.type != R_ARRAY || el.integer < 1) return -1;
+            size_t idp = first_elem(buf, end, one);
+            if (resp_parse(buf, end, idp, &idp, &el, &perr) != 1 || el.type != R_BULK) return -1;
+            fn(ctx, el.str, el.len);
+            n++;
+        }
+    }
+    return n;
+}
+
 /* ------------------------------------------------------------------ */
 /* Connections and global state                                        */
 /* ------------------------------------------------------------------ */
@@ -424,6 +521,9 @@ struct conn {
     int rcap, rhead, rcount;
     int unstamped;    /* newest entries not yet given their write time */
     int stopping;     /* no more GETJOBs on this connection */
+    const char *group; /* qget, xread: the group this connection reads as */
+    int gi;            /* its index in groups[] (0 in the other modes) */
+    struct buf read_tmpl; /* qget, xread: this connection's read command */
 };
 
 static struct conn *conns;
@@ -516,25 +616,38 @@ static void build_template(void) {
         break;
     }
     case M_ADDJOB:
-    case M_LPUSH: {
-        /* ADDJOB <queue> <body> <ms-timeout> [extra ...] / LPUSH <queue> <body> */
-        int add = cfg.mode == M_ADDJOB;
-        const char *argv[4 + MAX_EXTRA] = {add ? "ADDJOB" : "LPUSH", cfg.queue, body,
-                                           cfg.addjob_timeout};
-        size_t lens[4 + MAX_EXTRA] = {add ? 6u : 5u, ql, bl, strlen(cfg.addjob_timeout)};
-        int argc = add ? 4 : 3;
-        for (int i = 0; add && i < nextra; i++, argc++)
+    case M_LPUSH:
+    case M_QADD:
+    case M_XADD: {
+        /* ADDJOB <queue> <body> <ms-timeout> [extra ...] / LPUSH <queue> <body> /
+         * QADD <queue> 3600 <body> [extra ...] / XADD <queue> * b <body> */
+        const char *argv[5 + MAX_EXTRA] = {"ADDJOB", cfg.queue, body, cfg.addjob_timeout};
+        size_t lens[5 + MAX_EXTRA] = {6, ql, bl, strlen(cfg.addjob_timeout)};
+        int argc = 4, bi = 2; /* bi: the body's argument */
+        if (cfg.mode == M_LPUSH) argv[0] = "LPUSH", lens[0] = 5, argc = 3;
+        if (cfg.mode == M_QADD) {
+            argv[0] = "QADD", lens[0] = 4, argv[2] = "3600", lens[2] = 4;
+            argv[3] = body, lens[3] = bl, bi = 3;
+        }
+        if (cfg.mode == M_XADD) {
+            argv[0] = "XADD", lens[0] = 4, argv[2] = "*", lens[2] = 1, argv[3] = "b";
+            lens[3] = 1, argv[4] = body, lens[4] = bl, argc = 5, bi = 4;
+        }
+        for (int i = 0; i < nextra; i++, argc++)
             argv[argc] = extra[i], lens[argc] = strlen(extra[i]);
         append_cmd(&tmpl, argc, argv, lens);
-        /* The body is the third argument: its payload starts after the
-         * "*argc" header and the first two arguments, and its "$len" line. */
+        /* The body's payload starts after the "*argc" header, the arguments
+         * before it, and its "$len" line. */
         char hdr[32];
         size_t off = (size_t)snprintf(hdr, sizeof hdr, "*%d\r\n", argc);
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < bi; i++)
             off += (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", lens[i]) + lens[i] + 2;
         tmpl_body_off = off + (size_t)snprintf(hdr, sizeof hdr, "$%zu\r\n", bl);
         break;
     }
+    case M_QGET:
+    case M_XREAD:
+        break; /* one read command per connection: build_read_template */
     case M_GETACK:
     case M_GETACK1:
     case M_GETJOB: {
@@ -560,9 +673,29 @@ static void build_template(void) {
     free(body);
 }
 
+/* qget: QGET <queue> <group> [extra ...]; xread: XREADGROUP GROUP <group> c<conn>
+ * [extra ...] STREAMS <queue> >. */
+static void build_read_template(struct conn *c) {
+    char consumer[32];
+    snprintf(consumer, sizeof consumer, "c%d", c->idx);
+    const char *argv[8 + MAX_EXTRA];
+    int argc = 0;
+    if (cfg.mode == M_QGET) {
+        argv[argc++] = "QGET", argv[argc++] = cfg.queue, argv[argc++] = c->group;
+    } else {
+        argv[argc++] = "XREADGROUP", argv[argc++] = "GROUP", argv[argc++] = c->group;
+        argv[argc++] = consumer;
+    }
+    for (int i = 0; i < nextra; i++) argv[argc++] = extra[i];
+    if (cfg.mode == M_XREAD) argv[argc++] = "STREAMS", argv[argc++] = cfg.queue, argv[argc++] = ">";
+    size_t lens[8 + MAX_EXTRA];
+    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+    append_cmd(&c->read_tmpl, argc, argv, lens);
+}
+
 /* Append `take` copies of the template (with unique bodies if any). */
 static void append_main_cmds(struct buf *b, int take) {
-    int produce = cfg.mode == M_ADDJOB || cfg.mode == M_LPUSH;
+    int produce = is_produce();
     buf_reserve(b, tmpl.len * (size_t)take);
     for (int i = 0; i < take; i++) {
         char *dst = b->p + b->len;
@@ -648,9 +781,14 @@ static void g1_push(struct conn *c, int nids) {
 
 /* Queue one GETJOB if more jobs are wanted; returns 1 if it did. */
 static int g1_get(struct conn *c) {
-    if (c->stopping || cfg.requests - received - inflight_get <= 0) return 0;
-    append_main_cmds(&c->out, 1);
+    /* Each group wants its share of --requests: a group that ran dry must not hold
+     * back the reads of another (a connection with nothing to read stops). */
+    long long want = cfg.requests / ngroups + (c->gi < cfg.requests % ngroups);
+    if (c->stopping || want - group_received[c->gi] - group_inflight[c->gi] <= 0) return 0;
+    if (c->read_tmpl.len) buf_append(&c->out, c->read_tmpl.p, c->read_tmpl.len);
+    else append_main_cmds(&c->out, 1);
     inflight_get++;
+    group_inflight[c->gi]++;
     g1_push(c, 0);
     return 1;
 }
@@ -671,11 +809,36 @@ static void g1_start(struct conn *c) {
     g1_send(c);
 }
 
-/* Append "ACKJOB <id> [<id> ...]" for the IDs held in c->ids. */
+/* Append "ACKJOB <id> [<id> ...]" (xread: "XACK <queue> <group> <id> ...") for the IDs
+ * held in c->ids; qget: one "QACK <queue> <group> <id>" per ID (QACK takes one). */
 static void g1_append_ack(struct conn *c) {
     char hdr[32];
-    int n = snprintf(hdr, sizeof hdr, "*%d\r\n$6\r\nACKJOB\r\n", c->nids + 1);
-    buf_append(&c->out, hdr, (size_t)n);
+    if (cfg.mode == M_QGET) {
+        for (int i = 0; i < c->nids; i++) {
+            const char *argv[] = {"QACK", cfg.queue, c->group, c->ids + (size_t)i * MAX_ID_LEN};
+            size_t lens[] = {4, strlen(cfg.queue), strlen(c->group), c->idlens[i]};
+            append_cmd(&c->out, 4, argv, lens);
+            ack_requests++;
+            g1_push(c, 1);
+        }
+        c->nids = 0;
+        return;
+    }
+    int n;
+    if (cfg.mode == M_XREAD) {
+        n = snprintf(hdr, sizeof hdr, "*%d\r\n", c->nids + 3);
+        buf_append(&c->out, hdr, (size_t)n);
+        const char *pre[] = {"XACK", cfg.queue, c->group};
+        for (int i = 0; i < 3; i++) {
+            n = snprintf(hdr, sizeof hdr, "$%zu\r\n", strlen(pre[i]));
+            buf_append(&c->out, hdr, (size_t)n);
+            buf_append(&c->out, pre[i], strlen(pre[i]));
+            buf_append(&c->out, "\r\n", 2);
+        }
+    } else {
+        n = snprintf(hdr, sizeof hdr, "*%d\r\n$6\r\nACKJOB\r\n", c->nids + 1);
+        buf_append(&c->out, hdr, (size_t)n);
+    }
     for (int i = 0; i < c->nids; i++) {
         n = snprintf(hdr, sizeof hdr, "$%zu\r\n", c->idlens[i]);
         buf_append(&c->out, hdr, (size_t)n);
@@ -704,32 +867,36 @@ static void g1_reply(struct conn *c, const struct reply *r, size_t pos, size_t e
                 ops += q.nids;
             } else {
                 char msg[96];
-                snprintf(msg, sizeof msg, "ACKJOB acknowledged %lld of %d job(s)", r->integer,
+                snprintf(msg, sizeof msg, "ack acknowledged %lld of %d job(s)", r->integer,
                          q.nids);
                 note_error_str(msg);
                 if (r->integer > 0 && r->integer < q.nids) ops += r->integer;
             }
         } else if (r->type != R_ERROR) {
-            note_error_str("unexpected ACKJOB reply type");
+            note_error_str("unexpected ack reply type");
         }
         return;
     }
 
     /* GETJOB reply */
     inflight_get--;
+    group_inflight[c->gi]--;
     hist_add((t - q.ts) / 1000);
     int n = 0;
     c->nids = 0;
     if (r->type == R_NULL) null_replies++;
     else if (r->type == R_ARRAY) {
-        n = for_each_job(c->in.p, end, pos, collect_id, c);
-        if (n < 0) { note_error_str("unexpected GETJOB reply shape"); n = 0; c->nids = 0; }
+        n = (cfg.mode == M_QGET ? for_each_event : cfg.mode == M_XREAD ? for_each_entry
+                                                                      : for_each_job)(
+            c->in.p, end, pos, collect_id, c);
+        if (n < 0) { note_error_str("unexpected read reply shape"); n = 0; c->nids = 0; }
         else if (n == 0) null_replies++;
     } else if (r->type != R_ERROR) {
-        note_error_str("unexpected GETJOB reply type");
+        note_error_str("unexpected read reply type");
     }
     if (n > 0 && c->nids > 0) {
         received += n;
+        group_received[c->gi] += n;
         c->empty_batches = 0;
         g1_append_ack(c); /* the ack of this job ... */
         g1_get(c);        /* ... and the request for the next, in one write */
@@ -782,8 +949,8 @@ static void handle_reply(struct conn *c, const struct reply *r, size_t pos, size
     if (!is_consume()) {
         if (r->type == R_ERROR) return;
         if (cfg.mode == M_PING ? r->type == R_STATUS
-                               : (cfg.mode == M_ADDJOB ? (r->type == R_STATUS || r->type == R_BULK)
-                                                       : r->type == R_INT))
+                               : (cfg.mode == M_LPUSH ? r->type == R_INT
+                                                      : (r->type == R_STATUS || r->type == R_BULK)))
             ops++;
         else
             note_error_str("unexpected reply type");
@@ -818,7 +985,7 @@ static void on_readable(struct conn *c) {
     }
     c->in.len += (size_t)r;
     uint64_t t = now_ns();
-    if (cfg.mode == M_GETACK1) { g1_on_replies(c, t); return; }
+    if (is_g1()) { g1_on_replies(c, t); return; }
 
     for (;;) {
         struct reply rep;
@@ -858,7 +1025,8 @@ static void on_readable(struct conn *c) {
 static void usage(void) {
     fprintf(stderr,
             "usage: loadgen [--host 127.0.0.1] [--port 7711] [--conns C] [--pipeline D]\n"
-            "               [--requests N] [--mode ping|addjob|lpush|getack|getack1|getjob|rpop]\n"
+            "               [--requests N] [--mode ping|addjob|lpush|getack|getack1|getjob|rpop|\n"
+            "                                      qadd|xadd|qget|xread] [--group G1,G2,...]\n"
             "               [--queue Q] [--body-size 16] [--max-seconds 60]\n"
             "               [--max-empty 3] [--json]\n"
             "               [--ports P1,P2,...] [--addjob-timeout MS]\n"
@@ -891,6 +1059,18 @@ static void add_extra_words(const char *v) {
         add_extra(w);
 }
 
+static void parse_groups(const char *v) {
+    char *copy = strdup(v), *save = NULL; /* kept: groups[] points into it */
+    if (!copy) die("out of memory");
+    ngroups = 0;
+    for (char *w = strtok_r(copy, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+        if (ngroups >= MAX_GROUPS) die("--group: at most %d groups", MAX_GROUPS);
+        groups[ngroups++] = w;
+    }
+    if (ngroups == 0) die("--group: expected a comma-separated list of group names");
+    groups_given = 1;
+}
+
 static void parse_ports(const char *v) {
     char *copy = strdup(v), *save = NULL;
     if (!copy) die("out of memory");
@@ -913,6 +1093,7 @@ static void parse_args(int argc, char **argv) {
         if (!strcmp(a, "--host")) cfg.host = v;
         else if (!strcmp(a, "--port")) cfg.port = (int)arg_num(a, v, 1, 65535);
         else if (!strcmp(a, "--ports")) parse_ports(v);
+        else if (!strcmp(a, "--group")) parse_groups(v);
         else if (!strcmp(a, "--arg")) add_extra(v);
         else if (!strcmp(a, "--args")) add_extra_words(v);
         else if (!strcmp(a, "--addjob-timeout")) {
@@ -938,8 +1119,12 @@ static void parse_args(int argc, char **argv) {
     }
     if (nports == 0) ports[nports++] = cfg.port;
     cfg.port = ports[0];
-    if (nextra && cfg.mode != M_ADDJOB && !(is_consume() && cfg.mode != M_RPOP))
-        die("--arg/--args apply to the addjob, getack, getack1 and getjob modes only");
+    if (nextra && cfg.mode != M_ADDJOB && cfg.mode != M_QADD &&
+        !(is_consume() && cfg.mode != M_RPOP))
+        die("--arg/--args apply to the addjob, qadd, getack, getack1, getjob, qget and xread "
+            "modes only");
+    if (groups_given && cfg.mode != M_QGET && cfg.mode != M_XREAD)
+        die("--group applies to the qget and xread modes only");
     for (int i = 0; is_consume() && i + 1 < nextra; i++)
         if (!strcasecmp(extra[i], "COUNT")) idcap = (int)arg_num("COUNT", extra[i + 1], 1, 100000);
     idcap *= cfg.pipeline;
@@ -982,8 +1167,14 @@ static void open_conns(void) {
             c->idlens = malloc((size_t)idcap * sizeof *c->idlens);
             if (!c->ids || !c->idlens) die("out of memory");
         }
-        if (cfg.mode == M_GETACK1) {
-            c->rcap = 2 * cfg.pipeline + 1; /* D GETJOBs + D ACKJOBs at most */
+        if (cfg.mode == M_QGET || cfg.mode == M_XREAD) {
+            c->gi = i % ngroups;
+            c->group = groups[c->gi];
+            build_read_template(c);
+        }
+        if (is_g1()) {
+            /* D reads + the acks of D replies at most (qget: one QACK per event) */
+            c->rcap = cfg.pipeline + (cfg.mode == M_QGET ? idcap : cfg.pipeline) + 1;
             c->ring = calloc((size_t)c->rcap, sizeof *c->ring);
             if (!c->ring) die("out of memory");
         }
@@ -1097,13 +1288,13 @@ static void report(void) {
            unit);
     printf("latency us: p50 %.0f  p99 %.0f  max %" PRIu64 "  mean %.1f  (%lld replies)\n", p50,
            p99, lat_max_us, mean, replies);
-    if (cfg.mode == M_GETACK || cfg.mode == M_GETACK1)
-        printf("acks: %lld jobs received, %lld ACKJOB sent, %lld acked\n", received, ack_requests,
+    if (cfg.mode == M_GETACK || is_g1())
+        printf("acks: %lld jobs received, %lld acks sent, %lld acked\n", received, ack_requests,
                acked);
     if (null_replies) printf("null replies: %lld\n", null_replies);
     printf("errors: %lld%s%s\n", errors, errors ? "  first: " : "", first_error);
     if (conn_failures) printf("connection failures: %lld\n", conn_failures);
-    if (drained && cfg.mode == M_GETACK1)
+    if (drained && is_g1())
         printf("note: a connection gave up after %d GETJOB replies in a row brought no job "
                "(queue empty, or only errors)\n", cfg.max_empty * cfg.pipeline);
     else if (drained)
@@ -1125,7 +1316,7 @@ int main(int argc, char **argv) {
     t_start = t_last = now_ns();
     uint64_t deadline = t_start + (uint64_t)(cfg.max_seconds * 1e9);
     for (int i = 0; i < cfg.conns; i++)
-        cfg.mode == M_GETACK1 ? g1_start(&conns[i]) : next_batch(&conns[i]);
+        is_g1() ? g1_start(&conns[i]) : next_batch(&conns[i]);
 
     struct epoll_event evs[256];
     while (live_conns > 0) {

@@ -23,6 +23,10 @@ Sections (``--only a,b``; default: all but spark, about 19 minutes):
   groups   bench/groups.py: consumer groups against jobs on a 3-node cluster (QADD vs
            ADDJOB REPLICATE 3, 10 groups' deliveries vs GETJOB+ACKJOB, QNOTIFY woken
            from another node, memory per event held by 10 groups vs per job).
+  streams  bench/groups.py --only streams: consumer groups against Redis Streams, one
+           node each, AOF off then everysec (QADD vs XADD, 50 conns unpipelined and 16
+           deep; two groups' batch and one-at-a-time consume vs XREADGROUP + XACK; memory
+           per held event).
   tls      bench/tls.py: ADDJOB over TLS against plain TCP on one node (mutual TLS),
            from a Python client on 1 and 50 connections and from redis-benchmark on 50
            in steady state.
@@ -71,10 +75,10 @@ from servers import (
     stop_on_sigterm,
 )
 
-SECTIONS = ("single", "memory", "cluster", "aof", "client", "peers", "web", "groups", "tls",
-            "celery", "spark")
+SECTIONS = ("single", "memory", "cluster", "aof", "client", "peers", "web", "groups",
+            "streams", "tls", "celery", "spark")
 DEFAULT_SECTIONS = ("single", "memory", "cluster", "aof", "client", "peers", "web", "groups",
-                    "tls", "celery")
+                    "streams", "tls", "celery")
 
 
 @dataclass
@@ -394,10 +398,13 @@ def section_aof(rep: Report, a) -> None:
             rep.out(f"- {k}: {rewrite_pause(fleet, k, a.aof_jobs, a.max_seconds)}")
 
 
-def section_script(rep: Report, a, name: str) -> None:
+def section_script(rep: Report, a, name: str, args: tuple[str, ...] = (),
+                   title: str | None = None) -> None:
     """bench/<name>.py in a subprocess (its output passed through); its PASS/FAIL lines
-    become targets."""
-    argv = [sys.executable, str(BENCH / f"{name}.py"), *(["--quick"] if a.quick else [])]
+    become targets, named after ``title`` (default ``name``)."""
+    argv = [sys.executable, str(BENCH / f"{name}.py"), *(["--quick"] if a.quick else []),
+            *args]
+    name = title or name
     rep.out(f"\n## {name}: `{' '.join(argv[1:])}`\n")
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=a.script_timeout)
@@ -477,7 +484,10 @@ def main(argv=None) -> int:
                 "client": lambda r, a: section_script(r, a, "client"),
                 "peers": lambda r, a: section_script(r, a, "peers"),
                 "web": lambda r, a: section_script(r, a, "web"),
-                "groups": lambda r, a: section_script(r, a, "groups"),
+                "groups": lambda r, a: section_script(r, a, "groups", ("--only", "cluster")),
+                "streams": lambda r, a: section_script(
+                    r, a, "groups", ("--only", "streams", "--rounds", str(a.rounds),
+                                     "--max-seconds", str(a.max_seconds)), "streams"),
                 "tls": lambda r, a: section_script(r, a, "tls"),
                 "celery": lambda r, a: section_script(r, a, "celery_redis"),
                 "spark": lambda r, a: section_script(r, a, "spark")}

@@ -262,11 +262,13 @@ def build_loadgen() -> None:
 
 def loadgen_argv(ports: list[int], mode: str, conns: int, pipeline: int, requests: int,
                  queue: str = "q", args: tuple[str, ...] = (), addjob_timeout: int = 0,
-                 max_seconds: float = 60.0) -> list[str]:
+                 max_seconds: float = 60.0, group: str | None = None) -> list[str]:
     cmd = [str(LOADGEN), "--ports", ",".join(map(str, ports)), "--mode", mode,
            "--conns", str(conns), "--pipeline", str(pipeline), "--requests", str(requests),
            "--queue", queue, "--body-size", str(BODY_SIZE), "--max-seconds", str(max_seconds),
            "--addjob-timeout", str(addjob_timeout), "--json"]
+    if group is not None:  # qget, xread: connection i reads as the i-th (mod n) group
+        cmd += ["--group", group]
     for a in args:
         cmd += ["--arg", a]
     return cmd
