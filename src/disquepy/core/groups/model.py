@@ -131,9 +131,7 @@ class Lease(Timer):
     __slots__ = ("eid", "group", "deadline")
 
     def __init__(self, seq: int, eid: bytes, group: bytes, deadline: int) -> None:
-        self.id = b""
-        self.ctime = seq
-        self.awake = 0
+        super().__init__(b"", seq)
         self.eid = eid
         self.group = group
         self.deadline = deadline
@@ -146,9 +144,7 @@ class Rescan(Timer):
     __slots__ = ()
 
     def __init__(self) -> None:
-        self.id = b""
-        self.ctime = 0
-        self.awake = 0
+        super().__init__(b"", 0)
 
 
 class Cursor:
@@ -175,9 +171,7 @@ class Waiter(Timer):
 
     def __init__(self, seq: int, client: Client, group: bytes, queues: list[bytes],
                  deadline: int) -> None:
-        self.id = b""
-        self.ctime = seq
-        self.awake = 0
+        super().__init__(b"", seq)
         self.client = client
         self.group = group
         self.queues = queues
@@ -208,9 +202,7 @@ class Request(Timer):
     __slots__ = ("req", "client", "deadline")
 
     def __init__(self, client: Client) -> None:
-        self.id = b""
-        self.ctime = 0
-        self.awake = 0
+        super().__init__(b"", 0)
         self.req = 0
         self.client = client
         self.deadline = 0

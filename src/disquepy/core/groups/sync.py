@@ -42,9 +42,7 @@ class SyncOut(Timer):
     __slots__ = ("peer", "events", "pos", "want_reply")
 
     def __init__(self, peer: str, events: list[Event], want_reply: bool) -> None:
-        self.id = b""
-        self.ctime = 0
-        self.awake = 0
+        super().__init__(b"", 0)
         self.peer = peer
         self.events = events
         self.pos = 0
