@@ -157,8 +157,16 @@ def node_ids_from_wire(ids: list[object]) -> tuple[str, ...] | None:
 EVENT_ID_LEN = 25
 
 
-def event_id(ctime_ns: int, node_id: str) -> bytes:
-    return b"%016x-%b" % (ctime_ns & 0xFFFFFFFFFFFFFFFF, node_id[:8].encode())
+def event_id_suffix(node_id: str) -> bytes:
+    """The part of an event ID that names its creating node: ``-`` and 8 hex digits
+    (kept by the node: :func:`event_id` is QADD's hot path)."""
+    return b"-" + node_id[:8].encode()
+
+
+def event_id(ctime_ns: int, suffix: bytes) -> bytes:
+    """``<ctime_ns, 16 hex>-<node, 8 hex>`` (docs/GROUPS.md), ``suffix`` from
+    :func:`event_id_suffix`."""
+    return (ctime_ns & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big").hex().encode() + suffix
 
 
 def is_valid_event_id(eid: object) -> bool:

@@ -25,7 +25,7 @@ from .config import ConfigError
 from .errors import ReplyError
 from .federation import Federation
 from .groups import Groups
-from .ids import JOB_ID_LEN, JobIdGenerator, Rng, new_node_id
+from .ids import JOB_ID_LEN, JobIdGenerator, Rng, event_id_suffix, new_node_id
 from .info import HostFacts, info_reply
 from .job import (
     F_DUMMY,
@@ -93,6 +93,7 @@ class Node:
         self.config = config
         self.myid = node_id
         self.myid_b = node_id.encode()
+        self.event_suffix = event_id_suffix(node_id)  # the node part of its event IDs
         self.rng = rng
         self.random = rng.random
         self.size = 1  # known nodes, this one included (Disque's cluster->size)
@@ -293,6 +294,7 @@ class Node:
         """Take this node ID (e.g. restored from nodes.conf); job IDs follow it."""
         self.myid = node_id
         self.myid_b = node_id.encode()
+        self.event_suffix = event_id_suffix(node_id)
         self.idgen = JobIdGenerator(node_id, self.rng.getrandbits(160).to_bytes(20, "little"))
         self.cluster_dirty = True
 

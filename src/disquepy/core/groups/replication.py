@@ -56,7 +56,7 @@ class EventReplication:
             raise ReplyError(errors.NOREPL)
         targets = node.repl.choose(need)
         ctime = node.next_ctime(now)
-        eid = event_id(ctime, node.myid)
+        eid = event_id(ctime, node.event_suffix)
         e = Event(eid, qname, body, ctime, now + expire_ms,
                   store.holders((node.myid, *targets)))
         e.repl = repl
