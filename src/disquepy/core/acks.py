@@ -38,7 +38,7 @@ class Acks:
         node = self.node
         node.stats.jobs_acked += 1
         if not failed:
-            node.metrics.acked(job.id, job.queue, now)
+            node.metrics.acked(job, now)
         if node.events_on:
             node.events_out.append((now, "acked", job.id, job.queue, None))
         if result:
@@ -189,7 +189,7 @@ class Acks:
 
     def fast_ack(self, job: Job, now: int, result: bytes = b"") -> None:
         if job.state != ACKED:
-            self.node.metrics.acked(job.id, job.queue, now)
+            self.node.metrics.acked(job, now)
             if result:
                 self._completed_with(job, result, now)
             self.node.store.record_outcome(job, COMPLETED, now)

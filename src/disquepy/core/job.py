@@ -75,6 +75,7 @@ class Job(Record):
         "nacks",
         "adeliv",
         "flags",
+        "mtime",
     )
 
     def __init__(
@@ -102,6 +103,7 @@ class Job(Record):
         self.nacks = 0
         self.adeliv = 0
         self.flags = 0
+        self.mtime = 0  # JOBMETRICS' time of it here (ms): > 0 delivered, < 0 queued again
         self.delivered = _EMPTY
         self.confirmed = _EMPTY
 

@@ -14,9 +14,10 @@ counts each event once):
   the fixed buckets of ``BOUNDS_MS``.
 
 A job's queueing time is its creation (plus DELAY) until it is queued again; then the
-node notes when (``requeued_at``, only for those jobs). Delivery times are kept for the
-jobs delivered here and not finished yet (``delivered_at``); both maps lose a job when
-it leaves the node. At most ``MAX_QUEUES`` queues are tracked; later ones are counted
+node notes when, on the job (``Job.mtime``, negated). A delivery here notes its time
+there too (positive) until the job is acked, queued again or deferred: one field, as
+a job is never both. (Two maps by job ID did this, and cost a dict insert and a
+delete per consumed job.) At most ``MAX_QUEUES`` queues are tracked; later ones are counted
 under ``OTHER``, and at most ``MAX_REASONS`` reasons per queue (later ones: ``other``).
 
 Pure: time comes in as ``now`` (ms).
@@ -24,7 +25,10 @@ Pure: time comes in as ``now`` (ms).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from .job import Job
 
 BOUNDS_MS: Final[tuple[int, ...]] = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
                                      10_000, 30_000, 60_000, 300_000, 1_800_000)
@@ -76,8 +80,6 @@ class QueueMetrics:
 class JobMetrics:
     def __init__(self) -> None:
         self.queues: dict[bytes, QueueMetrics] = {}
-        self.delivered_at: dict[bytes, int] = {}  # job ID -> when delivered here (ms)
-        self.requeued_at: dict[bytes, int] = {}  # job ID -> when queued again (ms)
 
     def of(self, queue: bytes) -> QueueMetrics:
         m = self.queues.get(queue)
@@ -92,42 +94,41 @@ class JobMetrics:
     def count(self, queue: bytes, what: int) -> None:
         self.of(queue).counts[what] += 1
 
-    def delivered(self, jid: bytes, queue: bytes, queued_ms: int, now: int) -> None:
+    def delivered(self, job: Job, queued_ms: int, now: int) -> None:
         """A delivery here: ``queued_ms`` is when the job was queued, unless it was
         queued again since (``requeued``)."""
-        m = self.of(queue)
+        m = self.of(job.queue)
         m.counts[DELIVERED] += 1
-        again = self.requeued_at.pop(jid, None) if self.requeued_at else None
-        m.wait.observe(now - (queued_ms if again is None else again))
-        self.delivered_at[jid] = now
+        t = job.mtime
+        m.wait.observe(now - (-t if t < 0 else queued_ms))
+        job.mtime = now
 
-    def requeued(self, jid: bytes, queue: bytes, what: int, now: int) -> None:
+    def requeued(self, job: Job, what: int, now: int) -> None:
         """Queued again (``what``: NACKED, REQUEUED, or -1 for a delayed retry whose
         NACK ... DELAY was counted already)."""
         if what >= 0:
-            self.of(queue).counts[what] += 1
-        self.requeued_at[jid] = now
-        self.delivered_at.pop(jid, None)
+            self.of(job.queue).counts[what] += 1
+        job.mtime = -now
 
-    def acked(self, jid: bytes, queue: bytes, now: int) -> None:
-        m = self.of(queue)
+    @staticmethod
+    def deferred(job: Job) -> None:
+        """NACK ... DELAY: the delivery ended without an ack (no processing time)."""
+        if job.mtime > 0:
+            job.mtime = 0
+
+    def acked(self, job: Job, now: int) -> None:
+        m = self.of(job.queue)
         m.counts[ACKED] += 1
-        at = self.delivered_at.pop(jid, None)
-        if at is not None:
-            m.processing.observe(now - at)
+        t = job.mtime
+        if t > 0:
+            m.processing.observe(now - t)
+            job.mtime = 0
 
     def dead_lettered(self, queue: bytes, reason: bytes) -> None:
         dead = self.of(queue).dead
         if reason not in dead and len(dead) >= MAX_REASONS:
             reason = b"other"
         dead[reason] = dead.get(reason, 0) + 1
-
-    def gone(self, jid: bytes) -> None:
-        """The job left this node: forget its times."""
-        if self.delivered_at:
-            self.delivered_at.pop(jid, None)
-        if self.requeued_at:
-            self.requeued_at.pop(jid, None)
 
 
 def valid_reason(reason: bytes) -> bool:

@@ -158,7 +158,6 @@ class JobStore:
         node = self.node
         if node.aof.on:
             node.aof.deleted(job)
-        node.metrics.gone(job.id)
         if job.retry == 0 and (job.flags & F_DELIVERED or job.state == ACKED):
             # an at-most-once job delivered (or acked) here: a late or duplicated
             # YOURJOBS / REPLJOB must not bring it back to be delivered again
@@ -214,9 +213,9 @@ class JobStore:
                 job.adeliv += 1
             if node.aof.on:
                 node.aof.created(job)  # the counters moved: a reload must not roll them back
-            node.metrics.requeued(job.id, job.queue, NACKED if nack else REQUEUED, now)
+            node.metrics.requeued(job, NACKED if nack else REQUEUED, now)
         elif deferred:
-            node.metrics.requeued(job.id, job.queue, -1, now)  # counted at the NACK
+            node.metrics.requeued(job, -1, now)  # counted at the NACK
         if node.events_on:
             if nack:
                 node.events_out.append((now, "nacked", job.id, job.queue, None))
@@ -259,7 +258,7 @@ class JobStore:
         job.flags |= F_DEFERRED | F_ENQUEUED_ONCE
         job.qtime = now + delay * 1000
         node.metrics.count(job.queue, RETRIED)
-        node.metrics.delivered_at.pop(job.id, None)
+        node.metrics.deferred(job)
         if node.aof.on:
             node.aof.created(job)
         if node.events_on:
@@ -293,8 +292,7 @@ class JobStore:
             node.mem.evictable[job.id] = job
         q.atime = now
         node.stats.jobs_delivered += 1
-        node.metrics.delivered(job.id, job.queue, job.ctime // 1_000_000 + job.delay * 1000,
-                               now)
+        node.metrics.delivered(job, job.ctime // 1_000_000 + job.delay * 1000, now)
         if node.events_on:
             node.events_out.append((now, "delivered", job.id, job.queue,
                                     (job.nacks, job.adeliv)))
