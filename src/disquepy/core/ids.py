@@ -185,8 +185,10 @@ def event_id(ctime_ns: int, suffix: bytes) -> bytes:
 
 
 def is_valid_event_id(eid: object) -> bool:
+    # (the hex digits deleted, the "-" at 16 is all that is left: one C call, a tenth
+    # of a set's cost, which counted with 100 IDs in a QACK)
     return (type(eid) is bytes and len(eid) == EVENT_ID_LEN and eid[16] == 0x2D
-            and not set(eid[:16] + eid[17:]) - _HEX_BYTES)
+            and eid.translate(None, _HEX_DIGITS) == b"-")
 
 
-_HEX_BYTES = frozenset(b"0123456789abcdef")
+_HEX_DIGITS = b"0123456789abcdef"
