@@ -207,7 +207,10 @@ class EventReplication:
         merges it."""
         self.g.log.claim(e, group)
         myid = self.node.myid
-        dsts = sorted(h for h in e.delivered if h != myid)
+        hs = e.delivered
+        if len(hs) == 1 and hs[0] == myid:
+            return  # (held here alone)
+        dsts = sorted(h for h in hs if h != myid)
         if dsts:
             self.node.send_item(dsts, M.EVSTATE, [e.id, group, e.claims[group]])
 
