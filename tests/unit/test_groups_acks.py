@@ -158,3 +158,19 @@ def test_events_this_node_never_held_are_asked_of_every_peer_in_one_message_each
         assert t == M.EVACKS and set(lacking) <= set(sent_ids)
         if d != c.nodes[0].myid:  # the others get the unknown ones only
             assert sorted(sent_ids) == sorted(lacking)
+
+
+def test_the_claims_of_a_batch_are_one_aof_record():
+    """With AOF, QGET ... COUNT's leases and a QACK's acks are one EVCLAIMS record each
+    (one encoding and CRC, not one per event); a single ID keeps its EVCLAIM."""
+    c = Cluster(1)
+    node = c.nodes[0]
+    node.aof.on = True  # (the shell opens the file; here the records are kept)
+    ids = [call(c, 0, "QADD", "q", 3600, f"e{k}") for k in range(5)]
+    records = c.shells[0].records
+    before = len(records)
+    assert [e[0] for e in call(c, 0, "QGET", "q", "g", "COUNT", 5)] == ids
+    assert call(c, 0, "QACK", "q", "g", *ids[:4], ids[0]) == 4
+    assert call(c, 0, "QACK", "q", "g", ids[4]) == 1
+    kinds = [r.split(b"\r\n")[2] for r in records[before:]]
+    assert kinds == [b"EVCLAIMS", b"EVCLAIMS", b"EVCLAIM"]

@@ -65,7 +65,7 @@ from .eventcodec import (
     MAX_TIME,
     BadEvent,
     EventFields,
-    parse_claim_change,
+    parse_claim_changes,
     parse_claims,
     parse_event,
 )
@@ -327,7 +327,7 @@ def _evstate(items: Fields) -> list[tuple[bytes, bytes, int]]:
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
     try:
-        return [parse_claim_change(it) for it in items]
+        return list(parse_claim_changes(items))
     except BadEvent:
         raise Malformed("bad EVSTATE item") from None
 

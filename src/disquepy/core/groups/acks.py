@@ -54,6 +54,36 @@ class EventAcks:
         about it answered), or after ACK_TIMEOUT_MS with what was decided by then. An
         ID given twice counts once."""
         g = self.g
+        held = len(eids) > 1 and g.log.hold_claims()  # (the claims' AOF records: one)
+        try:
+            count, asked = self._here(qname, group, eids, extend_ms, now)
+        finally:
+            if held:
+                g.log.write_claims()
+        if not asked:
+            return resp.integer(count)
+        w = AckWait(client, asked, count, extend_ms)
+        opened = w.open
+        for ids in asked.values():
+            for eid in ids:
+                opened[eid] = opened.get(eid, 0) + 1
+        g.ask(w, now + ACK_TIMEOUT_MS)
+        send = self.node.send
+        for pid, ids in asked.items():
+            if len(ids) == 1:  # (the message every version knows)
+                w.parts.add((pid, 0))
+                send([pid], M.EVACK, w.req, qname, group, ids[0], extend_ms)
+                continue
+            for i in range(0, len(ids), M.MAX_ITEMS):
+                w.parts.add((pid, i))
+                send([pid], M.EVACKS, w.req, qname, group, extend_ms, i, ids[i:i + M.MAX_ITEMS])
+        return None
+
+    def _here(self, qname: bytes, group: bytes, eids: list[bytes], extend_ms: int,
+              now: int) -> tuple[int, dict[str, list[bytes]]]:
+        """Decide the events this node decides for: how many leases ended, and the IDs
+        to ask of each peer."""
+        g = self.g
         store = g.store
         events = store.events
         myid = self.node.myid
@@ -86,24 +116,7 @@ class EventAcks:
             for t in targets:
                 if t in peers:
                     asked.setdefault(t, []).append(eid)
-        if not asked:
-            return resp.integer(count)
-        w = AckWait(client, asked, count, extend_ms)
-        opened = w.open
-        for ids in asked.values():
-            for eid in ids:
-                opened[eid] = opened.get(eid, 0) + 1
-        g.ask(w, now + ACK_TIMEOUT_MS)
-        send = self.node.send
-        for pid, ids in asked.items():
-            if len(ids) == 1:  # (the message every version knows)
-                w.parts.add((pid, 0))
-                send([pid], M.EVACK, w.req, qname, group, ids[0], extend_ms)
-                continue
-            for i in range(0, len(ids), M.MAX_ITEMS):
-                w.parts.add((pid, i))
-                send([pid], M.EVACKS, w.req, qname, group, extend_ms, i, ids[i:i + M.MAX_ITEMS])
-        return None
+        return count, asked
 
     def _verdict(self, qname: bytes, group: bytes, eid: bytes, extend_ms: int,
                  now: int) -> int:
@@ -123,8 +136,14 @@ class EventAcks:
 
     def on_evacks(self, p: Peer, fields: M.Fields, now: int) -> None:
         req, qname, group, extend_ms, first, eids = fields
-        group = self.g.store.intern(group)
-        verdicts = [self._verdict(qname, group, eid, extend_ms, now) for eid in eids]
+        g = self.g
+        group = g.store.intern(group)
+        held = g.log.hold_claims()
+        try:
+            verdicts = [self._verdict(qname, group, eid, extend_ms, now) for eid in eids]
+        finally:
+            if held:
+                g.log.write_claims()
         self.node.send([p.id], M.EVACKEDS, req, first, verdicts)
 
     def on_evacked(self, p: Peer, fields: M.Fields, now: int) -> None:

@@ -216,10 +216,15 @@ class EventReplication:
 
     def on_evstate(self, p: Peer, fields: M.Fields, now: int) -> None:
         store = self.g.store
-        for eid, group, claim in fields:
-            e = store.events.get(eid)
-            if e is not None:
-                store.set_claim(e, store.intern(group), claim, now)
+        held = len(fields) > 1 and self.g.log.hold_claims()  # (their AOF records: one)
+        try:
+            for eid, group, claim in fields:
+                e = store.events.get(eid)
+                if e is not None:
+                    store.set_claim(e, store.intern(group), claim, now)
+        finally:
+            if held:
+                self.g.log.write_claims()
 
     # ------------------------------------------------------------------ flush
     def qflush(self, qname: bytes, now: int) -> bytes:
