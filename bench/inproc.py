@@ -29,7 +29,8 @@ optimisation of the shell or the core changes.
   COUNT 100 + XACK): ``QGET q g COUNT 100`` and the acks of the 100 events it
   leased, through ``data_received``: one ``QACK q g id1 ... id100`` (skipped on a tree
   whose QACK takes one ID), then 100 pipelined ``QACK q g id``; per event, the
-  QGET's and the acks' shares.
+  QGET's and the acks' shares; then both with the AOF's records made (appendonly's
+  CPU, the file write aside).
 
 Each figure is the best of ``--rounds`` rounds. A/B of the compiled core (setup.py) and
 the same code interpreted: run once with ``DISQUEPY_INTERPRETED=1`` and once without,
@@ -296,8 +297,12 @@ def bench_groups(n: int, rounds: int) -> None:
         return b"".join(b"*4\r\n" + head + b"$25\r\n" + i + b"\r\n"
                         for i in idre.findall(reply))
 
-    for name, acks_of in (("one QACK of 100 IDs", multi), ("100 QACKs, pipelined", single)):
-        _, loop, (proto,) = node_with_clients(1, Capture)
+    for name, acks_of, aof in (("one QACK of 100 IDs", multi, False),
+                               ("100 QACKs, pipelined", single, False),
+                               ("one QACK, AOF records", multi, True),
+                               ("100 QACKs, AOF records", single, True)):
+        node, loop, (proto,) = node_with_clients(1, Capture)
+        node.aof.on = aof  # the records made (the driver has no file: none written)
         got = _read_and_ack(proto, last, n, rounds, qadd, qget, acks_of)
         loop.close()
         if got is None:

@@ -192,3 +192,18 @@ def is_valid_event_id(eid: object) -> bool:
 
 
 _HEX_DIGITS = b"0123456789abcdef"
+
+
+def all_valid_event_ids(ids: list[bytes]) -> bool:
+    """Whether every one of ``ids`` is a valid event ID (is_valid_event_id), checked
+    together: their lengths, then one join whose every 25th byte from the 17th is the
+    "-" and whose other bytes are hex: a few C calls for a QACK's 100 IDs."""
+    n = len(ids)
+    if n < 2:
+        return all(is_valid_event_id(i) for i in ids)
+    if any(type(i) is not bytes or len(i) != EVENT_ID_LEN for i in ids):
+        return False
+    joined = b"".join(ids)
+    dashes = b"-" * n
+    return (joined[16::EVENT_ID_LEN] == dashes
+            and joined.translate(None, _HEX_DIGITS) == dashes)

@@ -12,7 +12,7 @@ from ..errors import ReplyError
 from ..eventcodec import MAX_KEY
 from ..groups.leases import MAX_COUNT
 from ..groups.model import DEFAULT_LEASE_MS, MAX_DELIVERIES, MAX_EXPIRE_MS, event_reply
-from ..ids import is_valid_event_id
+from ..ids import all_valid_event_ids
 from .args import parse_int
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Non
 
 
 def _event_ids(ids: list[bytes]) -> list[bytes]:
-    if not all(is_valid_event_id(i) for i in ids):
+    if not all_valid_event_ids(ids):
         raise ReplyError(errors.BAD_EVENT_ID)
     return ids
 
