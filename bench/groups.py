@@ -22,7 +22,7 @@ everysec``:
 
 * QADD vs XADD, 16-byte bodies, 50 connections unpipelined and 16 deep. Target: >= 1.0x.
 * Batch consume by two groups (one connection each) of a preloaded queue: ``QGET q g
-  COUNT 100`` with one QACK per event of the reply, pipelined with the next QGET, vs
+  COUNT 100`` with one ``QACK q g id ...`` of the reply's IDs sent with the next QGET, vs
   ``XREADGROUP GROUP g c COUNT 100 STREAMS q >`` with one XACK of the reply's IDs sent
   with the next read; rate = deliveries. Target: >= 0.8x.
 * One at a time, two groups of two connections: QGET + QACK vs XREADGROUP COUNT 1 + XACK
@@ -283,7 +283,7 @@ def streams(a, target) -> None:
     held = 20_000 if q else 100_000
     rows = [("add", "QADD / XADD, 50 conns", "QADD vs XADD, 50 conns", 1.0),
             ("add16", "QADD / XADD, 50 conns, 16-deep", "QADD vs XADD, 16-deep", 1.0),
-            ("batch", "2 groups x 1 conn: QGET COUNT 100 + QACKs / XREADGROUP COUNT 100 + XACK",
+            ("batch", "2 groups x 1 conn: QGET COUNT 100 + QACK / XREADGROUP COUNT 100 + XACK",
              "batch consume by 2 groups vs XREADGROUP COUNT 100 + XACK", 0.8),
             ("one", "2 groups x 2 conns, one at a time: QGET + QACK / XREADGROUP COUNT 1 + XACK",
              "", None)]

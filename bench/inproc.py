@@ -25,6 +25,12 @@ optimisation of the shell or the core changes.
 - ``batch``: the pipelined consume row: ``GETJOB NOHANG COUNT 100`` and the ACKJOB of
   the 100 IDs it returned, through ``data_received``; per job, the GETJOB's and the
   ACKJOB's shares, with job outcomes on (the default) and off.
+- ``groups``: the consumer groups' batch row (bench/groups.py's against XREADGROUP
+  COUNT 100 + XACK): ``QGET q g COUNT 100`` and the acks of the 100 events it
+  leased, through ``data_received``: one ``QACK q g id1 ... id100`` (skipped on a tree
+  whose QACK takes one ID), then 100 pipelined ``QACK q g id``; per event, the
+  QGET's and the acks' shares; then both with the AOF's records made (appendonly's
+  CPU, the file write aside).
 
 Each figure is the best of ``--rounds`` rounds. A/B of the compiled core (setup.py) and
 the same code interpreted: run once with ``DISQUEPY_INTERPRETED=1`` and once without,
@@ -196,6 +202,41 @@ def bench_consume(n: int, rounds: int) -> None:
     loop.close()
 
 
+def _read_and_ack(proto, last: list, n: int, rounds: int, add: bytes, read: bytes,
+                  acks_of) -> tuple[float, float] | None:
+    """Microseconds per item, best round, of a batch read and of its acks: each round
+    ``n`` ``add`` requests, then ``read`` (COUNT 100) and ``acks_of(its reply)`` until
+    they are all read, each through data_received and a batch run (``last``: what the
+    transport was last given). None if the acks were refused (a tree without them)."""
+    received, batch = proto.data_received, proto.batch.run
+
+    def dr(data: bytes) -> None:
+        received(data)
+        batch()
+
+    gets, acks = [], []
+    for r in range(rounds + 1):
+        k = min(n, 1000) if r == 0 else n
+        for _ in range(k):
+            dr(add)
+        tg = ta = 0.0
+        for _ in range(k // 100):
+            t0 = clock()
+            dr(read)
+            t1 = clock()
+            req = acks_of(last[0])
+            t2 = clock()
+            dr(req)
+            ta += clock() - t2
+            tg += t1 - t0
+        if last[0].startswith(b"-"):
+            return None
+        if r:
+            gets.append(tg / k * 1e6)
+            acks.append(ta / k * 1e6)
+    return min(gets), min(acks)
+
+
 def bench_batch(n: int, rounds: int) -> None:
     """The pipelined consume row: GETJOB NOHANG COUNT 100 FROM q, then one ACKJOB of the
     100 IDs it returned, each through data_received and a batch run; per job, with job
@@ -210,43 +251,66 @@ def bench_batch(n: int, rounds: int) -> None:
         def write(self, data: bytes) -> None:
             last[0] = data
 
+    def ackjob(reply: bytes) -> bytes:
+        ids = idre.findall(reply)
+        return b"*%d\r\n$6\r\nACKJOB\r\n" % (len(ids) + 1) + b"".join(
+            b"$40\r\n" + i + b"\r\n" for i in ids)
+
     getjob = b"*6\r\n$6\r\nGETJOB\r\n$6\r\nNOHANG\r\n$5\r\nCOUNT\r\n$3\r\n100\r\n" \
         b"$4\r\nFROM\r\n$1\r\nq\r\n"
     for retention in (3600, 0):
         node, loop, (proto,) = node_with_clients(1, Capture)
         node.config.job_outcome_retention = retention
         node.config_changed(["job-outcome-retention"])
-        received, batch = proto.data_received, proto.batch.run
-
-        def dr(data: bytes, received=received, batch=batch) -> None:
-            received(data)
-            batch()
-
-        gets, acks = [], []
-        for r in range(rounds + 1):
-            k = min(n, 1000) if r == 0 else n
-            for _ in range(k):
-                dr(ADDJOB)
-            tg = ta = 0.0
-            for _ in range(k // 100):
-                t0 = clock()
-                dr(getjob)
-                t1 = clock()
-                ids = idre.findall(last[0])
-                req = b"*%d\r\n$6\r\nACKJOB\r\n" % (len(ids) + 1) + b"".join(
-                    b"$40\r\n" + i + b"\r\n" for i in ids)
-                t2 = clock()
-                dr(req)
-                ta += clock() - t2
-                tg += t1 - t0
-            if r:
-                gets.append(tg / k * 1e6)
-                acks.append(ta / k * 1e6)
-        assert node.jobs.count == 0, node.jobs.count
-        g, a = min(gets), min(acks)
+        got = _read_and_ack(proto, last, n, rounds, ADDJOB, getjob, ackjob)
+        assert got is not None and node.jobs.count == 0, node.jobs.count
+        g, a = got
         print(f"batch     COUNT 100 + ACKJOB, outcomes {'on ' if retention else 'off'}"
               f" {g + a:6.2f} us per job (GETJOB {g:.2f}, ACKJOB {a:.2f})")
         loop.close()
+
+
+def bench_groups(n: int, rounds: int) -> None:
+    """QGET q g COUNT 100, then the acks of the 100 events it leased (one multi-ID QACK,
+    or 100 pipelined single ones: each set of requests in one data_received, then the
+    loop iteration's batch run), the queue preloaded with QADDs before each round (the
+    acked events stay until they expire, as under load)."""
+    import re
+
+    idre = re.compile(rb"\$25\r\n([0-9a-f]{16}-[0-9a-f]{8})\r\n")
+    last: list = [b""]
+
+    class Capture(Transport):
+        def write(self, data: bytes) -> None:
+            last[0] = data
+
+    qadd = b"*4\r\n$4\r\nQADD\r\n$1\r\nq\r\n$4\r\n3600\r\n$16\r\n0123456789abcdef\r\n"
+    qget = b"*5\r\n$4\r\nQGET\r\n$1\r\nq\r\n$1\r\ng\r\n$5\r\nCOUNT\r\n$3\r\n100\r\n"
+    head = b"$4\r\nQACK\r\n$1\r\nq\r\n$1\r\ng\r\n"
+
+    def multi(reply: bytes) -> bytes:
+        ids = idre.findall(reply)
+        return b"*%d\r\n" % (len(ids) + 3) + head + b"".join(b"$25\r\n" + i + b"\r\n"
+                                                           for i in ids)
+
+    def single(reply: bytes) -> bytes:
+        return b"".join(b"*4\r\n" + head + b"$25\r\n" + i + b"\r\n"
+                        for i in idre.findall(reply))
+
+    for name, acks_of, aof in (("one QACK of 100 IDs", multi, False),
+                               ("100 QACKs, pipelined", single, False),
+                               ("one QACK, AOF records", multi, True),
+                               ("100 QACKs, AOF records", single, True)):
+        node, loop, (proto,) = node_with_clients(1, Capture)
+        node.aof.on = aof  # the records made (the driver has no file: none written)
+        got = _read_and_ack(proto, last, n, rounds, qadd, qget, acks_of)
+        loop.close()
+        if got is None:
+            print(f"groups    QGET COUNT 100 + {name}: not supported by this tree")
+            continue
+        g, a = got
+        print(f"groups    QGET COUNT 100 + {name:22s} {g + a:6.2f} us per event "
+              f"(QGET {g:.2f}, acks {a:.2f})")
 
 
 def bench_execute(n: int, rounds: int) -> None:
@@ -343,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"disquepy from {Path(disquepy.__file__).parent}")
     todo = {"reader": bench_reader, "protocol": bench_protocol, "execute": bench_execute,
-            "replicate": bench_replicate, "batch": bench_batch}
+            "replicate": bench_replicate, "batch": bench_batch, "groups": bench_groups}
     for name in args.only.split(","):
         if name not in todo:
             ap.error(f"--only: unknown measure {name!r} (one of {', '.join(todo)})")

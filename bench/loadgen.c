@@ -28,8 +28,8 @@
  *   getjob   GETJOB NOHANG FROM <queue>, no ack     (delivery alone)
  *   qadd     QADD <queue> 3600 <body> [args]       (consumer-group event)
  *   xadd     XADD <queue> * b <body>               (Redis Streams baseline)
- *   qget     QGET <queue> <group> [args], one       (consumer groups: as getack1,
- *            QACK <queue> <group> <id> per event    the acks of a reply sent with
+ *   qget     QGET <queue> <group> [args], then one  (consumer groups: as getack1,
+ *            QACK <queue> <group> <id> ...          the acks of a reply sent with
  *                                                   the next QGET)
  *   xread    XREADGROUP GROUP <group> c<conn>       (Redis Streams baseline: as
  *            [args] STREAMS <queue> >, then one     getack1; the group must exist,
@@ -809,26 +809,15 @@ static void g1_start(struct conn *c) {
     g1_send(c);
 }
 
-/* Append "ACKJOB <id> [<id> ...]" (xread: "XACK <queue> <group> <id> ...") for the IDs
- * held in c->ids; qget: one "QACK <queue> <group> <id>" per ID (QACK takes one). */
+/* Append "ACKJOB <id> [<id> ...]" (xread: "XACK <queue> <group> <id> ...", qget: "QACK
+ * <queue> <group> <id> ...") for the IDs held in c->ids. */
 static void g1_append_ack(struct conn *c) {
     char hdr[32];
-    if (cfg.mode == M_QGET) {
-        for (int i = 0; i < c->nids; i++) {
-            const char *argv[] = {"QACK", cfg.queue, c->group, c->ids + (size_t)i * MAX_ID_LEN};
-            size_t lens[] = {4, strlen(cfg.queue), strlen(c->group), c->idlens[i]};
-            append_cmd(&c->out, 4, argv, lens);
-            ack_requests++;
-            g1_push(c, 1);
-        }
-        c->nids = 0;
-        return;
-    }
     int n;
-    if (cfg.mode == M_XREAD) {
+    if (cfg.mode == M_XREAD || cfg.mode == M_QGET) {
         n = snprintf(hdr, sizeof hdr, "*%d\r\n", c->nids + 3);
         buf_append(&c->out, hdr, (size_t)n);
-        const char *pre[] = {"XACK", cfg.queue, c->group};
+        const char *pre[] = {cfg.mode == M_QGET ? "QACK" : "XACK", cfg.queue, c->group};
         for (int i = 0; i < 3; i++) {
             n = snprintf(hdr, sizeof hdr, "$%zu\r\n", strlen(pre[i]));
             buf_append(&c->out, hdr, (size_t)n);
@@ -1173,8 +1162,8 @@ static void open_conns(void) {
             build_read_template(c);
         }
         if (is_g1()) {
-            /* D reads + the acks of D replies at most (qget: one QACK per event) */
-            c->rcap = cfg.pipeline + (cfg.mode == M_QGET ? idcap : cfg.pipeline) + 1;
+            /* D reads + the acks of D replies at most */
+            c->rcap = 2 * cfg.pipeline + 1;
             c->ring = calloc((size_t)c->rcap, sizeof *c->ring);
             if (!c->ring) die("out of memory");
         }

@@ -175,8 +175,15 @@ def test_consumer_groups(dq):
     e = dq.qget("events", "billing", lease=5, with_counters=True)
     assert e == Event(eid, "events", b'{"n": 1}', 1) and e.json() == {"n": 1}
     assert dq.qworking("events", "billing", eid, lease=10) is True
-    assert dq.qack("events", "billing", eid) is True
+    assert dq.qack("events", "billing", eid) is True  # one ID: a bool, as it always was
     assert dq.qack("events", "billing", eid) is False
+    more = [dq.qadd("batch", f"m{i}", 60) for i in range(3)]
+    assert [e.id for e in dq.qget_many("batch", "g", 10, lease=30)] == more
+    assert dq.qworking("batch", "g", more[0], more[1], lease=60) == 2
+    # several IDs: how many leases were live (an ID twice counts once), as XACK
+    assert dq.qack("batch", "g", more[0], more[0], more[2], more[1]) == 3
+    assert dq.qack("batch", "g", *more) == 0
+    assert dq.qflush("batch") is True
     assert dq.qnotify("billing", 0.5, "events") == "events"  # "two" is still available
     assert dq.qget("events", "billing", lease=0).body == b"two"
     assert dq.qnotify("billing", 0.2, "events") is None

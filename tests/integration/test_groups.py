@@ -101,6 +101,35 @@ def test_lease_expiry_redo_and_late_ack(r):
     assert status(r, "q")[b"q"][b"g"][b"done"] == 1
 
 
+def test_qack_of_several_ids_counts_each_live_lease_once(r):
+    """QACK queue group id [id ...] (XACK's shape): how many live leases it ended; an
+    ID twice counts once, a lease that ran out, an event never leased or unknown 0."""
+    ids = [r.execute_command("QADD", "q", 60, f"e{i}") for i in range(6)]
+    got = r.execute_command("QGET", "q", "g", "EX", 60, "COUNT", 3)
+    assert [e[0] for e in got] == ids[:3]
+    short = r.execute_command("QGET", "q", "g", "EX", "0.1")[0]
+    assert short == ids[3]
+    # bad input acks nothing: the same errors as the one-ID form
+    with pytest.raises(redis.ResponseError, match="BADID Invalid event ID format"):
+        r.execute_command("QACK", "q", "g", ids[0], "nope")
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments for 'qack'"):
+        r.execute_command("QACK", "q", "g")
+    assert status(r, "q")[b"q"][b"g"][b"inprogress"] == 4
+    time.sleep(0.2)  # the short lease ran out
+    unknown = b"0000000000000001-00000000"
+    assert r.execute_command("QACK", "q", "g", ids[0], ids[1], ids[0], short, ids[4],
+                             unknown, ids[2]) == 3
+    assert r.execute_command("QACK", "q", "g", *ids) == 0  # nothing live any more
+    st = status(r, "q")[b"q"][b"g"]
+    assert (st[b"done"], st[b"redo"], st[b"available"], st[b"inprogress"]) == (3, 1, 2, 0)
+    # QWORKING takes several IDs too, EX last
+    two = [e[0] for e in r.execute_command("QGET", "q", "g", "EX", 60, "COUNT", 2)]
+    assert r.execute_command("QWORKING", "q", "g", *two, ids[0], "EX", 120) == 2
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        r.execute_command("QWORKING", "q", "g", two[0], "EX", 5, two[1])
+    assert r.execute_command("QACK", "q", "g", *two) == 2
+
+
 def test_events_expire_for_every_group(r):
     r.execute_command("QADD", "q", "0.3", "short")
     keep = r.execute_command("QADD", "q", 60, "long")
@@ -186,6 +215,30 @@ def test_cluster_events_replicated_and_consumed_from_any_node(make_cluster):
         if e is not None:
             seen.append(e[0])
     assert sorted(seen) == sorted(ids)
+
+
+def test_qack_of_several_ids_decided_by_several_nodes(make_cluster):
+    """One QACK on node A of events each node decides (its own), one given twice, one
+    lease run out, an ID nobody knows: each decided by its authority, A's peers asked
+    once each; every holder sees them done."""
+    servers, clients = make_cluster(3)
+    a, b, c = clients
+    made = [[x.execute_command("QADD", "q", 60, f"e{i}.{k}") for k in range(3)]
+            for i, x in enumerate(clients)]
+    for x, ids in zip((a, b), made, strict=False):
+        assert [e[0] for e in x.execute_command("QGET", "q", "g", "EX", 60, "COUNT", 3)] == ids
+    assert [e[0] for e in c.execute_command("QGET", "q", "g", "EX", 60, "COUNT", 2)] \
+        == made[2][:2]
+    assert c.execute_command("QGET", "q", "g", "EX", "0.1")[0] == made[2][2]
+    time.sleep(0.2)
+    unknown = b"0000000000000001-00000000"
+    flat = [i for ids in made for i in ids]
+    assert a.execute_command("QACK", "q", "g", made[1][0], *flat, unknown, made[2][1]) == 8
+    for x in clients:
+        wait_for(lambda x=x: status(x, "q", "GROUPS", "g")[b"q"][b"g"][b"done"] == 8,
+                 what="the acks on every holder")
+    assert b.execute_command("QACK", "q", "g", *flat) == 0
+    assert c.execute_command("QGET", "q", "g", "WITHCOUNTERS") == [made[2][2], b"e2.2", 2]
 
 
 def test_qack_on_another_node_and_flush_everywhere(make_cluster):

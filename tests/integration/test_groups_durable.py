@@ -128,6 +128,33 @@ def test_rewrite_keeps_events_and_claims(server_factory):
     assert "events" in s.log() and ids
 
 
+def test_a_batch_leased_and_acked_survives_kill_9(server_factory):
+    """QGET ... COUNT 6 and a QACK of several IDs (one twice) write their claims as one
+    EVCLAIMS record each: after a kill -9 the 4 acked events stay done, the 2 still
+    leased come back when their lease ends, and disque-check-aof passes the file."""
+    s = server_factory(*AOF, "--appendfsync", "always")
+    r = s.client()
+    ids = [r.execute_command("QADD", "q", 600, f"e{i}") for i in range(10)]
+    got = [e[0] for e in r.execute_command("QGET", "q", "g", "EX", 1, "COUNT", 6)]
+    assert got == ids[:6]
+    assert r.execute_command("QACK", "q", "g", *got[:4], got[0]) == 4
+    assert (s.workdir / "disque.aof").read_bytes().count(b"\r\nEVCLAIMS\r\n") == 2
+    s.kill(signal.SIGKILL)
+    s.start()
+    r = s.client()
+    st = r.execute_command("QINFO", "q", "GROUPS", "g")[0].split()
+    assert b"done:4" in st and b"inprogress:2" in st, st
+    time.sleep(1.1)  # the two leases in flight ran out
+    rest = [r.execute_command("QGET", "q", "g", "EX", 0)[0] for _ in range(6)]
+    assert sorted(rest) == ids[4:]
+    assert r.execute_command("QGET", "q", "g") is None
+    s.stop()
+    out = subprocess.run([sys.executable, "-m", "disquepy.tools.check_aof",
+                          str(s.workdir / "disque.aof")],
+                         capture_output=True, text=True, env=s.env, timeout=60)
+    assert out.returncode == 0 and "AOF is valid" in out.stdout, out.stdout + out.stderr
+
+
 def test_rolling_restart_without_aof_keeps_events_with_copies_left(make_cluster):
     """Without AOF a restarted node comes back empty; its peers give it their copies
     back when the link comes up (EVSYNC/EVNEED), so a rolling restart keeps every

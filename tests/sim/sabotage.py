@@ -161,3 +161,20 @@ def groups_leases_never_end() -> None:
     for m in (groups, acks, model, store):
         m.effective = effective
     leases.Leases.ended = lambda self, t, now: None
+
+
+def groups_qack_counts_duplicates() -> None:
+    """A QACK of several IDs counts an ID given twice twice (XACK counts it once)."""
+    from disquepy.codec import resp
+    from disquepy.core.groups import acks
+
+    qack = acks.EventAcks.qack
+
+    def counted(self, client, qname, group, eids, extend_ms, now):
+        r = qack(self, client, qname, group, eids, extend_ms, now)
+        extra = len(eids) - len(set(eids))
+        if r is not None and extra and r != resp.ZERO:
+            return resp.integer(int(r[1:-2]) + extra)
+        return r
+
+    acks.EventAcks.qack = counted

@@ -25,6 +25,7 @@ def test_group_seed_set_holds_under_every_fault():
     assert s.total("event_copies_lost") > 0  # crashes took events with them
     # keyed QADDs retried after an error or no reply: the same event, never a second
     assert s.total("idempotent_retries") > 0 and s.total("ids_ordered") > 500
+    assert s.total("multi_acks") > 100  # QACKs of several IDs (sim/groups.py)
     for r in results:
         assert r.stats["phase"] == "done", r.summary_line()
 
@@ -67,6 +68,11 @@ def test_checker_reports_event_ids_that_go_down():
     clocks make an event added after another get a smaller ID."""
     assert _caught("groups_ids_by_wall_clock", "group-order", parse_faults("skew"),
                    range(1, 7))
+
+
+def test_checker_reports_a_qack_that_counts_an_id_twice():
+    assert _caught("groups_qack_counts_duplicates", "group-ack-count",
+                   parse_faults("none"), range(1, 4))
 
 
 def test_group_ids_rise_in_every_run():

@@ -829,6 +829,8 @@ def event_records() -> bytes:
     return b"".join([
         aof.encode_event_record(aof.EVENT, EVENT_FIELDS),
         aof.encode_event_record(aof.EVCLAIM, [EVENT_FIELDS[0], b"g", 1 << 20]),
+        aof.encode_event_record(aof.EVCLAIMS, [[EVENT_FIELDS[0], b"g", 3 << 20],
+                                               [EVENT_FIELDS[0], b"h", 1]]),
         aof.encode_event_record(aof.EVDEL, [EVENT_FIELDS[0]]),
         aof.encode_event_record(aof.EVFLUSH, [b"q", 5]),
     ])
@@ -837,14 +839,16 @@ def event_records() -> bytes:
 def test_event_records_scan_back_with_the_jobs():
     data = encode_loadjob(fields(1)) + event_records() + encode_deljob(jid(1))
     res = scan(data)
-    assert res.status == "ok" and (res.loadjobs, res.deljobs, res.events) == (1, 1, 4)
+    assert res.status == "ok" and (res.loadjobs, res.deljobs, res.events) == (1, 1, 5)
     kinds = [k for _, k, _ in res.records]
-    assert kinds == [LOADJOB, aof.EVENT, aof.EVCLAIM, aof.EVDEL, aof.EVFLUSH, DELJOB]
+    assert kinds == [LOADJOB, aof.EVENT, aof.EVCLAIM, aof.EVCLAIMS, aof.EVDEL, aof.EVFLUSH,
+                     DELJOB]
     ev = res.records[1][2]
     assert ev.id == EVENT_FIELDS[0] and ev.holders == (NODE_A, NODE_B)
     assert ev.claims == ((b"g", 7),)
     assert res.records[2][2] == (EVENT_FIELDS[0], b"g", 1 << 20)
-    assert res.records[3][2] == EVENT_FIELDS[0] and res.records[4][2] == (b"q", 5)
+    assert res.records[3][2] == ((EVENT_FIELDS[0], b"g", 3 << 20), (EVENT_FIELDS[0], b"h", 1))
+    assert res.records[4][2] == EVENT_FIELDS[0] and res.records[5][2] == (b"q", 5)
 
 
 def test_event_records_torn_and_corrupt():
@@ -860,3 +864,19 @@ def test_event_records_torn_and_corrupt():
     wrong = aof.encode_event_record(aof.EVENT, [b"not-an-id", *EVENT_FIELDS[1:]])
     res = scan(wrong)
     assert res.status == "corrupt" and "invalid EVENT record" in res.reason
+
+
+def test_evclaims_records_long_lists_and_bad_items():
+    """EVCLAIMS (the claims of one QGET ... COUNT or QACK of several IDs): lists past
+    msgpack's fixarray scan back, torn anywhere they read as a torn tail, and a bad
+    item is named."""
+    many = [[EVENT_FIELDS[0], b"g", n] for n in range(300)]  # array16
+    data = aof.encode_event_record(aof.EVCLAIMS, many)
+    res = scan(data)
+    assert res.status == "ok" and len(res.records[0][2]) == 300
+    for cut in range(1, len(data), 37):
+        assert scan(data[:cut]).status == "truncated", cut
+    wrong = aof.encode_event_record(aof.EVCLAIMS, [many[0], [b"not-an-id", b"g", 1]])
+    res = scan(wrong)
+    assert res.status == "corrupt" and "invalid EVCLAIMS record" in res.reason
+    assert scan(aof.encode_event_record(aof.EVCLAIMS, [])).status == "corrupt"

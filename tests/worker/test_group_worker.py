@@ -83,8 +83,8 @@ def test_group_option_refuses_a_tasks_app(tmp_path):
 @pytest.mark.timeout(90)
 def test_group_worker_leases_events_in_batches_and_acks_each_once(dq, server, tmp_path):
     """With a fast handler the worker's QGETs take many events each (QGET ... COUNT n,
-    issue #31) and their QACKs go in one round trip; every event is handled once and
-    acked; a failing one comes back alone when its lease ends."""
+    issue #31) and a batch's acks are one QACK of its IDs; every event is handled once
+    and acked; a failing one comes back alone when its lease ends."""
     for n in range(400):
         dq.qadd("batched", json.dumps({"n": n}), 120)
     seen: list[int] = []
@@ -99,7 +99,9 @@ def test_group_worker_leases_events_in_batches_and_acks_each_once(dq, server, tm
             seen.append(payload["n"])
 
     c = server.client()
-    calls_before = c.info("commandstats").get("cmdstat_qget", {}).get("calls", 0)
+    stats = c.info("commandstats")
+    calls_before = stats.get("cmdstat_qget", {}).get("calls", 0)
+    acks_before = stats.get("cmdstat_qack", {}).get("calls", 0)
     w = GroupWorker(dq, ["batched"], "b", 2, handle, lease=1.0, poll_timeout=0.2,
                     prefetch=64).start()
     try:
@@ -109,5 +111,8 @@ def test_group_worker_leases_events_in_batches_and_acks_each_once(dq, server, tm
         w.stop(5)
     assert sorted(seen) == list(range(400))  # each once, 7 after its failure
     assert failed_once == [7] and w.failed == 1 and w.processed == 400
-    qgets = c.info("commandstats")["cmdstat_qget"]["calls"] - calls_before
+    stats = c.info("commandstats")
+    qgets = stats["cmdstat_qget"]["calls"] - calls_before
     assert qgets < 100, qgets  # batches, not one QGET per event
+    qacks = stats["cmdstat_qack"]["calls"] - acks_before
+    assert qacks <= qgets, (qacks, qgets)  # one QACK per batch, not one per event

@@ -196,15 +196,25 @@ class Commands:
                          lambda r: [e for e in (parse_event(x, queue, self._decode_bodies)
                                                 for x in r or ()) if e is not None])
 
-    def qack(self, queue: str, group: str, id: str) -> bool:
-        """QACK: ``True`` if the lease was live and the event is now done for ``group``."""
-        return self._run(["QACK", queue, group, id], lambda r: bool(parse_int(r)))
+    def qack(self, queue: str, group: str, id: str, *ids: str) -> int:
+        """QACK: the events are done for ``group``; how many of their leases were live
+        (an ID given twice counts once). One call for a batch, as Redis's XACK. With
+        one ID the result is a ``bool`` (an ``int``, 1 or 0), as it always was: ``True``
+        if the lease was live and the event is now done for ``group``."""
+        if not ids:
+            return self._run(["QACK", queue, group, id], lambda r: bool(parse_int(r)))
+        return self._run(["QACK", queue, group, id, *ids], parse_int)
 
-    def qworking(self, queue: str, group: str, id: str, lease: float | None = None) -> bool:
-        """QWORKING (disquepy): still working; the lease now ends ``lease`` seconds from
-        now (server default 30). ``False`` if the lease had run out."""
-        args: list[Arg] = ["QWORKING", queue, group, id, *(["EX", seconds_arg(lease)] if lease else [])]
-        return self._run(args, lambda r: bool(parse_int(r)))
+    def qworking(self, queue: str, group: str, id: str, *ids: str,
+                 lease: float | None = None) -> int:
+        """QWORKING (disquepy): still working; the leases now end ``lease`` seconds from
+        now (server default 30). How many leases were live; with one ID a ``bool``
+        (``False`` if the lease had run out), as :meth:`qack`."""
+        args: list[Arg] = ["QWORKING", queue, group, id, *ids,
+                           *(["EX", seconds_arg(lease)] if lease else [])]
+        if not ids:
+            return self._run(args, lambda r: bool(parse_int(r)))
+        return self._run(args, parse_int)
 
     def qnotify(self, group: str, timeout: float, *queues: str) -> str | None:
         """QNOTIFY: the first of ``queues`` with an event available to ``group``, waiting

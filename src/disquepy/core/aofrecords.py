@@ -39,6 +39,9 @@ life; the blobs are checked by ``core.eventcodec``, the one validation the bus s
   its IDEMPOTENT key when it has one (payload: its ``EventFields``);
 * ``EVCLAIM``: a group's claim on it changed, ``[id, group, claim]`` (payload: the
   tuple);
+* ``EVCLAIMS``: the claims one command changed (a QGET ... COUNT, a QACK of several
+  IDs, an EVSTATE received), ``[[id, group, claim], ...]`` (payload: the list of
+  tuples): one record, one CRC, where one each cost 0.5 us per event;
 * ``EVDEL``: an event dropped before its expiry, ``[id]`` (payload: the ID);
 * ``EVFLUSH``: a QFLUSH, ``[queue, ctime]``: the events of the queue created up to
   ``ctime`` (ns) are gone (payload: the tuple).
@@ -69,13 +72,21 @@ to the careful record parser to explain a problem; it never copies the buffer
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from zlib import crc32
 
 import msgpack
 
-from .eventcodec import BadEvent, parse_claim_change, parse_event, parse_event_ref, parse_flush
+from .eventcodec import (
+    BadEvent,
+    parse_claim_change,
+    parse_claim_changes,
+    parse_event,
+    parse_event_ref,
+    parse_flush,
+)
 from .ids import is_valid_job_id
 from .jobcodec import DISK, NDISK, BadJob, JobFields, parse_job
 from .outcomes import MAX_DETAIL_LIMIT, STATE_NAMES, Outcome
@@ -83,6 +94,7 @@ from .outcomes import MAX_DETAIL_LIMIT, STATE_NAMES, Outcome
 __all__ = [
     "DELJOB",
     "EVCLAIM",
+    "EVCLAIMS",
     "EVDEL",
     "EVENT",
     "EVENT_KINDS",
@@ -108,9 +120,10 @@ OUTCOME = "OUTCOME"
 NFIELDS = NDISK
 EVENT = "EVENT"
 EVCLAIM = "EVCLAIM"
+EVCLAIMS = "EVCLAIMS"
 EVDEL = "EVDEL"
 EVFLUSH = "EVFLUSH"
-EVENT_KINDS = (EVENT, EVCLAIM, EVDEL, EVFLUSH)
+EVENT_KINDS = (EVENT, EVCLAIM, EVCLAIMS, EVDEL, EVFLUSH)
 
 # Blob lengths have at most this many digits (a blob is under 1 GB).
 _MAX_LEN_DIGITS = 9
@@ -138,11 +151,16 @@ _FIXARRAY_OUT = 0x90 | _OUT_NFIELDS  # first byte of a valid OUTCOME blob
 _U32 = 0xFFFFFFFF
 _I64 = 1 << 63
 
-# the events' records: kind -> (head, the blob's checker, its first bytes: fixarrays)
+# the events' records: kind -> (head, the blob's checker, its possible first bytes:
+# msgpack's fixarray of the field count; EVCLAIMS's list may be longer than 15)
+_FIXARRAY = 0x90
 _EV_CHECK: dict[str, tuple[bytes, Any, tuple[int, ...]]] = {
-    k: (b"*3\r\n$%d\r\n%s\r\n" % (len(k), k.encode()), check, tuple(0x90 | n for n in ns))
-    for k, check, ns in ((EVENT, parse_event, (7, 8)), (EVCLAIM, parse_claim_change, (3,)),
-                         (EVDEL, parse_event_ref, (1,)), (EVFLUSH, parse_flush, (2,)))}
+    k: (b"*3\r\n$%d\r\n%s\r\n" % (len(k), k.encode()), check, firsts)
+    for k, check, firsts in (
+        (EVENT, parse_event, (_FIXARRAY | 7, _FIXARRAY | 8)),
+        (EVCLAIM, parse_claim_change, (_FIXARRAY | 3,)),
+        (EVCLAIMS, parse_claim_changes, (*range(_FIXARRAY + 1, _FIXARRAY + 16), 0xDC, 0xDD)),
+        (EVDEL, parse_event_ref, (_FIXARRAY | 1,)), (EVFLUSH, parse_flush, (_FIXARRAY | 2,)))}
 _EV_HEADS = {head: kind for kind, (head, _, _) in _EV_CHECK.items()}
 # how every kind of record starts (disque-check-aof looks for them past a bad one)
 HEADS = (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD, *_EV_HEADS)
@@ -192,7 +210,7 @@ class ScanResult:
     loadjobs: int = 0
     deljobs: int = 0
     outcomes: int = 0
-    events: int = 0  # EVENT, EVCLAIM, EVDEL and EVFLUSH records
+    events: int = 0  # EVENT, EVCLAIM(S), EVDEL and EVFLUSH records
 
 
 # ---------------------------------------------------------------------------
@@ -213,7 +231,7 @@ def encode_outcome(jid: bytes, state: int, queue: bytes, attempts: int, created:
     return _OUT_FMT % (len(blob), blob, crc32(blob))
 
 
-def encode_event_record(kind: str, fields: list[object]) -> bytes:
+def encode_event_record(kind: str, fields: Sequence[object]) -> bytes:
     """An event's record (``kind``, one of EVENT_KINDS) for its field list (not
     validated: written by the node from what it holds)."""
     blob = _pack(fields)

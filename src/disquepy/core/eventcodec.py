@@ -12,7 +12,8 @@ expires (ms), ``holders`` the node IDs holding a copy (the creator first) and
 key.
 EVADD carries events this way (a new copy, a read repair); so does the AOF's EVENT
 record. The smaller records of an event's life share their checks too: a group's claim
-changed (the bus's EVSTATE item, the AOF's EVCLAIM), an event dropped (EVDEL) and a
+changed (the bus's EVSTATE item, the AOF's EVCLAIM; several, EVSTATE's and
+EVCLAIMS's list), an event dropped (EVDEL) and a
 queue flushed (EVFLUSH). :func:`event_fields` writes an event and :func:`parse_event` reads one back as
 an :class:`EventFields`, after one set of checks for both: types, ranges, the event
 and node IDs. A field list that fails raises :class:`BadEvent` saying which field
@@ -38,6 +39,7 @@ MAX_TIME = (1 << 63) - 1  # ctime (ns), etime (ms)
 MAX_NODES = 4096  # holders of one event
 MAX_NAME = 1 << 16  # queue and group name bytes
 MAX_CLAIMS = 1000  # groups with a claim on one event, in one list
+MAX_CLAIM_CHANGES = 10_000  # claim changes in one list (QGET ... COUNT's most)
 
 
 class BadEvent(ValueError):
@@ -115,6 +117,14 @@ def parse_claim_change(f: object) -> tuple[bytes, bytes, int]:
             assert type(eid) is bytes
             return eid, cl[0][0], cl[0][1]
     raise BadEvent("claim change: expected [event id, group, claim]")
+
+
+def parse_claim_changes(f: object) -> tuple[tuple[bytes, bytes, int], ...]:
+    """``[[event_id, group, claim], ...]``, 1 to MAX_CLAIM_CHANGES of them (the bus's
+    EVSTATE, the AOF's EVCLAIMS: the claims one command changed), checked."""
+    if type(f) is not list or not 0 < len(f) <= MAX_CLAIM_CHANGES:
+        raise BadEvent(f"claim changes: expected a list of 1 to {MAX_CLAIM_CHANGES}")
+    return tuple([parse_claim_change(it) for it in f])
 
 
 def parse_event_ref(f: object) -> bytes:

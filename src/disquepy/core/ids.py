@@ -185,8 +185,25 @@ def event_id(ctime_ns: int, suffix: bytes) -> bytes:
 
 
 def is_valid_event_id(eid: object) -> bool:
+    # (the hex digits deleted, the "-" at 16 is all that is left: one C call, a tenth
+    # of a set's cost, which counted with 100 IDs in a QACK)
     return (type(eid) is bytes and len(eid) == EVENT_ID_LEN and eid[16] == 0x2D
-            and not set(eid[:16] + eid[17:]) - _HEX_BYTES)
+            and eid.translate(None, _HEX_DIGITS) == b"-")
 
 
-_HEX_BYTES = frozenset(b"0123456789abcdef")
+_HEX_DIGITS = b"0123456789abcdef"
+
+
+def all_valid_event_ids(ids: list[bytes]) -> bool:
+    """Whether every one of ``ids`` is a valid event ID (is_valid_event_id), checked
+    together: their lengths, then one join whose every 25th byte from the 17th is the
+    "-" and whose other bytes are hex: a few C calls for a QACK's 100 IDs."""
+    n = len(ids)
+    if n < 2:
+        return all(is_valid_event_id(i) for i in ids)
+    if any(type(i) is not bytes or len(i) != EVENT_ID_LEN for i in ids):
+        return False
+    joined = b"".join(ids)
+    dashes = b"-" * n
+    return (joined[16::EVENT_ID_LEN] == dashes
+            and joined.translate(None, _HEX_DIGITS) == dashes)

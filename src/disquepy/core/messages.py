@@ -36,6 +36,10 @@ Fields after the header, by type:
     EVACK         [req, queue, group, event_id, ms]  acknowledge (ms 0) or extend the
                                     lease by ms, if you decide for it
     EVACKED       [req, verdict]    1 acked, 0 refused, 2 not mine to decide
+    EVACKS        [req, queue, group, ms, first, [event_id, ...]]  EVACK of several
+                                    events (a QACK of several IDs: one per peer, the
+                                    IDs from index ``first`` of those asked of it)
+    EVACKEDS      [req, first, [verdict, ...]]  EVACKS's answer, a verdict per ID
     EVFLUSH       [queue, ctime ns] QFLUSH: drop the queue's events (and later
                                     arrivals created before ctime)
     EVWATCH       [queue, group, ms] tell me when events are available (0: stop)
@@ -61,7 +65,7 @@ from .eventcodec import (
     MAX_TIME,
     BadEvent,
     EventFields,
-    parse_claim_change,
+    parse_claim_changes,
     parse_claims,
     parse_event,
 )
@@ -112,6 +116,8 @@ EVDEL = 40
 EVSYNC = 41
 EVSYNCED = 42
 EVNEED = 43
+EVACKS = 44  # (a node from before it refuses it as unknown: counted, logged, dropped)
+EVACKEDS = 45
 
 NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
 
@@ -321,7 +327,7 @@ def _evstate(items: Fields) -> list[tuple[bytes, bytes, int]]:
     if not 0 < len(items) <= MAX_ITEMS:
         raise Malformed("bad item count")
     try:
-        return [parse_claim_change(it) for it in items]
+        return list(parse_claim_changes(items))
     except BadEvent:
         raise Malformed("bad EVSTATE item") from None
 
@@ -357,6 +363,27 @@ _evpull = _fields(_req, _name, _name, _ms, lambda v: _int(v, 0, 0xFFFF, "MAXDELI
 _evgrant = _fields(_req, _grant)
 _evack = _fields(_req, _name, _name, _event_id, _ms)
 _evacked = _fields(_req, lambda v: _int(v, 0, 2, "EVACK verdict"))
+
+
+def _verdicts(items: object) -> None:
+    if type(items) is not list or not 0 < len(items) <= MAX_ITEMS:
+        raise Malformed("bad EVACKEDS verdicts")
+    for v in items:
+        _int(v, 0, 2, "EVACK verdict")
+
+
+def _first(v: object) -> int:
+    return _int(v, 0, MAX_REQ, "first index")
+
+
+def _id_list(v: object) -> None:
+    if type(v) is not list:
+        raise Malformed("bad event ID list")
+    _event_ids(v)
+
+
+_evacks = _fields(_req, _name, _name, _ms, _first, _id_list)
+_evackeds = _fields(_req, _first, _verdicts)
 _evflush = _fields(_name, lambda v: _int(v, 0, MAX_TIME, "flush time"))
 _evwatch = _fields(_name, _name, _ms)
 _evavail = _fields(_name, _name)
@@ -370,7 +397,8 @@ _FIELDS: dict[int, Callable[[Fields], Fields]] = {
     WORKING: _one_id, NEEDJOBS: _needjobs, YOURJOBS: _yourjobs, PAUSE: _pause,
     OUTCOME: _outcome,
     EVADD: _events, EVSTATE: _evstate, EVPULL: _evpull,
-    EVGRANT: _evgrant, EVACK: _evack, EVACKED: _evacked, EVFLUSH: _evflush,
+    EVGRANT: _evgrant, EVACK: _evack, EVACKED: _evacked, EVACKS: _evacks,
+    EVACKEDS: _evackeds, EVFLUSH: _evflush,
     EVWATCH: _evwatch, EVAVAIL: _evavail, EVDEL: _one(_event_id),
     EVSYNC: _evsync, EVSYNCED: _fields(lambda v: _int(v, 0, 1, "reply")), EVNEED: _event_ids,
 }

@@ -188,6 +188,7 @@ class Node:
             M.EVADD: g.repl.on_evadd, M.EVSTATE: g.repl.on_evstate,
             M.EVPULL: g.leases.on_evpull, M.EVGRANT: g.leases.on_evgrant,
             M.EVACK: g.acks.on_evack, M.EVACKED: g.acks.on_evacked,
+            M.EVACKS: g.acks.on_evacks, M.EVACKEDS: g.acks.on_evackeds,
             M.EVFLUSH: g.repl.on_evflush, M.EVWATCH: g.notify.on_evwatch,
             M.EVAVAIL: g.notify.on_evavail, M.EVDEL: g.repl.on_evdel,
             M.EVSYNC: g.sync.on_evsync, M.EVSYNCED: g.sync.on_evsynced,

@@ -5,7 +5,10 @@ few event queues; each of N groups has consumers on several nodes that QGET (EX 
 s, WITHCOUNTERS), sometimes after a QNOTIFY, and for each event they get, after a
 processing time: QACK (on the node that delivered it or another one), QWORKING then
 QACK, or nothing (the consumer "crashed": the lease must run out and the event come
-back). At the heal a late group starts consuming: it must get every unexpired event.
+back). Half the events to ack are kept a while (up to 600 ms: the lease may run out
+meanwhile) and acked with the others of their queue the consumer kept, in one QACK of
+several IDs (sometimes one given twice, sometimes an unknown ID among them). At the
+heal a late group starts consuming: it must get every unexpired event.
 
 The checker judges what clients saw against the four properties of docs/GROUPS.md:
 
@@ -18,6 +21,9 @@ The checker judges what clients saw against the four properties of docs/GROUPS.m
 * a delivered event is one a client added, under the ID its QADD returned, never
   after it expired (clock skew allowed for);
 * groups never affect each other: each group is checked on its own;
+* a QACK of several IDs answers how many leases it ended: never more than the
+  distinct events it names that the client was given (an ID twice counts once, an
+  unknown one not at all);
 * IDs in order: a QADD returns an ID above every event its node held when the QADD
   was sent (the node's ID clock is raised by every event it sees);
 * safe retries: a third of the QADDs carry IDEMPOTENT <contents>, and one that got an
@@ -105,11 +111,11 @@ class Held:
 
 
 class Pending:
-    __slots__ = ("kind", "node", "sent_at", "due", "rec", "held", "lease", "queue")
+    __slots__ = ("kind", "node", "sent_at", "due", "rec", "held", "lease", "queue", "batch")
 
     def __init__(self, kind: str, node: int, sent_at: int, bound: int,
                  rec: EventRecord | None = None, held: Held | None = None,
-                 lease: int = 0, queue: bytes = b"") -> None:
+                 lease: int = 0, queue: bytes = b"", batch: list[Held] | None = None) -> None:
         self.kind = kind
         self.node = node
         self.sent_at = sent_at
@@ -118,11 +124,12 @@ class Pending:
         self.held = held
         self.lease = lease
         self.queue = queue
+        self.batch = batch  # a QACK of several IDs: the events it acks
 
 
 class GroupAgent:
     __slots__ = ("idx", "home", "group", "conns", "pending", "next_at", "held", "seq",
-                 "notified", "sim", "retry")
+                 "notified", "sim", "retry", "batch")
 
     def __init__(self, sim: GroupSim, idx: int, home: int, group: bytes | None) -> None:
         self.sim = sim
@@ -136,6 +143,7 @@ class GroupAgent:
         self.seq = 0
         self.notified: bytes | None = None  # the queue a QNOTIFY named
         self.retry: EventRecord | None = None  # a keyed QADD to send again
+        self.batch: list[Held] = []  # events to ack in one QACK, each by its due time
 
     def on_reply(self, world: World, node: int, data: bytes) -> None:
         self.sim.reply(self, node, data)
@@ -165,7 +173,7 @@ class GroupSim:
                       "event_deliveries": 0, "event_acks": 0, "double_leases": 0,
                       "after_ack": 0, "events_excused": 0, "events_lost": 0,
                       "event_copies_lost": 0, "acks_unconfirmed": 0, "ids_ordered": 0,
-                      "idempotent_retries": 0}
+                      "idempotent_retries": 0, "multi_acks": 0}
         self.repl = min(3, n)
 
     # ------------------------------------------------------------ schedule
@@ -186,6 +194,9 @@ class GroupSim:
         t = now + 1 + int(self.rng.expovariate(1 / mean))
         if a.held is not None and a.held.due < t:
             t = max(now, a.held.due)
+        for h in a.batch:
+            if h.due < t:
+                t = max(now, h.due)
         a.next_at = t
 
     def quiesce(self) -> None:
@@ -200,6 +211,8 @@ class GroupSim:
             if a.held is not None:
                 a.held.plan = "ack"
                 a.held.due = now + self.rng.randint(1, 50)
+            for h in a.batch:
+                h.due = now + self.rng.randint(1, 50)
             if a.pending is None:
                 self._think(a, 20)
         for k in range(2):
@@ -209,7 +222,7 @@ class GroupSim:
 
     def idle(self) -> bool:
         """Every consumer is idle and every promised event done by every group."""
-        if any(a.held is not None for a in self.agents):
+        if any(a.held is not None or a.batch for a in self.agents):
             return False
         if not self.quiescing:
             return True
@@ -260,6 +273,9 @@ class GroupSim:
         rng = self.rng
         if a.held is not None and a.held.due <= now:
             self._finish(a, a.held)
+            return
+        if a.batch and min(h.due for h in a.batch) <= now:
+            self._ack_batch(a)
             return
         if a.group is None:
             if a.retry is not None:
@@ -347,6 +363,12 @@ class GroupSim:
             a.held = None
             self._think(a)
             return
+        if h.plan == "ack" and not self.quiescing and len(a.batch) < 6 and rng.random() < 0.5:
+            h.due = now + rng.randint(1, 600)  # acked later, with others
+            a.batch.append(h)
+            a.held = None
+            self._think(a)
+            return
         node = self._pick(h.node if rng.random() < 0.7 else rng.randrange(self.cfg.nodes))
         if node is None:
             h.due = now + 100
@@ -358,6 +380,30 @@ class GroupSim:
             argv = [b"QACK", h.rec.queue, h.group, h.eid]
         self._send(a, node, argv, Pending(h.plan, node, now, 1000, held=h))
 
+    def _ack_batch(self, a: GroupAgent) -> None:
+        """One QACK of the events kept to ack of the queue of the first due: sometimes
+        one of them twice, sometimes with an ID no node knows."""
+        rng = self.rng
+        now = self.world.now
+        first = min(a.batch, key=lambda h: h.due)
+        hs = [h for h in a.batch if h.rec.queue == first.rec.queue]
+        node = self._pick(first.node if rng.random() < 0.7 else rng.randrange(self.cfg.nodes))
+        if node is None:
+            for h in hs:
+                h.due = now + 100
+            self._think(a)
+            return
+        ids = [h.eid for h in hs]
+        if rng.random() < 0.2:
+            ids.append(rng.choice(ids))
+        if rng.random() < 0.1:
+            ids.insert(rng.randrange(len(ids) + 1),
+                       b"%016x-%08x" % (rng.getrandbits(64), rng.getrandbits(32)))
+        if len(ids) > 1:
+            self.stats["multi_acks"] += 1
+        self._send(a, node, [b"QACK", first.rec.queue, first.group, *ids],
+                   Pending("acks", node, now, 1000, batch=hs))
+
     # ------------------------------------------------------------ replies
     def reply(self, a: GroupAgent, node: int, data: bytes) -> None:
         world = self.world
@@ -367,6 +413,9 @@ class GroupSim:
                                            f"from node {node}: {data[:80]!r}")
             return
         a.pending = None
+        for h in p.batch or ():
+            if h in a.batch:
+                a.batch.remove(h)
         try:
             value = decode(data)
         except ValueError as e:
@@ -496,6 +545,26 @@ class GroupSim:
                 if st.holder == a.idx:
                     st.holder = None
 
+    def _on_acks(self, a: GroupAgent, p: Pending, value: Reply) -> None:
+        hs = p.batch
+        assert hs is not None  # a multi-ID QACK's Pending has its events
+        n = len({h.eid for h in hs})
+        if not isinstance(value, int) or not 0 <= value <= n:
+            self.world.checker.fail(
+                "group-ack-count", f"a QACK naming {n} distinct events the client was "
+                f"given (and maybe an ID twice, or an unknown ID) replied {value!r}")
+            return
+        self.stats["event_acks"] += value
+        if value < n:
+            return  # which leases had run out is not told: left to the final check
+        for h in hs:
+            st = h.rec.groups.get(h.group)
+            if st is not None:
+                if st.acked_at is None:
+                    st.acked_at = self.world.now
+                if st.holder == a.idx:
+                    st.holder = None
+
     def _on_working(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         h = p.held
         assert h is not None  # a QACK's or QWORKING's Pending has its event
@@ -515,6 +584,9 @@ class GroupSim:
             self._maybe_retry(a, p.rec)
         if p is not None and p.held is not None and a.held is p.held:
             p.held.due = self.world.now + 50
+        if p is not None and p.batch is not None:
+            for h in p.batch:
+                h.due = self.world.now + 50  # (still in a.batch: sent again)
         self._think(a)
 
     def on_crash(self, i: int, node: Node) -> None:

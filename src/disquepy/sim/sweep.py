@@ -126,7 +126,8 @@ class Summary:
             lines.insert(-1, (
                 f"groups: events added {self.total('events_added')} (+"
                 f"{self.total('events_noblock')} NOBLOCK), deliveries "
-                f"{self.total('event_deliveries')}, acks {self.total('event_acks')}; lost "
+                f"{self.total('event_deliveries')}, acks {self.total('event_acks')} ("
+                f"{self.total('multi_acks')} QACKs of several IDs); lost "
                 f"{self.total('events_lost')} (excused by crashes: "
                 f"{self.total('events_excused')}, {self.total('event_copies_lost')} copies "
                 f"lost); double leases {self.total('double_leases')}, deliveries after an "

@@ -208,25 +208,37 @@ class GroupWorker:
         return True
 
     def _ack(self, done: list[tuple[Event, float]]) -> None:
-        """QACK the events whose handler succeeded, in one round trip."""
+        """QACK the events whose handler succeeded, one QACK of their IDs per queue (a
+        batch comes from one queue: one command), in one round trip. Its reply counts
+        the leases that were live: all of them, each event is ``acked``; fewer, which
+        ran out is not told (as XACK's count), each is ``acked-partial`` (WARNING)."""
         if not done:
             return
+        by_queue: dict[str, list[tuple[Event, float]]] = {}
+        for item in done:
+            by_queue.setdefault(item[0].queue, []).append(item)
         p = self.client.pipeline()
-        for e, _ in done:
-            p.qack(e.queue, self.group, e.id)
+        for queue, items in by_queue.items():
+            p.qack(queue, self.group, *[e.id for e, _ in items])
         try:
             replies = p.execute()
         except DisqueError as exc:
-            replies = [exc] * len(done)
-        for (e, t0), r in zip(done, replies, strict=True):
-            if isinstance(r, Exception):
-                self._log(e, "ack-failed", t0, logging.WARNING, error=repr(r))
-            elif r:
-                self._log(e, "acked", t0)
-            else:
-                self._log(e, "acked-late", t0, logging.WARNING,
-                          error="acked after its lease ran out")
-            self.processed += 1
+            replies = [exc] * len(by_queue)
+        for items, r in zip(by_queue.values(), replies, strict=True):
+            n = len({e.id for e, _ in items})
+            for e, t0 in items:
+                if isinstance(r, Exception):
+                    self._log(e, "ack-failed", t0, logging.WARNING, error=repr(r))
+                elif r >= n:
+                    self._log(e, "acked", t0)
+                elif n == 1:
+                    self._log(e, "acked-late", t0, logging.WARNING,
+                              error="acked after its lease ran out")
+                else:
+                    self._log(e, "acked-partial", t0, logging.WARNING,
+                              error=f"{int(r)} of the {n} leases acked with it were live: "
+                                    "the others ran out, their events come back")
+                self.processed += 1
 
     def _log(self, e: Event, outcome: str, t0: float, level: int = logging.INFO,
              exc: BaseException | None = None, **fields: Any) -> None:

@@ -141,12 +141,14 @@ _TABLE = [
             args="queue group [EX seconds] [WITHCOUNTERS] [MAXDELIVERIES n] [COUNT n]",
             summary=("Lease the group's next event of a queue for EX seconds (default 30; "
                      "0 acknowledges it at once): [id, contents(, deliveries)] or nil")),
-    Command("qack", 4, groups.qack, "write fast",
-            args="queue group event-id",
-            summary="Acknowledge a leased event for a group: 1, or 0 if the lease ran out"),
+    Command("qack", -4, groups.qack, "write fast",
+            args="queue group event-id [event-id ...]",
+            summary=("Acknowledge leased events for a group: how many leases were live "
+                     "(one ID: 1, or 0 if the lease ran out)")),
     Command("qworking", -4, groups.qworking, "write fast",
-            args="queue group event-id [EX seconds]",
-            summary="Still working: extend a leased event's lease to EX seconds from now"),
+            args="queue group event-id [event-id ...] [EX seconds]",
+            summary=("Still working: extend leased events' leases to EX seconds from now: "
+                     "how many were live")),
     Command("qdead", -3, groups.qdead, "write",
             args="queue group [REQUEUE event-id ...]",
             summary="A group's dead letters (events over MAXDELIVERIES), or requeue them"),

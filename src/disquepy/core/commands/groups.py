@@ -12,7 +12,7 @@ from ..errors import ReplyError
 from ..eventcodec import MAX_KEY
 from ..groups.leases import MAX_COUNT
 from ..groups.model import DEFAULT_LEASE_MS, MAX_DELIVERIES, MAX_EXPIRE_MS, event_reply
-from ..ids import is_valid_event_id
+from ..ids import all_valid_event_ids
 from .args import parse_int
 
 if TYPE_CHECKING:
@@ -97,26 +97,34 @@ def qget(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Non
                                    count)
 
 
-def qack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
-    """QACK queue group eventID"""
-    if not is_valid_event_id(argv[3]):
+def _event_ids(ids: list[bytes]) -> list[bytes]:
+    if not all_valid_event_ids(ids):
         raise ReplyError(errors.BAD_EVENT_ID)
-    return node.groups.acks.qack(client, argv[1], node.groups.store.intern(argv[2]), argv[3], 0, now)
+    return ids
+
+
+def qack(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
+    """QACK queue group eventID [eventID ...]: how many live leases ended (one ID: 1
+    or 0, bananaq's reply; several, as XACK: an ID given twice counts once)"""
+    g = node.groups
+    return g.acks.qack(client, argv[1], g.store.intern(argv[2]), _event_ids(argv[3:]), 0, now)
 
 
 def qworking(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
-    """QWORKING queue group eventID [EX seconds]: still working, extend the lease to EX
-    seconds from now (default 30; never shortened): 1, or 0 if the lease ran out."""
-    if not is_valid_event_id(argv[3]):
-        raise ReplyError(errors.BAD_EVENT_ID)
+    """QWORKING queue group eventID [eventID ...] [EX seconds]: still working, extend
+    the leases to EX seconds from now (default 30; never shortened): how many were
+    live (one ID: 1, or 0 if the lease ran out)."""
     ext = DEFAULT_LEASE_MS
-    if len(argv) != 4:
-        if len(argv) != 6 or argv[4].lower() != b"ex":
-            raise ReplyError(errors.SYNTAX)
-        ext = parse_seconds(argv[5], errors.EX_RANGE)
+    ids = argv[3:]
+    if len(ids) > 2 and ids[-2].lower() == b"ex":
+        ext = parse_seconds(ids[-1], errors.EX_RANGE)
         if ext <= 0:
             raise ReplyError(errors.EX_RANGE)
-    return node.groups.acks.qack(client, argv[1], node.groups.store.intern(argv[2]), argv[3], ext, now)
+        ids = ids[:-2]
+    if any(i.lower() == b"ex" for i in ids[1:]):
+        raise ReplyError(errors.SYNTAX)  # EX without its seconds, or not last
+    g = node.groups
+    return g.acks.qack(client, argv[1], g.store.intern(argv[2]), _event_ids(ids), ext, now)
 
 
 def qdead(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
@@ -126,10 +134,8 @@ def qdead(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     if len(argv) > 3:
         if argv[3].lower() != b"requeue" or len(argv) == 4:
             raise ReplyError(errors.SYNTAX)
-        ids = argv[4:]
-        if not all(is_valid_event_id(i) for i in ids):
-            raise ReplyError(errors.BAD_EVENT_ID)
-        return resp.integer(node.groups.dead.requeue(argv[1], group, ids, now))
+        return resp.integer(node.groups.dead.requeue(argv[1], group, _event_ids(argv[4:]),
+                                                      now))
     dead = node.groups.dead.letters(argv[1], group)
     return b"*%d\r\n" % len(dead) + b"".join(
         event_reply(e.id, e.body, n, True) for e, n in dead)

@@ -1,5 +1,6 @@
-"""Acknowledgements of events: QACK (and QWORKING, which extends a lease instead),
-decided by the event's authority, here or asked over the bus (EVACK/EVACKED).
+"""Acknowledgements of events: QACK (and QWORKING, which extends a lease instead) of
+one or more events, each decided by its authority, here or asked over the bus (EVACK
+/EVACKED for one ID, EVACKS/EVACKEDS for several to one peer).
 
 Pure: time comes in as ``now`` (ms).
 """
@@ -43,60 +44,146 @@ class EventAcks:
         self.g.repl.replicate_claim(e, group)
         return 1
 
-    def qack(self, client: Client, qname: bytes, group: bytes, eid: bytes, extend_ms: int,
-             now: int) -> bytes | None:
-        """QACK (``extend_ms`` 0) and QWORKING: decided by the event's authority, here
-        or asked over the bus."""
+    def qack(self, client: Client, qname: bytes, group: bytes, eids: list[bytes],
+             extend_ms: int, now: int) -> bytes | None:
+        """QACK (``extend_ms`` 0) and QWORKING of one or more events: how many live
+        leases ended (were extended). Each event is decided by its authority: here at
+        once, or asked over the bus, one message per peer for all the IDs it decides
+        (an event not held here: the peer that leased it to us, else every reachable
+        peer). The reply once every ID is decided (a peer said 1, or every peer asked
+        about it answered), or after ACK_TIMEOUT_MS with what was decided by then. An
+        ID given twice counts once."""
+        g = self.g
+        held = len(eids) > 1 and g.log.hold_claims()  # (the claims' AOF records: one)
+        try:
+            count, asked = self._here(qname, group, eids, extend_ms, now)
+        finally:
+            if held:
+                g.log.write_claims()
+        if not asked:
+            return resp.integer(count)
+        w = AckWait(client, asked, count, extend_ms)
+        opened = w.open
+        for ids in asked.values():
+            for eid in ids:
+                opened[eid] = opened.get(eid, 0) + 1
+        g.ask(w, now + ACK_TIMEOUT_MS)
+        send = self.node.send
+        for pid, ids in asked.items():
+            if len(ids) == 1:  # (the message every version knows)
+                w.parts.add((pid, 0))
+                send([pid], M.EVACK, w.req, qname, group, ids[0], extend_ms)
+                continue
+            for i in range(0, len(ids), M.MAX_ITEMS):
+                w.parts.add((pid, i))
+                send([pid], M.EVACKS, w.req, qname, group, extend_ms, i, ids[i:i + M.MAX_ITEMS])
+        return None
+
+    def _here(self, qname: bytes, group: bytes, eids: list[bytes], extend_ms: int,
+              now: int) -> tuple[int, dict[str, list[bytes]]]:
+        """Decide the events this node decides for: how many leases ended, and the IDs
+        to ask of each peer."""
         g = self.g
         store = g.store
+        events = store.events
+        myid = self.node.myid
+        peers = self.node.members.peers
+        granted_by = g.leases.granted_by
+        count = 0
+        asked: dict[str, list[bytes]] = {}
+        reach: list[str] | None = None
+        flushed = store.flushed  # (leases held across a QFLUSH: rare)
+        for eid in dict.fromkeys(eids) if len(eids) > 1 else eids:
+            if flushed and store.flushed_lease(eid, group, extend_ms, now):
+                count += 1
+                continue
+            e = events.get(eid)
+            targets: list[str]
+            if e is not None:
+                if e.queue != qname:
+                    continue
+                a = store.authority(e)
+                if a == myid:
+                    count += self.decide(e, group, extend_ms, now)
+                    continue
+                targets = [a]
+            elif eid in granted_by:
+                targets = [granted_by[eid]]
+            else:
+                if reach is None:
+                    reach = list(self.node.members.reach_ids)
+                targets = reach
+            for t in targets:
+                if t in peers:
+                    asked.setdefault(t, []).append(eid)
+        return count, asked
+
+    def _verdict(self, qname: bytes, group: bytes, eid: bytes, extend_ms: int,
+                 now: int) -> int:
+        """A peer asks: 1 acked (extended), 0 no live lease, 2 not mine to decide."""
+        store = self.g.store
         if store.flushed_lease(eid, group, extend_ms, now):
-            return resp.ONE
+            return 1
         e = store.events.get(eid)
-        if e is not None and e.queue != qname:
-            return resp.ZERO
-        if e is not None:
-            a = store.authority(e)
-            if a == self.node.myid:
-                return resp.ONE if self.decide(e, group, extend_ms, now) else resp.ZERO
-            targets = [a]
-        elif eid in g.leases.granted_by:
-            targets = [g.leases.granted_by[eid]]
-        else:
-            targets = list(self.node.members.reach_ids)
-        targets = [t for t in targets if t in self.node.members.peers]
-        if not targets:
-            return resp.ZERO
-        w = AckWait(client, set(targets), eid, extend_ms)
-        g.ask(w, now + ACK_TIMEOUT_MS)
-        self.node.send(targets, M.EVACK, w.req, qname, group, eid, extend_ms)
-        return None
+        if e is not None and e.queue == qname and store.mine(e):
+            return self.decide(e, group, extend_ms, now)
+        return 2
 
     def on_evack(self, p: Peer, fields: M.Fields, now: int) -> None:
         req, qname, group, eid, extend_ms = fields
-        store = self.g.store
-        verdict = 2
-        if store.flushed_lease(eid, group, extend_ms, now):
-            verdict = 1
-        else:
-            e = store.events.get(eid)
-            if e is not None and e.queue == qname and store.mine(e):
-                verdict = self.decide(e, store.intern(group), extend_ms, now)
+        verdict = self._verdict(qname, self.g.store.intern(group), eid, extend_ms, now)
         self.node.send([p.id], M.EVACKED, req, verdict)
+
+    def on_evacks(self, p: Peer, fields: M.Fields, now: int) -> None:
+        req, qname, group, extend_ms, first, eids = fields
+        g = self.g
+        group = g.store.intern(group)
+        held = g.log.hold_claims()
+        try:
+            verdicts = [self._verdict(qname, group, eid, extend_ms, now) for eid in eids]
+        finally:
+            if held:
+                g.log.write_claims()
+        self.node.send([p.id], M.EVACKEDS, req, first, verdicts)
 
     def on_evacked(self, p: Peer, fields: M.Fields, now: int) -> None:
         req, verdict = fields
+        self._answered(p.id, req, 0, [verdict])
+
+    def on_evackeds(self, p: Peer, fields: M.Fields, now: int) -> None:
+        req, first, verdicts = fields
+        self._answered(p.id, req, first, verdicts)
+
+    def _answered(self, pid: str, req: int, first: int, verdicts: list[int]) -> None:
+        """Peer ``pid`` decided the IDs asked of it from index ``first``."""
         w = self.g.answered(req)
-        if not isinstance(w, AckWait):
-            return
-        w.waiting.discard(p.id)
-        if verdict == 1 or not w.waiting:
+        if not isinstance(w, AckWait) or (pid, first) not in w.parts:
+            return  # late, repeated, or not asked
+        w.parts.discard((pid, first))
+        opened = w.open
+        for eid, verdict in zip(w.asked[pid][first:first + len(verdicts)], verdicts,
+                                strict=False):
+            n = opened.get(eid)
+            if n is None:
+                continue  # decided already (another peer said 1)
+            if verdict == 1:
+                w.count += 1
+                del opened[eid]
+            elif n == 1:
+                del opened[eid]
+            else:
+                opened[eid] = n - 1
+        if not w.parts or not opened:
             self.g.done(w)
             if not w.extend:
-                self.g.leases.granted_by.pop(w.eid, None)
-            if not w.client.closed:
-                self.node.outbox.append((w.client, resp.ONE if verdict == 1 else resp.ZERO))
+                granted_by = self.g.leases.granted_by
+                for ids in w.asked.values():
+                    for eid in ids:
+                        granted_by.pop(eid, None)
+            self.timed_out(w)
 
     def timed_out(self, w: AckWait) -> None:
-        """The peers asked did not all answer in time: 0."""
+        """Every ID is decided, or the time ran out: the reply, the leases ended (or
+        extended) so far (an ID whose peers did not answer counts 0)."""
         if not w.client.closed:
-            self.node.outbox.append((w.client, resp.ZERO))
+            self.node.outbox.append((w.client, resp.integer(w.count)))

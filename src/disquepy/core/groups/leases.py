@@ -99,11 +99,16 @@ class Leases:
         group = self.g.store.intern(group)
         if count:
             out = []
-            for _ in range(count):
-                got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
-                if got is None:
-                    break
-                out.append(event_reply(got[0].id, got[0].body, got[1], counters))
+            held = count > 1 and self.g.log.hold_claims()  # (the leases' AOF records: one)
+            try:
+                for _ in range(count):
+                    got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
+                    if got is None:
+                        break
+                    out.append(event_reply(got[0].id, got[0].body, got[1], counters))
+            finally:
+                if held:
+                    self.g.log.write_claims()
             if out:
                 return b"*%d\r\n%b" % (len(out), b"".join(out))
         else:

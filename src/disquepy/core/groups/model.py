@@ -229,14 +229,20 @@ class PullWait(Request):
 
 
 class AckWait(Request):
-    """A QACK or QWORKING waiting for the event's authority to decide."""
+    """A QACK or QWORKING waiting for the authorities of some of its events to decide:
+    ``asked`` the IDs asked of each peer (in the order sent), ``parts`` the (peer,
+    first index) of the messages not answered yet, ``open`` per ID still undecided the
+    peers yet to answer, ``count`` the leases ended (or extended) so far."""
 
-    __slots__ = ("waiting", "eid", "extend")
+    __slots__ = ("asked", "parts", "open", "count", "extend")
 
-    def __init__(self, client: Client, waiting: set[str], eid: bytes, extend: int) -> None:
+    def __init__(self, client: Client, asked: dict[str, list[bytes]], count: int,
+                 extend: int) -> None:
         super().__init__(client)
-        self.waiting = waiting
-        self.eid = eid
+        self.asked = asked
+        self.parts: set[tuple[str, int]] = set()
+        self.open: dict[bytes, int] = {}
+        self.count = count
         self.extend = extend
 
 

@@ -207,16 +207,24 @@ class EventReplication:
         merges it."""
         self.g.log.claim(e, group)
         myid = self.node.myid
-        dsts = sorted(h for h in e.delivered if h != myid)
+        hs = e.delivered
+        if len(hs) == 1 and hs[0] == myid:
+            return  # (held here alone)
+        dsts = sorted(h for h in hs if h != myid)
         if dsts:
             self.node.send_item(dsts, M.EVSTATE, [e.id, group, e.claims[group]])
 
     def on_evstate(self, p: Peer, fields: M.Fields, now: int) -> None:
         store = self.g.store
-        for eid, group, claim in fields:
-            e = store.events.get(eid)
-            if e is not None:
-                store.set_claim(e, store.intern(group), claim, now)
+        held = len(fields) > 1 and self.g.log.hold_claims()  # (their AOF records: one)
+        try:
+            for eid, group, claim in fields:
+                e = store.events.get(eid)
+                if e is not None:
+                    store.set_claim(e, store.intern(group), claim, now)
+        finally:
+            if held:
+                self.g.log.write_claims()
 
     # ------------------------------------------------------------------ flush
     def qflush(self, qname: bytes, now: int) -> bytes:
