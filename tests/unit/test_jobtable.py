@@ -180,6 +180,7 @@ hashes = st.one_of(
 op = st.one_of(
     st.tuples(st.just("add"), st.lists(hashes, min_size=1, max_size=80)),
     st.tuples(st.just("del"), st.floats(0, 1), st.integers(0, 2**32)),
+    st.tuples(st.just("consume"), st.integers(1, 200)),  # the oldest first, as consumers do
     st.tuples(st.just("scan"), st.integers(1, 8)),
 )
 
@@ -188,6 +189,8 @@ op = st.one_of(
 @given(st.lists(op, max_size=60))
 def test_table_matches_a_dict_and_scans_keep_their_guarantee(ops):
     t = JobTable()
+    for sh in t.shards:  # positions wrap around 2**32 within the test
+        sh.base = (1 << 32) - 40
     model: dict[bytes, Job] = {}  # ID (as the job holds it) -> job
     serial = 0
     cursor = 0
@@ -204,9 +207,13 @@ def test_table_matches_a_dict_and_scans_keep_their_guarantee(ops):
                 assert t.add(j)
                 model[j.id] = j  # keyed by the ID object itself: its own hash
                 seen_during.add(bytes(j.id))
-        elif o[0] == "del":
-            rng = random.Random(o[2])
-            for jid in [k for k in model if rng.random() < o[1]]:
+        elif o[0] in ("del", "consume"):
+            if o[0] == "del":
+                rng = random.Random(o[2])
+                gone = [k for k in model if rng.random() < o[1]]
+            else:
+                gone = list(model)[:o[1]]
+            for jid in gone:
                 assert t.remove(model.pop(jid))
                 present_throughout.discard(bytes(jid))
         else:
@@ -233,9 +240,11 @@ def test_table_matches_a_dict_and_scans_keep_their_guarantee(ops):
         mask = len(sh.tab) - 1
         assert sum(1 for e in sh.tab if e) == sh.n == sum(1 for j in sh.jobs if j)
         assert len(sh.jobs) <= 2 * sh.n + 8  # holes compacted
+        assert all(j is None for j in sh.jobs[:sh.head])
+        assert sh.head == len(sh.jobs) or sh.jobs[sh.head] is not None
         for i, e in enumerate(sh.tab):
             if e:
-                assert sh.jobs[e & 0xFFFF_FFFF] is not None
+                assert sh.jobs[(e - sh.base) & 0xFFFF_FFFF] is not None
                 p = (e >> 32) & mask
                 while p != i:
                     assert sh.tab[p], "an empty slot between an entry and its home"

@@ -37,7 +37,7 @@ run from its home). Compaction moves jobs within ``jobs`` but not entries in ``t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from librt.vecs import vec
 from mypy_extensions import i64
@@ -77,13 +77,17 @@ def _rev32(v: i64) -> i64:
 
 class _Shard:
     """``jobs``: the shard's jobs by registration (None: a hole); ``tab``: the table of
-    ``key << 32 | position`` entries; ``n``: the jobs registered."""
+    ``key << 32 | position`` entries, a job's position being its index in ``jobs`` plus
+    ``base`` (mod 2**32: holes dropped from the front of ``jobs`` move no entry);
+    ``head``: the leading holes of ``jobs``; ``n``: the jobs registered."""
 
-    __slots__ = ("tab", "jobs", "n")
+    __slots__ = ("tab", "jobs", "base", "head", "n")
 
     def __init__(self) -> None:
         self.tab: vec[i64] = zeros(_MIN_SIZE)
         self.jobs: list[Job | None] = []
+        self.base: i64 = 0
+        self.head: i64 = 0
         self.n: i64 = 0
 
 
@@ -106,7 +110,7 @@ class JobTable:
         h: i64 = hash(jid)
         sh = self.shards[h & _SHARD_MASK]
         i = _probe(sh, _key(h), jid)
-        return sh.jobs[sh.tab[i] & _POS_MASK] if i >= 0 else None
+        return sh.jobs[(sh.tab[i] - sh.base) & _POS_MASK] if i >= 0 else None
 
     def add(self, job: Job) -> bool:
         """Insert; False (and nothing changed) if the ID is already registered."""
@@ -118,7 +122,7 @@ class JobTable:
             return False
         tab = sh.tab
         jobs = sh.jobs
-        tab[-1 - i] = (key << _POS_BITS) | len(jobs)
+        tab[-1 - i] = (key << _POS_BITS) | ((sh.base + len(jobs)) & _POS_MASK)
         jobs.append(job)
         n = sh.n + 1
         sh.n = n
@@ -137,10 +141,16 @@ class JobTable:
             return False
         tab = sh.tab
         jobs = sh.jobs
-        pos = tab[i] & _POS_MASK
-        if jobs[pos] is not job:
+        at = (tab[i] - sh.base) & _POS_MASK
+        if jobs[at] is not job:
             return False
-        jobs[pos] = None
+        jobs[at] = None
+        if at == sh.head:  # the first jobs leave first: follow the run of holes they leave
+            slots = cast("list[object]", jobs)  # (read untyped: no look at the next job)
+            at += 1
+            while at < len(slots) and slots[at] is None:
+                at += 1
+            sh.head = at
         delete(tab, i, _POS_BITS)
         n = sh.n - 1
         sh.n = n
@@ -149,7 +159,13 @@ class JobTable:
         if n * 8 < size and size > _MIN_SIZE:
             sh.tab = rehash(tab, size // 2, _POS_BITS)
         if n * 2 < len(jobs) and (len(jobs) > _MIN_SIZE or n == 0):
-            _compact(sh)
+            head = sh.head
+            if (len(jobs) - head) <= n * 2:  # the holes are mostly the first slots
+                del jobs[:head]  # drop them: positions are counted from base
+                sh.base = (sh.base + head) & _POS_MASK
+                sh.head = 0
+            else:
+                _compact(sh)
         return True
 
     def values(self) -> Iterator[Job]:
@@ -182,6 +198,7 @@ class JobTable:
             sh = self.shards[si]
             tab = sh.tab
             jobs = sh.jobs
+            base = sh.base
             mask: i64 = len(tab) - 1
             while sh.n:
                 b: i64 = v & mask
@@ -191,7 +208,7 @@ class JobTable:
                     if e == 0:
                         break
                     if (e >> _POS_BITS) & mask == b:
-                        job = jobs[e & _POS_MASK]
+                        job = jobs[(e - base) & _POS_MASK]
                         if job is not None and keep(job):
                             out.append(job)
                         work += 1
@@ -221,7 +238,7 @@ def _probe(sh: _Shard, key: i64, jid: bytes) -> i64:
     while True:
         e = tab[i]
         if e >> _POS_BITS == key:
-            job = sh.jobs[e & _POS_MASK]
+            job = sh.jobs[(e - sh.base) & _POS_MASK]
             if job is not None and job.id == jid:
                 return i
         elif e == 0:
@@ -232,16 +249,18 @@ def _probe(sh: _Shard, key: i64, jid: bytes) -> i64:
 def _compact(sh: _Shard) -> None:
     """Close the holes of a shard's list, keeping its order; entries follow their job."""
     old = sh.jobs
-    moved = zeros(len(old))  # old position -> new position
+    moved = zeros(len(old))  # old index -> new position
     jobs: list[Job | None] = []
+    base = sh.base
     for p in range(len(old)):
         job = old[p]
         if job is not None:
-            moved[p] = len(jobs)
+            moved[p] = (base + len(jobs)) & _POS_MASK
             jobs.append(job)
     tab = sh.tab
     for q in range(len(tab)):
         e = tab[q]
         if e:
-            tab[q] = (e & ~_POS_MASK) | moved[e & _POS_MASK]
+            tab[q] = (e & ~_POS_MASK) | moved[(e - base) & _POS_MASK]
     sh.jobs = jobs
+    sh.head = 0
