@@ -6,9 +6,11 @@ a quarter of a consumed job's CPU at a million jobs went to those misses). So th
 registry is 256 shards, each two arrays:
 
 * ``jobs``, the shard's jobs in the order they were registered (a list, with holes
-  where jobs left; compacted when holes outnumber the jobs). Jobs are consumed about
-  in the order they were created, so consecutive lookups read consecutive slots of it:
+  where jobs left, closed when they outnumber the jobs). Jobs are consumed about in
+  the order they were created, so consecutive lookups read consecutive slots of it:
   its lines are in the cache when needed, as are the jobs' own (allocated in order).
+  For the same reason holes gather at its front: those are dropped with one memmove,
+  positions being counted from a per-shard base (mod 2**32) that moves instead.
 * ``tab``, a linear-probing table (``librt.vecs`` ``vec[i64]``, which mypyc compiles to
   plain C loads and stores; the same code runs interpreted) of 64-bit entries: an
   occupied bit and 30 bits of the ID's hash over the job's position in ``jobs``
@@ -22,7 +24,7 @@ dummy acks) cannot pile up in one probe run; the node's own IDs cache theirs. Ea
 grows, shrinks and compacts on its own, from its entries alone (no job touched), so no
 pause grows with the whole registry. A job costs 8 bytes in ``jobs`` (up to twice that
 with holes) and 8 per table slot at a load between 3/8 and 3/4: ~25 bytes at a million
-jobs (the dicts cost ~37).
+jobs (the partition dicts cost ~37).
 
 JSCAN's stateless cursor must return every job present for the whole scan despite
 inserts, deletes and resizes between calls. It walks the shards in turn and, within a
@@ -31,7 +33,7 @@ the buckets a home bucket becomes in a table twice as big (or half as big) are v
 together in that order, so a resize between calls skips no job (a shrink may repeat
 some). Visiting a home bucket returns the jobs of that home, all found in the run of
 occupied slots starting at it (linear probing keeps every entry within the unbroken
-run from its home). Compaction moves jobs within ``jobs`` but not entries in ``tab``.
+run from its home). Compacting ``jobs`` changes positions, never where entries sit.
 """
 
 from __future__ import annotations
