@@ -32,6 +32,7 @@ MYPYC_MODULES = [
     "src/disquepy/core/job.py",
     "src/disquepy/core/jobcodec.py",
     "src/disquepy/core/jobtable.py",
+    "src/disquepy/core/probing.py",
     "src/disquepy/core/keys.py",
     "src/disquepy/core/latency.py",
     "src/disquepy/core/memory.py",

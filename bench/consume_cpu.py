@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/consume_cpu.py                    # 1M jobs, 3 alternating rounds
     .venv/bin/python bench/consume_cpu.py --jobs 200000 --rounds 5
+    .venv/bin/python bench/consume_cpu.py --against /tmp/old/src   # + another tree (A/B)
 
 Each round, on each side: a fresh server, ``--jobs`` jobs added by bench/loadgen
 (50 connections, 16-deep), then consumed by one connection doing
@@ -19,13 +20,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 from servers import Fleet, alternate, build_loadgen, find_disque_c, loadgen
 
 
-def one(kind: str, jobs: int) -> dict:
+def one(kind: str, jobs: int, src: Path | None = None) -> dict:
     with Fleet() as fleet:
-        s = fleet.start(kind)
+        s = fleet.start(kind, src=src)
         fill = loadgen([s], "addjob", 50, 16, jobs)
         if fill["problem"]:
             return {"problem": "preload: " + fill["problem"]}
@@ -38,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--against", type=Path, metavar="SRC",
+                    help="also run our server from this source tree (side 'against')")
     a = ap.parse_args(argv)
     build_loadgen()
     sides = {"ours": lambda: one("ours", a.jobs)}
+    if a.against is not None:
+        sides["against"] = lambda: one("ours", a.jobs, a.against.resolve())
     if find_disque_c() is not None:
         sides["c"] = lambda: one("c", a.jobs)
     res = alternate(a.rounds, sides)

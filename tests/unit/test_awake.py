@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from disquepy.core.awake import GRANULARITY, AwakeIndex
 from disquepy.core.job import Job
 
@@ -63,3 +66,66 @@ def test_cancel_near_leaves_the_entry_to_go_stale_in_its_bucket():
     assert ix.pop_due(200_000) == []
     assert ix.pop_due(400_000) == [moved]
     assert len(ix) == 0
+
+
+def test_jobs_cancelled_in_the_order_they_were_listed_are_let_go_at_once():
+    ix = AwakeIndex()
+    jobs = [J(i) for i in range(100)]
+    for j in jobs:
+        ix.schedule(j, 800)
+    bucket = ix._buckets[800 // GRANULARITY]
+    for k, j in enumerate(jobs[:70]):
+        ix.cancel(j)
+        assert not any(e is j for e in bucket.jobs), k  # no longer held by the index
+    assert len(bucket.jobs) <= 2 * 30
+    ix.cancel(jobs[90])  # out of order: left stale in place, then compacted away
+    ix.schedule(jobs[80], 5000)
+    assert ix.pop_due(1000) == [j for j in jobs[70:] if j not in (jobs[80], jobs[90])]
+    assert ix.pop_due(10_000) == [jobs[80]]
+
+
+def test_stale_entries_past_the_first_ones_are_compacted_by_reading_the_jobs():
+    ix = AwakeIndex()
+    jobs = [J(i) for i in range(40)]
+    for j in jobs:
+        ix.schedule(j, 800)
+    for j in jobs[:5] + jobs[39:11:-2]:  # 5 in order, then 14 out of order
+        ix.cancel(j)
+    ix.cancel(jobs[10])
+    ix.cancel(jobs[12])  # the 21st: over half stale, not only the first ones
+    bucket = ix._buckets[800 // GRANULARITY]
+    live = [j for j in jobs if j.awake]
+    assert len(live) == 19 and bucket.jobs == live
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["schedule", "cancel", "pop"]),
+                          st.integers(0, 39), st.integers(1, 400)), max_size=300))
+def test_the_index_wakes_what_a_plain_model_says(ops):
+    """Schedules, cancels (mostly in listing order, as a consumer acks) and pops
+    against a dict of job -> awake: each due job comes out once, in order, on time."""
+    ix = AwakeIndex()
+    jobs = [J(i) for i in range(40)]
+    model: dict[int, int] = {}  # job index -> awake ms
+    now = 0
+    for kind, k, t in ops:
+        if kind == "schedule":
+            ix.schedule(jobs[k], now + t)
+            model[k] = now + t
+        elif kind == "cancel":
+            # the oldest scheduled job when k is even (in order), else job k
+            k = min(model, key=lambda m: (model[m], m)) if model and k % 2 == 0 else k
+            ix.cancel(jobs[k])
+            model.pop(k, None)
+        else:
+            now += t
+            last = (now - GRANULARITY + 1) // GRANULARITY
+            due = sorted((m for m, a in model.items() if a // GRANULARITY <= last),
+                         key=lambda m: (model[m], m))
+            assert ix.pop_due(now) == [jobs[m] for m in due]
+            for m in due:
+                del model[m]
+        for b, bk in ix._buckets.items():  # memory within twice the live entries
+            live = sum(1 for j in bk.jobs if j.awake and j.awake // GRANULARITY == b)
+            assert len(bk.jobs) < 16 or len(bk.jobs) <= 2 * live
+    assert len(ix) == len(model)

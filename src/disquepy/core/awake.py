@@ -12,8 +12,13 @@ ctime, id), so runs are deterministic.
 
 Buckets are plain lists (8 bytes a job). Rescheduling or cancelling a job leaves its
 old entry behind, recognisable because the job's ``awake`` no longer falls in that
-bucket; a bucket is compacted when over half its entries are stale, so a deleted job
-is held at most until then, and memory stays within twice the live entries.
+bucket; a bucket is compacted when over half its entries are stale, so memory stays
+within twice the live entries. Jobs leave a bucket mostly in the order they entered
+it (consumed oldest first), so a bucket also knows how many of its first entries
+went stale, in order: such an entry is replaced at once by a placeholder (the job is
+freed when its work is done, while its memory is still in the cache, not at the next
+compaction), and while the stale entries are exactly those first ones, compacting is
+dropping a prefix of the list: no job is read.
 """
 
 from __future__ import annotations
@@ -44,15 +49,20 @@ def _order(job: Timer) -> tuple[int, int, bytes]:
 NEVER = float("inf")
 
 
-class _Bucket:
-    """The jobs listed in one time bucket, and how many of those entries went stale
-    (one dict lookup per cancel finds both)."""
+_GONE = Timer(b"", 0)  # the placeholder of a stale entry (never scheduled: awake 0)
 
-    __slots__ = ("jobs", "stale")
+
+class _Bucket:
+    """The jobs listed in one time bucket, how many of those entries went stale, and
+    how many of its first entries did, in order (``head``: each replaced by _GONE;
+    one dict lookup per cancel finds all three)."""
+
+    __slots__ = ("jobs", "stale", "head")
 
     def __init__(self, job: Timer) -> None:
         self.jobs: list[Timer] = [job]
         self.stale = 0
+        self.head = 0
 
 
 class AwakeIndex:
@@ -90,7 +100,7 @@ class AwakeIndex:
                 job.awake = when
                 return
             job.awake = 0
-            self._went_stale(ob)
+            self._went_stale(ob, job)
         job.awake = when
         if when:
             b = when // GRANULARITY
@@ -122,7 +132,7 @@ class AwakeIndex:
         if job.awake:
             b = job.awake // GRANULARITY
             job.awake = 0
-            self._went_stale(b)
+            self._went_stale(b, job)
 
     @staticmethod
     def cancel_near(job: Timer) -> None:
@@ -132,15 +142,25 @@ class AwakeIndex:
         until that bucket fires."""
         job.awake = 0
 
-    def _went_stale(self, b: int) -> None:
+    def _went_stale(self, b: int, job: Timer) -> None:
+        """``job``'s entry in bucket ``b`` went stale (its awake is no longer there)."""
         bk = self._buckets.get(b)
         if bk is None:
             return
         n = bk.stale + 1
         lst = bk.jobs
+        head = bk.head
+        if head < len(lst) and lst[head] is job:  # the next in order: let go of it now
+            lst[head] = _GONE
+            head += 1
+            bk.head = head
         if n * 2 > len(lst) and len(lst) >= _COMPACT_MIN:
-            bk.jobs = self._live(b, lst)
+            if n == head:  # the stale entries are the first ones: drop them unread
+                del lst[:head]
+            else:
+                bk.jobs = self._live(b, lst)
             bk.stale = 0
+            bk.head = 0
         else:
             bk.stale = n
 

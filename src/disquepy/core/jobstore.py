@@ -32,7 +32,6 @@ from .job import (
 from .jobcodec import COUNTER_TOP
 from .jobmetrics import ADDED, NACKED, REQUEUED, RETRIED
 from .jobmetrics import EXPIRED as M_EXPIRED
-from .jobtable import part_of
 from .memory import JOB_OVERHEAD
 from .outcomes import COMPLETED, EXPIRED, FAILED, MAX_ATTEMPTS
 from .queue import PAUSED_IN, PAUSED_OUT, Queue
@@ -86,11 +85,8 @@ class JobStore:
             ctime = node.last_ctime + 1
         node.last_ctime = ctime
         job = Job(jid, qname, body, ctime, ttl, repl, delay, retry)
-        part = node.jobs.parts[part_of(jid)]  # JobTable.add
-        if jid in part:
+        if not node.jobs.add(job):
             raise ReplyError("ERR Internal error creating the job, check server logs")
-        part[jid] = job
-        node.jobs.count += 1
         node.mem.used += JOB_OVERHEAD + len(body)
         node.stats.jobs_added += 1
         node.metrics.count(qname, ADDED)
@@ -144,13 +140,8 @@ class JobStore:
     def register(self, job: Job) -> bool:
         """Add a job to the registry; False (nothing changed) if its ID is known."""
         node = self.node
-        jid = job.id
-        jobs = node.jobs
-        part = jobs.parts[part_of(jid)]  # JobTable.add
-        if jid in part:
+        if not node.jobs.add(job):
             return False
-        part[jid] = job
-        jobs.count += 1
         node.mem.used += JOB_OVERHEAD + len(job.body)
         return True
 

@@ -50,6 +50,7 @@ from librt.vecs import extend, vec
 from mypy_extensions import i16, i64, u8
 
 from .ids import JOB_ID_LEN, is_valid_job_id
+from .probing import delete, rehash, zeros
 
 COMPLETED = 1
 FAILED = 2
@@ -114,10 +115,6 @@ _QUEUE_ENTRY_OVERHEAD: Final = 8 + 100  # list slot plus the open chunk's dict e
 
 _NO_TAB: vec[i64] = vec[i64]()  # an empty shard (a vec, not None: no boxing when compiled)
 _NO_ORDER: vec[i16] = vec[i16]()
-
-
-def _zeros(n: int) -> vec[i64]:
-    return vec[i64](memoryview(bytes(8 * n)).cast("q"))
 
 
 class _Chunk:
@@ -190,7 +187,7 @@ class Outcomes:
         self._seq = 0
         self._heap: list[tuple[int, int, int]] = []  # (minf, chunk seq, chunk wid)
         self._shards: list[vec[i64]] = [_NO_TAB] * _NSHARDS
-        self._counts: vec[i64] = _zeros(_NSHARDS)
+        self._counts: vec[i64] = zeros(_NSHARDS)
         self._live = 0
         self._mem = _SHARD_LIST_BYTES + 16 * _NSHARDS  # the shard list and the counts
         self._version = 0
@@ -367,7 +364,7 @@ class Outcomes:
         si: i64 = h & _SHARD_MASK
         tab = self._shards[si]
         if len(tab) == 0:
-            tab = self._shards[si] = _zeros(_SHARD_MIN)
+            tab = self._shards[si] = zeros(_SHARD_MIN)
             self._mem += 8 * _SHARD_MIN + _SHARD_OVERHEAD
         key: i64 = ((h >> _SHARD_BITS) & _HASH_MASK) | _OCCUPIED
         size: i64 = len(tab)
@@ -641,17 +638,7 @@ class Outcomes:
         i: i64 = (entry >> _REC_BITS) & mask
         while tab[i] != entry:
             i = (i + 1) & mask
-        j: i64 = i
-        while True:  # shift back the entries after i that may live closer to home
-            j = (j + 1) & mask
-            e: i64 = tab[j]
-            if e == 0:
-                break
-            k: i64 = (e >> _REC_BITS) & mask
-            if (k <= i < j) or (i < j < k) or (j < k <= i):
-                tab[i] = e
-                i = j
-        tab[i] = 0
+        delete(tab, i, _REC_BITS)
         counts = self._counts
         count: i64 = counts[si] - 1
         counts[si] = count
@@ -663,15 +650,7 @@ class Outcomes:
 
     def _resize(self, si: i64, size: i64) -> None:
         old = self._shards[si]
-        tab = _zeros(size)
-        mask: i64 = size - 1
-        for e in old:
-            if e:
-                i: i64 = (e >> _REC_BITS) & mask
-                while tab[i]:
-                    i = (i + 1) & mask
-                tab[i] = e
-        self._shards[si] = tab
+        self._shards[si] = rehash(old, size, _REC_BITS)
         self._mem += 8 * (size - len(old))
 
 

@@ -20,7 +20,6 @@ from . import messages as M
 from .ids import JOB_ID_LEN
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DEFERRED, QUEUED, WAIT_REPL, Job, move
 from .jobcodec import COUNTER_TOP
-from .jobtable import part_of
 from .queue import PAUSED_IN
 
 if TYPE_CHECKING:
@@ -148,11 +147,11 @@ class Replication:
         """Copies of jobs to hold (one or more per message): GOTJOB for each we hold,
         all in one message."""
         fits = self.node.mem.fits_job
-        parts = self.node.jobs.parts
+        jobs = self.node.jobs
         got: list[bytes] = []
         for j in fields:  # JobFields, decoded and checked by messages.parse
             jid = j.id
-            job = parts[part_of(jid)].get(jid)  # jobs.get
+            job = jobs.get(jid)
             if job is not None:
                 job.delivered = self.node.shared(tuple(dict.fromkeys((*job.delivered,
                                                                       *j.delivered))))
@@ -205,7 +204,7 @@ class Replication:
     def on_gotjob(self, p: Peer, fields: M.Fields, now: int) -> None:
         """The sender holds copies of these jobs or events (one or more IDs per
         message)."""
-        parts = self.node.jobs.parts
+        jobs = self.node.jobs
         adding = self.node.groups.repl.adding
         for rid in fields:
             if len(rid) != JOB_ID_LEN:  # an event's ID (checked by messages.parse)
@@ -213,7 +212,7 @@ class Replication:
                 if e is not None:
                     self._got_copy(p, e, now)
                 continue
-            job = parts[part_of(rid)].get(rid)  # jobs.get
+            job = jobs.get(rid)
             if job is not None and job.state == WAIT_REPL:
                 self._got_copy(p, job, now)
 
