@@ -1,6 +1,6 @@
 """Job IDs from JobIdGenerator (core/ids.py): Disque's form, unique, the same sequence
-for the same seed (the simulator replays it), and random parts spread evenly over the
-job registry's partitions, across the 64-ID blocks one hash call makes."""
+for the same seed (the simulator replays it), and random parts uniform across the
+64-ID blocks one hash call makes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from disquepy.core.ids import (
     id_ttl_minutes,
     is_valid_job_id,
 )
-from disquepy.core.jobtable import PARTS, part_of
 
 NODE = "dcb833cf" + "0" * 32
 
@@ -41,13 +40,15 @@ def test_ids_are_unique_across_blocks_and_repeat_for_a_seed() -> None:
     assert not {other.next_id(60, 1) for _ in range(200)} & set(ids)
 
 
-def test_random_parts_spread_over_the_registry_partitions() -> None:
-    """The registry's partition is two characters of the random part (64 x 64 = 4096
-    values of jobtable.part_of): 10,240 IDs fill them as uniform draws would
-    (Poisson, 2.5 each: ~3,760 used, none above ~12); a bias repeating every block
-    of 64 IDs would pile them up."""
+def test_random_parts_are_uniform_across_blocks() -> None:
+    """Two characters of the random part take 64 x 64 = 4096 values: 10,240 IDs fill
+    them as uniform draws would (Poisson, 2.5 each: ~3,760 used, none above ~12); a
+    bias repeating every block of 64 IDs would pile them up. Every position of the
+    random part uses the whole base64 alphabet."""
     gen = JobIdGenerator(NODE, b"spread")
-    counts = Counter(part_of(gen.next_id(60, 1)) for _ in range(10_240))
-    assert all(0 <= p < PARTS for p in counts)
-    assert len(counts) > 3_500
-    assert max(counts.values()) <= 14
+    ids = [gen.next_id(60, 1) for _ in range(10_240)]
+    pairs = Counter(jid[11:13] for jid in ids)
+    assert len(pairs) > 3_500
+    assert max(pairs.values()) <= 14
+    for i in range(11, 35):
+        assert len({jid[i] for jid in ids}) == 64
