@@ -51,7 +51,7 @@ class EventAcks:
         store = g.store
         if store.flushed_lease(eid, group, extend_ms, now):
             return resp.ONE
-        e = store.events.get(eid)
+        e = store.get(eid)
         if e is not None and e.queue != qname:
             return resp.ZERO
         if e is not None:
@@ -78,7 +78,7 @@ class EventAcks:
         if store.flushed_lease(eid, group, extend_ms, now):
             verdict = 1
         else:
-            e = store.events.get(eid)
+            e = store.get(eid)
             if e is not None and e.queue == qname and store.mine(e):
                 verdict = self.decide(e, store.intern(group), extend_ms, now)
         self.node.send([p.id], M.EVACKED, req, verdict)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .model import DEAD, GONE, REDO, STATE_MASK, Event, claim_deadline, claim_deliveries, pack
+from .model import DEAD, REDO, STATE_MASK, Event, claim_deadline, claim_deliveries, pack
 
 if TYPE_CHECKING:
     from . import Groups
@@ -39,9 +39,9 @@ class DeadLetters:
         out: list[tuple[Event, int]] = []
         if q is None:
             return out
-        for e in q.order:
+        for e in self.g.store.thawed_in(q):  # (a dead letter is thawed)
             c = e.claims.get(group)
-            if c is not None and c & STATE_MASK == DEAD and e.stage != GONE:
+            if c is not None and c & STATE_MASK == DEAD:
                 out.append((e, claim_deliveries(c)))
         return out
 
@@ -52,7 +52,7 @@ class DeadLetters:
         n = 0
         q = g.store.queues.get(qname)
         for eid in ids:
-            e = g.store.events.get(eid)
+            e = g.store.get(eid)
             if e is None or q is None or e.queue != qname:
                 continue
             c = e.claims.get(group)

@@ -65,9 +65,10 @@ class Leases:
             return None
         q.atime = now
         for _ in range(SCAN_LIMIT):
-            e = store.find(q, group, now, True)
-            if e is None:
+            pos = store.find(q, group, now, True)
+            if pos < 0:
                 return None
+            e = store.event_at(q, pos)
             cur = q.cursors[group]
             if cur.redo and cur.redo[0] == e.id:
                 cur.redo.popleft()
@@ -134,11 +135,11 @@ class Leases:
         store = self.g.store
         q = store.queues.get(qname)
         if q is not None:
-            e = store.find(q, group, now, False)
-            if e is not None:
-                a = store.authority(e)
+            pos = store.find(q, group, now, False)
+            if pos >= 0:
+                a = store.authority_of(store.holders_at(q, pos))
                 if a != node.myid and a in reach:
-                    return [a, *(p for p in reach if p != a)], e.id
+                    return [a, *(p for p in reach if p != a)], store.id_at(q, pos)
         return list(reach), None
 
     def _pull_next(self, w: PullWait, now: int) -> None:
@@ -196,7 +197,7 @@ class Leases:
         store = g.store
         if store.flushed.get((eid, group)) == deadline:
             del store.flushed[(eid, group)]  # a lease held across a QFLUSH ended
-        e = store.events.get(eid)
+        e = store.get(eid)
         if e is None:
             return
         c = e.claims.get(group)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from librt.vecs import vec
+from mypy_extensions import i64, u8
+
 from ..awake import Timer
 from ..record import Record
 
@@ -30,8 +33,14 @@ _DELIV_MAX = (1 << _DELIV_BITS) - 1
 STATE_MASK = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
 DEADLINE_SHIFT = _STATE_BITS + _DELIV_BITS
 
-EVENT_OVERHEAD = 300  # bytes an event costs besides its body (memory accounting)
-CLAIM_OVERHEAD = 40  # bytes a group's claim on an event costs
+# memory accounting (store.py): a held event packed in its queue's columns costs
+# PACKED_OVERHEAD + its body + CLAIM_PACKED per group claim; one *thawed* into an Event
+# object (while it changes: leased, redone, dead...) costs THAWED_OVERHEAD + its body
+# (a second copy) + its IDEMPOTENT key + (CLAIM_OVERHEAD - CLAIM_PACKED) per claim more
+PACKED_OVERHEAD = 300
+CLAIM_PACKED = 40
+THAWED_OVERHEAD = 0
+CLAIM_OVERHEAD = 40  # what a group's claim on a thawed event costs in all
 DEFAULT_LEASE_MS = 30_000
 MAX_EXPIRE_MS = 10 * 365 * 86_400_000  # ten years
 MAX_DELIVERIES = _DELIV_MAX
@@ -92,9 +101,13 @@ class Event(Record):
     copy (its *holders*, the creator first: the order decides who leases it, see
     store.authority), and while it is ADDING the replication's ``repl`` and
     ``confirmed``. Its timer (``awake``): the replication's retry while ADDING, then
-    its expiry."""
+    its expiry (by its queue once held: store.py).
 
-    __slots__ = ("queue", "body", "etime", "claims", "stage", "key")
+    Once held, an event lives *packed* in its queue's columns (store.py); an Event
+    object exists only while it is ADDING or *thawed* (``pos``: its position in its
+    queue), see EventStore.get."""
+
+    __slots__ = ("queue", "body", "etime", "claims", "stage", "key", "pos")
 
     def __init__(self, eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
                  holders: tuple[str, ...]) -> None:
@@ -110,14 +123,10 @@ class Event(Record):
         self.claims: dict[bytes, int] = {}  # group -> packed claim
         self.stage = ADDING
         self.key: bytes | None = None  # its QADD's IDEMPOTENT key
+        self.pos = -1  # held: its position in its queue (store.py)
 
     def expiry(self) -> int:
         return self.etime
-
-    def cost(self) -> int:
-        """What the event costs in the node's used memory (bytes)."""
-        return (EVENT_OVERHEAD + len(self.body) + CLAIM_OVERHEAD * len(self.claims)
-                + (len(self.key) if self.key is not None else 0))
 
     def __repr__(self) -> str:
         return f"<Event {self.id.decode()} q={self.queue!r}>"
@@ -178,21 +187,57 @@ class Waiter(Timer):
         self.deadline = deadline  # 0: forever
 
 
+class Expiry(Timer):
+    """A queue's one expiry timer: due at the earliest expiry of its events."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self, queue: bytes) -> None:
+        super().__init__(queue, 0)
+        self.queue = queue
+
+
+class Settle(Timer):
+    """Due when events were thawed: those settled since are packed again (store.py)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(b"", 0)
+
+
 class EQueue:
-    __slots__ = ("name", "order", "base", "live", "cursors", "waiters", "watchers", "atime")
+    """A queue's events on this node, in arrival order, packed in columns (one entry per
+    *position*; positions only grow, but for a compaction: store.py). Column index k is
+    position ``cbase + k``; ``base`` is the first position that may be live."""
+
+    __slots__ = ("name", "qid", "base", "cbase", "live", "ctimes", "etimes", "meta",
+                 "bodies", "arena", "abase", "claims", "thawed", "expmin", "expiry",
+                 "cursors", "waiters", "watchers", "atime")
 
     def __init__(self, name: bytes, now: int) -> None:
         self.name = name
-        self.order: list[Event] = []  # arrival order here; gone events until compacted
-        self.base = 0  # absolute index of order[0]
+        self.qid = -1  # its number in the store's ID index (-1: not registered)
+        self.base: i64 = 0
+        self.cbase: i64 = 0  # a multiple of store.CHUNK
         self.live = 0
+        self.ctimes: vec[i64] = vec[i64]()  # the ID's time part (ns)
+        self.etimes: vec[i64] = vec[i64]()  # expiry (ms)
+        self.meta: vec[i64] = vec[i64]()  # creator << 26 | holders' index << 2 | flags
+        self.bodies: vec[i64] = vec[i64]()  # arena offset << 24 | length
+        self.arena = bytearray()  # the bodies, in arrival order
+        self.abase = 0  # arena offset of arena[0]
+        self.claims: dict[bytes, vec[u8]] = {}  # group -> claim byte per position
+        self.thawed: dict[int, Event] = {}  # position -> its Event, while thawed
+        self.expmin: vec[i64] = vec[i64]()  # per chunk of positions: <= its live expiries
+        self.expiry = Expiry(name)
         self.cursors: dict[bytes, Cursor] = {}
         self.waiters: list[Waiter] = []
         self.watchers: dict[str, tuple[bytes, int]] = {}  # peer -> (group, until ms)
         self.atime = now
 
     def end(self) -> int:
-        return self.base + len(self.order)
+        return self.cbase + len(self.meta)
 
 
 class Request(Timer):

@@ -56,14 +56,16 @@ class EventLog:
                                                                  [qname, ctime]))
 
     # --- a rewrite ------------------------------------------------------------------
-    def snapshot_list(self) -> list[Event]:
-        """The events a rewrite will write, a slice at a time (8 bytes each)."""
-        return list(self.g.store.events.values())
+    def snapshot_list(self) -> list[bytes]:
+        """The IDs of the events a rewrite will write, a slice at a time."""
+        return self.g.store.ids()
 
-    def snapshot(self, e: Event) -> bytes | None:
-        """A rewrite's record for ``e``, or None if it is no longer held (dropped or
-        expired since the snapshot was listed: the running log has said so)."""
-        if self.g.store.events.get(e.id) is not e:
+    def snapshot(self, eid: bytes) -> bytes | None:
+        """A rewrite's record for the event ``eid``, or None if it is no longer held
+        (dropped or expired since the snapshot was listed: the running log has said
+        so)."""
+        e = self.g.store.peek(eid)
+        if e is None:
             return None
         return records.encode_event_record(records.EVENT, event_fields(e))
 
@@ -115,7 +117,7 @@ class EventLog:
         n = 0
         myid = self.node.myid
         for f, claims in events.values():
-            if f.etime <= now or f.id in store.events:
+            if f.etime <= now or store.has(f.id):
                 continue
             hs = f.holders if myid in f.holders else (*f.holders, myid)
             e = Event(f.id, store.intern(f.queue), f.body, f.ctime, f.etime,

@@ -18,7 +18,7 @@ from ..errors import ReplyError
 from ..eventcodec import event_fields
 from ..ids import event_id
 from ..replication import COPIES_UP_TO
-from .model import ADDING, HELD, LEASED, STATE_MASK, Event, claim_deadline, merge
+from .model import ADDING, LEASED, STATE_MASK, Event, claim_deadline, merge
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -102,13 +102,11 @@ class EventReplication:
         self.adding.pop(e.id, None)
         e.confirmed = ()  # (matters while replicating only, as for jobs)
         if e.stage == ADDING:
-            if e.etime > now and e.id not in self.g.store.events:
+            if e.etime > now and not self.g.store.has(e.id):
                 self.g.store.put(e, now)
                 self.g.notify.arrived(e, now)
             else:
                 self.g.store.remove(e)
-        elif e.stage == HELD:  # (a retry made the copies: its timer is its expiry again)
-            self.node.awake.schedule(e, e.etime)
         if client is not None and not client.closed:
             self.node.outbox.append((client, resp.bulk(e.id)))
 
@@ -124,8 +122,6 @@ class EventReplication:
             if e.stage == ADDING:
                 self.g.store.put(e, now)
                 self.g.notify.arrived(e, now)
-            elif e.stage == HELD:
-                self.node.awake.schedule(e, e.etime)
             return
         self.g.store.remove(e)
         myid = self.node.myid
@@ -145,7 +141,7 @@ class EventReplication:
             eid = f.id
             g.seen(f.ctime, now)
             got.append(eid)
-            known = store.events.get(eid)
+            known = store.get(eid)
             stored = known is not None
             if known is None:
                 known = self.adding.get(eid)  # ours, a copy sent back before confirmed
@@ -187,7 +183,7 @@ class EventReplication:
         g.notify.arrived(e, now)
 
     def on_evdel(self, p: Peer, fields: M.Fields, now: int) -> None:
-        e = self.g.store.events.get(fields[0])
+        e = self.g.store.peek(fields[0])
         if e is not None:
             self.g.store.remove(e)
             self.g.log.dropped(e.id)
@@ -196,7 +192,7 @@ class EventReplication:
         """``nid`` decides for an event we know is available, yet leased us nothing: it
         may have lost its copy (a restart: events live in memory). Send it ours, with
         the claims we know; a node that holds it merges them (a join: no harm)."""
-        e = self.g.store.events.get(eid)
+        e = self.g.store.peek(eid)
         if e is not None and self.g.store.authority(e) == nid:
             self.repairs += 1
             self.node.send([nid], M.EVADD, event_fields(e))
@@ -214,7 +210,7 @@ class EventReplication:
     def on_evstate(self, p: Peer, fields: M.Fields, now: int) -> None:
         store = self.g.store
         for eid, group, claim in fields:
-            e = store.events.get(eid)
+            e = store.get(eid)
             if e is not None:
                 store.set_claim(e, store.intern(group), claim, now)
 

@@ -3,28 +3,71 @@ arrival order, their expiry, the claims merged into them, QFLUSH's drop, and the
 that finds the next event available to a group (with who decides for it: the
 *authority*).
 
+**Packed.** A node may hold millions of events, most of them settled: every group
+either never touched one or is done with it. One Python object per event costs 300+
+bytes, so a held event lives in its queue's columns instead (``librt.vecs`` typed
+arrays, which mypyc compiles to plain C loads and stores; the same code runs
+interpreted), by *position* (arrival order here): the ID's time part (``ctimes``; the
+ID is ``<time 16 hex>-<creator 8 hex>``, rebuilt from it and the creator kept in
+``meta``), the expiry, ``meta`` (creator, an index into the store's table of shared
+holder tuples, flags GONE and THAWED), the body's place in the queue's ``arena`` (one
+bytearray, bodies in arrival order, cut at the front as the head expires), and per
+group a claim byte (0: no claim; d + 1: DONE after d deliveries). About 40 bytes an
+event plus its body, and one byte per group done with it.
+
+**Thawed.** An event that is changing (replicated, leased, redone, dead-lettered, with
+an IDEMPOTENT key, or a claim a byte cannot say) is *thawed*: an :class:`Event` object
+kept in ``EQueue.thawed`` by position, the authority for that event while it exists.
+:meth:`EventStore.get` is the one way in for a caller that may change an event: it
+thaws a packed one. A thawed event is packed again once settled (every claim DONE),
+at the next :class:`Settle` timer, so no caller holds an object across a freeze. Read
+only callers use :meth:`EventStore.peek` (nothing thawed).
+
+**Index.** ID -> (queue, position): an open-addressing table of 64-bit entries
+(``(queue number + 1) << 40 | position``, linear probing on a hash of the ID's time
+part, backward-shift deletion), every match confirmed against the queue's columns
+(time and creator), so two events with the same time part never answer for each
+other.
+
+**Expiry.** One timer per queue (:class:`Expiry`), due at the earliest expiry among
+its events; per chunk of 256 positions a lower bound of the expiries in it, so the
+timer looks only at the chunks with something due.
+
 Pure: time comes in as ``now`` (ms).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+from librt.vecs import append as vappend
+from librt.vecs import extend, vec
+from mypy_extensions import i64, u8
+
+from ..ids import is_valid_event_id
 from ..membership import P_FAIL, P_PFAIL
 from .model import (
     AVAILABLE,
     CLAIM_OVERHEAD,
+    CLAIM_PACKED,
+    DEADLINE_SHIFT,
+    DONE,
     GONE,
     HELD,
     LEASED,
+    PACKED_OVERHEAD,
     REDO,
     STATE_MASK,
+    THAWED_OVERHEAD,
     Cursor,
     EQueue,
     Event,
+    Settle,
     claim_deadline,
+    claim_deliveries,
     effective,
     merge,
+    pack,
 )
 
 if TYPE_CHECKING:
@@ -35,6 +78,31 @@ TAKEOVER_MS = 1000  # a holder whose link stayed down this long (at most half th
 SCAN_BUDGET = 10_000  # events one QGET looks at, at most, past its group's cursor
 TOMBSTONE_MS = 600_000  # a QFLUSH refuses copies of older events this long
 
+F_GONE: Final = 1
+F_THAWED: Final = 2
+_H_SHIFT: Final = 2
+_H_MASK: Final = (1 << 24) - 1
+_C_SHIFT: Final = 26
+_LEN_BITS: Final = 24
+_LEN_MASK: Final = (1 << _LEN_BITS) - 1  # also: a body kept out of the arena (too long)
+CHUNK_BITS: Final = 8
+CHUNK: Final = 1 << CHUNK_BITS
+_INF: Final = 1 << 62
+_POS_BITS: Final = 40
+_POS_MASK: Final = (1 << _POS_BITS) - 1
+_MAX_DONE: Final = 254  # deliveries a DONE claim byte can say
+_TABLE_MIN: Final = 16
+
+_NO_COL: vec[u8] = vec[u8]()
+
+
+def _zeros(n: int) -> vec[i64]:
+    return vec[i64](memoryview(bytes(8 * n)).cast("q"))
+
+
+def _hash(t: i64) -> i64:
+    return t ^ (t >> 21) ^ (t >> 42)
+
 
 class EventStore:
     """The node's events and queues of events."""
@@ -42,12 +110,20 @@ class EventStore:
     def __init__(self, g: Groups) -> None:
         self.g = g
         self.node = g.node
-        self.events: dict[bytes, Event] = {}
         self.queues: dict[bytes, EQueue] = {}
+        self.count = 0  # events held
         self.flushed: dict[tuple[bytes, bytes], int] = {}  # (event, group) -> lease end
         self.tombs: dict[bytes, tuple[int, int]] = {}  # queue -> (flushed ctime ns, until)
         self.keys: dict[bytes, Event] = {}  # IDEMPOTENT key -> its event (held or ADDING)
         self.expired = 0
+        self._qlist: list[EQueue | None] = []  # by queue number (EQueue.qid)
+        self._free: list[int] = []
+        self._table: vec[i64] = _zeros(_TABLE_MIN)
+        self._mask: i64 = _TABLE_MIN - 1
+        self._hlist: list[tuple[str, ...]] = []  # holder tuples, by index
+        self._hidx: dict[tuple[str, ...], int] = {}
+        self._settle: dict[bytes, Event] = {}  # thawed since the last Settle
+        self.settler = Settle()
 
     # ------------------------------------------------------------------ names
     def intern(self, name: bytes) -> bytes:
@@ -58,84 +134,595 @@ class EventStore:
         """One tuple per distinct list of holders."""
         return self.node.shared(t)
 
-    # ------------------------------------------------------------------ events
+    def _holders_index(self, t: tuple[str, ...]) -> int:
+        i = self._hidx.get(t)
+        if i is None:
+            t = self.holders(t)
+            i = self._hidx[t] = len(self._hlist)
+            self._hlist.append(t)
+        return i
+
+    # ------------------------------------------------------------------ queues
     def queue_for(self, name: bytes, now: int) -> EQueue:
         q = self.queues.get(name)
         if q is None:
             q = self.queues[name] = EQueue(name, now)
+            if self._free:
+                q.qid = self._free.pop()
+                self._qlist[q.qid] = q
+            else:
+                q.qid = len(self._qlist)
+                self._qlist.append(q)
         return q
 
+    def drop_queue(self, q: EQueue) -> None:
+        """Forget ``q`` (it holds no event)."""
+        if self.queues.get(q.name) is q:
+            del self.queues[q.name]
+        if q.qid >= 0:
+            self._qlist[q.qid] = None
+            self._free.append(q.qid)
+            q.qid = -1
+        self.node.awake.cancel(q.expiry)
+
+    # ------------------------------------------------------------------ index
+    def _slot(self, eid: bytes) -> i64:
+        """The index slot of the event ``eid``, or -1."""
+        if len(eid) != 25 or not is_valid_event_id(eid):
+            return -1
+        t: i64 = int(eid[:16], 16)
+        cr: i64 = int(eid[17:], 16)
+        table = self._table
+        mask = self._mask
+        qlist = self._qlist
+        i = _hash(t) & mask
+        for _ in range(len(table)):  # (the table is never full: an empty slot ends it)
+            ent = table[i]
+            if ent == 0:
+                return -1
+            q = qlist[(ent >> _POS_BITS) - 1]
+            assert q is not None
+            k = (ent & _POS_MASK) - q.cbase
+            if q.ctimes[k] == t and q.meta[k] >> _C_SHIFT == cr:
+                return i
+            i = (i + 1) & mask
+        return -1
+
+    def _locate(self, eid: bytes) -> tuple[EQueue, int] | None:
+        """(queue, position) of the event ``eid`` held here, or None."""
+        i = self._slot(eid)
+        if i < 0:
+            return None
+        ent = self._table[i]
+        q = self._qlist[(ent >> _POS_BITS) - 1]
+        assert q is not None
+        return q, ent & _POS_MASK
+
+    def _key_of(self, ent: i64) -> i64:
+        q = self._qlist[(ent >> _POS_BITS) - 1]
+        assert q is not None
+        return q.ctimes[(ent & _POS_MASK) - q.cbase]
+
+    def _index_add(self, ent: i64, t: i64) -> None:
+        if (self.count + 1) * 5 > len(self._table) * 4:
+            self._resize(len(self._table) * 2)
+        table = self._table
+        mask = self._mask
+        i = _hash(t) & mask
+        while table[i] != 0:
+            i = (i + 1) & mask
+        table[i] = ent
+
+    def _index_del(self, i: i64) -> None:
+        """Delete slot ``i``, shifting back the entries after it that probed past it."""
+        table = self._table
+        mask = self._mask
+        j = i
+        for _ in range(len(table)):  # (the table is never full: an empty slot ends it)
+            j = (j + 1) & mask
+            ent = table[j]
+            if ent == 0:
+                break
+            home = _hash(self._key_of(ent)) & mask
+            if (i <= j and (home <= i or home > j)) or (i > j and home <= i and home > j):
+                table[i] = ent
+                i = j
+        table[i] = 0
+        n = len(table)
+        if n > _TABLE_MIN and self.count * 8 < n:
+            self._resize(n // 2)
+
+    def _resize(self, n: int) -> None:
+        old = self._table
+        self._table = table = _zeros(n)
+        self._mask = mask = n - 1
+        for ent in old:
+            if ent != 0:
+                i = _hash(self._key_of(ent)) & mask
+                while table[i] != 0:
+                    i = (i + 1) & mask
+                table[i] = ent
+
+    # ------------------------------------------------------------------ events
+    def has(self, eid: bytes) -> bool:
+        return self._slot(eid) >= 0
+
+    def get(self, eid: bytes) -> Event | None:
+        """The event ``eid`` held here, thawed (an Event object, the event's authority
+        until it is packed again, at the next Settle timer if settled by then): for a
+        caller that may change it."""
+        loc = self._locate(eid)
+        if loc is None:
+            return None
+        return self.event_at(loc[0], loc[1])
+
+    def peek(self, eid: bytes) -> Event | None:
+        """The event ``eid`` held here, for reading only: its thawed object, or a copy
+        built from its columns (changing that copy changes nothing)."""
+        loc = self._locate(eid)
+        if loc is None:
+            return None
+        q, pos = loc
+        e = q.thawed.get(pos)
+        return e if e is not None else self._build(q, pos)
+
+    def event_at(self, q: EQueue, pos: int) -> Event:
+        """The event at ``pos`` of ``q`` (held), thawed."""
+        e = q.thawed.get(pos)
+        if e is None:
+            e = self._build(q, pos)
+            k = pos - q.cbase
+            q.meta[k] = q.meta[k] | F_THAWED
+            q.thawed[pos] = e
+            self.node.mem.used += self._thawed_extra(e)
+        if e.id not in self._settle:
+            if not self._settle:
+                self.node.awake.schedule(self.settler, max(self.node.now, 1))
+            self._settle[e.id] = e
+        return e
+
+    def id_at(self, q: EQueue, pos: int) -> bytes:
+        k = pos - q.cbase
+        return b"%016x-%08x" % (q.ctimes[k], q.meta[k] >> _C_SHIFT)
+
+    def holders_at(self, q: EQueue, pos: int) -> tuple[str, ...]:
+        e = q.thawed.get(pos)
+        if e is not None:
+            return e.delivered
+        return self._hlist[(q.meta[pos - q.cbase] >> _H_SHIFT) & _H_MASK]
+
+    def _build(self, q: EQueue, pos: int) -> Event:
+        """A new Event object from the columns at ``pos``."""
+        k = pos - q.cbase
+        m = q.meta[k]
+        ref = q.bodies[k]
+        off = (ref >> _LEN_BITS) - q.abase
+        t = q.ctimes[k]
+        e = Event(b"%016x-%08x" % (t, m >> _C_SHIFT), q.name,
+                  bytes(q.arena[off:off + (ref & _LEN_MASK)]), t, q.etimes[k],
+                  self._hlist[(m >> _H_SHIFT) & _H_MASK])
+        e.stage = HELD
+        e.confirmed = ()
+        e.pos = pos
+        for g, col in q.claims.items():
+            if k < len(col):
+                b = col[k]
+                if b:
+                    e.claims[g] = pack(DONE, b - 1, 0)
+        return e
+
+    def ids(self) -> list[bytes]:
+        """The IDs of the events held, queue by queue in arrival order."""
+        out: list[bytes] = []
+        for q in self.queues.values():
+            meta = q.meta
+            cb = q.cbase
+            for pos in range(q.base, q.end()):
+                if not meta[pos - cb] & F_GONE:
+                    out.append(self.id_at(q, pos))
+        return out
+
+    def max_id(self) -> bytes:
+        """The largest ID of the events held (IDs compare as strings), or b""."""
+        best = b""
+        for q in self.queues.values():
+            meta = q.meta
+            cb = q.cbase
+            bt = -1
+            bc = -1
+            for pos in range(q.base, q.end()):
+                k = pos - cb
+                m = meta[k]
+                if m & F_GONE:
+                    continue
+                t = q.ctimes[k]
+                if t > bt or t == bt and m >> _C_SHIFT > bc:
+                    bt, bc = t, m >> _C_SHIFT
+            if bt >= 0:
+                eid = b"%016x-%08x" % (bt, bc)
+                if eid > best:
+                    best = eid
+        return best
+
+    def positions(self, q: EQueue) -> list[int]:
+        """The positions of the events of ``q`` held, in arrival order."""
+        meta = q.meta
+        cb = q.cbase
+        return [pos for pos in range(q.base, q.end()) if not meta[pos - cb] & F_GONE]
+
+    def ctime_at(self, q: EQueue, pos: int) -> int:
+        e = q.thawed.get(pos)
+        return e.ctime if e is not None else q.ctimes[pos - q.cbase]
+
+    def claim_at(self, q: EQueue, pos: int, group: bytes) -> int | None:
+        """``group``'s claim on the event at ``pos`` of ``q`` (None: never delivered)."""
+        e = q.thawed.get(pos)
+        if e is not None:
+            return e.claims.get(group)
+        col = q.claims.get(group)
+        k = pos - q.cbase
+        if col is None or k >= len(col) or not col[k]:
+            return None
+        return pack(DONE, col[k] - 1, 0)
+
+    def claimed(self, q: EQueue, group: bytes) -> bool:
+        """Whether an event of ``q`` held packed has a claim of ``group``."""
+        col = q.claims.get(group)
+        if col is None:
+            return False
+        meta = q.meta
+        return any(col[k] and not meta[k] & F_GONE for k in range(len(col)))
+
+    def thawed_in(self, q: EQueue) -> list[Event]:
+        """The thawed events of ``q``, in arrival order."""
+        return [q.thawed[p] for p in sorted(q.thawed)]
+
+    def leased_count(self) -> int:
+        """The live-or-ended LEASED claims held (INFO event_leases)."""
+        n = 0
+        for q in self.queues.values():
+            for e in q.thawed.values():
+                for c in e.claims.values():
+                    if c & STATE_MASK == LEASED:
+                        n += 1
+        return n
+
+    # ----------------------------------------------------------------- packing
+    def _packable(self, e: Event) -> bool:
+        """Whether ``e`` (thawed) can live in the columns: settled (every claim DONE),
+        its replication over, nothing a column cannot say."""
+        if (e.key is not None or e.awake or e.stage != HELD or len(e.body) >= _LEN_MASK
+                or e.id in self.g.repl.adding or int(e.id[:16], 16) != e.ctime):
+            return False
+        for c in e.claims.values():
+            if (c & STATE_MASK != DONE or c >> DEADLINE_SHIFT
+                    or claim_deliveries(c) > _MAX_DONE):
+                return False
+        return True
+
+    def _thawed_extra(self, e: Event) -> int:
+        """What a thawed event costs beyond its packed self (memory accounting)."""
+        return (THAWED_OVERHEAD + len(e.body) + (len(e.key) if e.key is not None else 0)
+                + (CLAIM_OVERHEAD - CLAIM_PACKED) * len(e.claims))
+
+    def _freeze(self, q: EQueue, e: Event) -> None:
+        """Pack thawed ``e`` (packable) back into ``q``'s columns."""
+        pos = e.pos
+        k = pos - q.cbase
+        hi = self._holders_index(e.delivered)
+        m = q.meta[k]
+        q.meta[k] = ((m >> _C_SHIFT) << _C_SHIFT) | (hi << _H_SHIFT)
+        for g, c in e.claims.items():
+            col = q.claims.get(g)
+            if col is None:
+                col = vec[u8]()
+            if len(col) <= k:
+                col = extend(col, bytes(k + 1 - len(col)))
+            col[k] = u8(claim_deliveries(c) + 1)
+            q.claims[g] = col
+        del q.thawed[pos]
+        self.node.mem.used -= self._thawed_extra(e)
+
+    def settle(self) -> None:
+        """The Settle timer: pack again the events thawed since, if settled."""
+        pending = self._settle
+        self._settle = {}
+        touched: dict[bytes, EQueue] = {}
+        for e in pending.values():
+            if e.stage != HELD:
+                continue
+            q = self.queues.get(e.queue)
+            if q is not None and q.thawed.get(e.pos) is e and self._packable(e):
+                self._freeze(q, e)
+                touched[q.name] = q
+        if len(pending) >= 1024:
+            for q in touched.values():  # (a dict never shrinks by itself)
+                q.thawed = dict(q.thawed)
+
+    # ------------------------------------------------------------------ holding
     def put(self, e: Event, now: int) -> None:
-        """Hold ``e`` (new here): in its queue's order, expiring at its etime."""
+        """Hold ``e`` (new here): in its queue's order, expiring at its etime; packed
+        at once when settled."""
         q = self.queue_for(e.queue, now)
         e.queue = q.name
         e.stage = HELD
-        self.events[e.id] = e
-        q.order.append(e)
+        pos = q.end()
+        e.pos = pos
+        t: i64 = int(e.id[:16], 16)
+        cr: i64 = int(e.id[17:], 16)
+        blen = len(e.body)
+        if blen < _LEN_MASK:
+            ref = ((q.abase + len(q.arena)) << _LEN_BITS) | blen
+            q.arena += e.body
+        else:
+            ref = _LEN_MASK  # (thawed for good)
+        q.ctimes = vappend(q.ctimes, t)
+        q.etimes = vappend(q.etimes, e.etime)
+        q.meta = vappend(q.meta, (cr << _C_SHIFT)
+                         | (self._holders_index(e.delivered) << _H_SHIFT))
+        q.bodies = vappend(q.bodies, ref)
+        c = (pos >> CHUNK_BITS) - (q.cbase >> CHUNK_BITS)
+        if c == len(q.expmin):
+            q.expmin = vappend(q.expmin, e.etime)
+        elif e.etime < q.expmin[c]:
+            q.expmin[c] = e.etime
+        self._index_add(((q.qid + 1) << _POS_BITS) | pos, t)
+        self.count += 1
         q.live += 1
-        self.node.mem.used += e.cost()
+        self.node.mem.used += PACKED_OVERHEAD + blen + CLAIM_PACKED * len(e.claims)
         if e.key is not None:
             self.keys[e.key] = e
-        self.node.awake.schedule(e, e.etime)
+        t_exp = q.expiry
+        if not t_exp.awake or e.etime < t_exp.awake:
+            self.node.awake.schedule(t_exp, e.etime)
         self.g.log.held(e)
+        if self._packable(e):
+            if e.claims:
+                q.thawed[pos] = e  # (as _freeze finds a thawed event)
+                self.node.mem.used += self._thawed_extra(e)
+                self._freeze(q, e)
+        else:
+            q.thawed[pos] = e
+            q.meta[pos - q.cbase] = q.meta[pos - q.cbase] | F_THAWED
+            self.node.mem.used += self._thawed_extra(e)
 
     def remove(self, e: Event) -> None:
+        """Drop ``e`` (held, or still ADDING)."""
         if e.stage == GONE:
             return
-        held = e.stage == HELD
+        if e.stage != HELD:
+            e.stage = GONE
+            self.node.awake.cancel(e)
+            if e.key is not None and self.keys.get(e.key) is e:
+                del self.keys[e.key]
+            return
+        loc = self._locate(e.id)
         e.stage = GONE
-        self.node.awake.cancel(e)
-        if e.key is not None and self.keys.get(e.key) is e:
-            del self.keys[e.key]
-        if not held:
-            return
-        self.events.pop(e.id, None)
-        self.node.mem.used -= e.cost()
-        e.body = b""
-        e.claims = {}
-        q = self.queues.get(e.queue)
-        if q is None:
-            return
+        if loc is not None:
+            self._drop(loc[0], loc[1])
+            self._tidy(loc[0])
+
+    def _drop(self, q: EQueue, pos: int) -> None:
+        """Drop the live event at ``pos`` of ``q`` (the columns are tidied by _tidy)."""
+        k = pos - q.cbase
+        t = q.ctimes[k]
+        m = q.meta[k]
+        # its index slot: probe for the entry naming this very position
+        table = self._table
+        mask = self._mask
+        ent_self = ((q.qid + 1) << _POS_BITS) | pos
+        i = _hash(t) & mask
+        for _ in range(len(table)):  # (always there: every live event is indexed)
+            if table[i] == ent_self:
+                break
+            i = (i + 1) & mask
+        q.meta[k] = m | F_GONE
+        self.count -= 1
         q.live -= 1
-        order = q.order
-        k = 0
-        while k < len(order) and order[k].stage == GONE:
-            k += 1
-        if k:
-            del order[:k]
-            q.base += k
-        if len(order) > 64 and q.live * 2 < len(order):
+        self._index_del(i)
+        blen = q.bodies[k] & _LEN_MASK
+        if m & F_THAWED:
+            e = q.thawed.pop(pos)
+            n = len(e.claims)
+            self.node.mem.used -= self._thawed_extra(e)
+            e.stage = GONE
+            self.node.awake.cancel(e)
+            if e.key is not None and self.keys.get(e.key) is e:
+                del self.keys[e.key]
+            if blen == _LEN_MASK:
+                blen = len(e.body)
+            e.body = b""
+            e.claims = {}
+        else:
+            n = 0
+            for col in q.claims.values():
+                if k < len(col) and col[k]:
+                    n += 1
+        self.node.mem.used -= PACKED_OVERHEAD + blen + CLAIM_PACKED * n
+
+    def _tidy(self, q: EQueue) -> None:
+        """After drops: the head moves past the gone events, the columns and the arena
+        lose their dead front, and a queue with more holes than events is compacted."""
+        end = q.end()
+        meta = q.meta
+        cb = q.cbase
+        base = q.base
+        while base < end and meta[base - cb] & F_GONE:
+            base += 1
+        q.base = base
+        span = end - base
+        if span > 64 and q.live * 2 < span:
             self._compact(q)
+            return
+        cut = (base >> CHUNK_BITS << CHUNK_BITS) - cb
+        if cut >= CHUNK and cut * 2 >= len(meta):
+            self._cut(q, cut)
+        self._cut_arena(q)
+
+    def _cut(self, q: EQueue, cut: int) -> None:
+        """Drop the first ``cut`` column entries (a whole number of chunks, all gone)."""
+        q.ctimes = q.ctimes[cut:]
+        q.etimes = q.etimes[cut:]
+        q.meta = q.meta[cut:]
+        q.bodies = q.bodies[cut:]
+        q.expmin = q.expmin[cut >> CHUNK_BITS:]
+        for g, col in list(q.claims.items()):
+            if len(col) > cut:
+                q.claims[g] = col[cut:]
+            else:
+                del q.claims[g]
+        q.cbase += cut
+
+    def _cut_arena(self, q: EQueue) -> None:
+        """The arena loses the bodies before the first live one (bytearray: cheap)."""
+        bodies = q.bodies
+        meta = q.meta
+        cb = q.cbase
+        first = q.abase + len(q.arena)
+        for pos in range(q.base, q.end()):
+            k = pos - cb
+            if not meta[k] & F_GONE and bodies[k] & _LEN_MASK != _LEN_MASK:
+                first = bodies[k] >> _LEN_BITS
+                break
+        d = first - q.abase
+        if d > 4096 and d * 2 >= len(q.arena):
+            del q.arena[:d]
+            q.abase = first
 
     def _compact(self, q: EQueue) -> None:
-        """Drop the gone events from the middle of a queue's order (some expire before
-        older ones): cursors move to the same place among the live events."""
-        order = q.order
-        keep: list[Event] = []
-        newpos: list[int] = []  # newpos[i]: live events before order[i]
-        for e in order:
-            newpos.append(len(keep))
-            if e.stage != GONE:
-                keep.append(e)
-        newpos.append(len(keep))
+        """Drop the gone events from the middle of a queue (some expire before older
+        ones): live events get consecutive positions from ``base``, cursors move to the
+        same place among the live events, index entries follow."""
         base = q.base
+        end = q.end()
+        cb = q.cbase
+        ncb = base >> CHUNK_BITS << CHUNK_BITS
+        lead = base - ncb
+        ctimes = vec[i64](capacity=lead + q.live)
+        etimes = vec[i64](capacity=lead + q.live)
+        meta = vec[i64](capacity=lead + q.live)
+        bodies = vec[i64](capacity=lead + q.live)
+        for _ in range(lead):
+            ctimes = vappend(ctimes, 0)
+            etimes = vappend(etimes, 0)
+            meta = vappend(meta, F_GONE)
+            bodies = vappend(bodies, 0)
+        cols: dict[bytes, vec[u8]] = {g: vec[u8](bytes(lead)) for g in q.claims}
+        arena = bytearray()
+        thawed: dict[int, Event] = {}
+        newpos = vec[i64](capacity=end - base + 1)  # newpos[i]: live events before base + i
+        slots = vec[i64](capacity=q.live)
+        table = self._table
+        mask = self._mask
+        ent0 = (q.qid + 1) << _POS_BITS
+        n = 0
+        for pos in range(base, end):
+            newpos = vappend(newpos, n)
+            k = pos - cb
+            m = q.meta[k]
+            if m & F_GONE:
+                continue
+            np = base + n
+            t = q.ctimes[k]
+            i = _hash(t) & mask
+            for _ in range(len(table)):  # (always there: every live event is indexed)
+                if table[i] == ent0 | pos:
+                    break
+                i = (i + 1) & mask
+            slots = vappend(slots, i)
+            ctimes = vappend(ctimes, t)
+            etimes = vappend(etimes, q.etimes[k])
+            meta = vappend(meta, m)
+            ref = q.bodies[k]
+            ln = ref & _LEN_MASK
+            if ln != _LEN_MASK:
+                off = (ref >> _LEN_BITS) - q.abase
+                ref = (len(arena) << _LEN_BITS) | ln
+                arena += q.arena[off:off + ln]
+            bodies = vappend(bodies, ref)
+            for g, col in q.claims.items():
+                cols[g] = vappend(cols[g], col[k] if k < len(col) else u8(0))
+            if m & F_THAWED:
+                e = q.thawed[pos]
+                e.pos = np
+                thawed[np] = e
+            n += 1
+        newpos = vappend(newpos, n)
+        for j in range(len(slots)):
+            table[slots[j]] = ent0 | (base + j)
+        q.ctimes, q.etimes, q.meta, q.bodies = ctimes, etimes, meta, bodies
+        q.claims = {g: col for g, col in cols.items() if any(col)}
+        q.arena = arena
+        q.abase = 0
+        q.thawed = thawed
+        q.cbase = ncb
+        span = end - base
         for cur in q.cursors.values():
-            i = cur.pos - base
-            cur.pos = base + newpos[min(max(i, 0), len(order))]
-            i = cur.mine_pos - base
-            cur.mine_pos = base + newpos[min(max(i, 0), len(order))]
-        q.order = keep
+            cur.pos = base + newpos[min(max(cur.pos - base, 0), span)]
+            cur.mine_pos = base + newpos[min(max(cur.mine_pos - base, 0), span)]
+        # the chunks' expiry bounds, exact again
+        expmin = vec[i64]()
+        for k in range(len(meta)):
+            if k & (CHUNK - 1) == 0:
+                expmin = vappend(expmin, _INF)
+            if not meta[k] & F_GONE and etimes[k] < expmin[k >> CHUNK_BITS]:
+                expmin[k >> CHUNK_BITS] = etimes[k]
+        q.expmin = expmin
 
     def expire(self, e: Event, now: int) -> None:
-        """``e``'s timer fired: it expired."""
+        """``e``'s own timer fired (a replication retry left behind): if it expired."""
         if e.stage == HELD and e.etime <= now:
             self.expired += 1
             self.remove(e)
 
+    def expire_queue(self, qname: bytes, now: int) -> None:
+        """A queue's expiry timer: drop its events expired by ``now``, wake at the next."""
+        q = self.queues.get(qname)
+        if q is None:
+            return
+        expmin = q.expmin
+        etimes = q.etimes
+        meta = q.meta
+        cb = q.cbase
+        end = q.end()
+        dropped = False
+        for c in range(len(expmin)):
+            if expmin[c] > now:
+                continue
+            lo = max(q.base, cb + (c << CHUNK_BITS))
+            hi = min(end, cb + ((c + 1) << CHUNK_BITS))
+            low = _INF
+            for pos in range(lo, hi):
+                k = pos - cb
+                if meta[k] & F_GONE:
+                    continue
+                et = etimes[k]
+                if et <= now:
+                    self.expired += 1
+                    self._drop(q, pos)
+                    dropped = True
+                elif et < low:
+                    low = et
+            expmin[c] = low
+        if dropped:
+            self._tidy(q)
+        self._rearm(q)
+
+    def _rearm(self, q: EQueue) -> None:
+        low = _INF
+        for v in q.expmin:
+            if v < low:
+                low = v
+        if low < _INF and q.live:
+            self.node.awake.schedule(q.expiry, low)
+        else:
+            self.node.awake.cancel(q.expiry)
+
     def set_claim(self, e: Event, group: bytes, claim: int, now: int) -> None:
-        """Merge ``claim`` (from a peer) into ``e``'s claim for ``group``, memory
-        accounted: a lease gets its timer here too (every LEASED claim held has one,
-        so a scan may pass it), a redo wakes this node's consumers."""
+        """Merge ``claim`` (from a peer) into ``e``'s claim for ``group`` (``e``
+        thawed: EventStore.get), memory accounted: a lease gets its timer here too
+        (every LEASED claim held has one, so a scan may pass it), a redo wakes this
+        node's consumers."""
         old = e.claims.get(group)
         if old is None:
             self.node.mem.used += CLAIM_OVERHEAD
@@ -153,6 +740,27 @@ class EventStore:
                     cur.redo.append(e.id)
                 self.g.notify.wake(q, group, now)
 
+    def memory(self) -> int:
+        """What the events held cost in used memory, counted afresh (the simulator's
+        check of the accounting)."""
+        n = 0
+        for q in self.queues.values():
+            for pos in range(q.base, q.end()):
+                k = pos - q.cbase
+                m = q.meta[k]
+                if m & F_GONE:
+                    continue
+                e = q.thawed.get(pos)
+                if e is not None:
+                    n += (PACKED_OVERHEAD + len(e.body) + CLAIM_PACKED * len(e.claims)
+                          + self._thawed_extra(e))
+                    continue
+                n += PACKED_OVERHEAD + (q.bodies[k] & _LEN_MASK)
+                for col in q.claims.values():
+                    if k < len(col) and col[k]:
+                        n += CLAIM_PACKED
+        return n
+
     # ------------------------------------------------------------------- flush
     def flush_local(self, qname: bytes, ctime: int, now: int) -> None:
         """Drop the events of ``qname``; leases held on them may still be acked (1)
@@ -164,16 +772,19 @@ class EventStore:
         q = self.queues.get(qname)
         if q is None:
             return
-        for e in list(q.order):
-            if e.stage == GONE:
+        for pos in range(q.base, q.end()):
+            if q.meta[pos - q.cbase] & F_GONE:
                 continue
-            for g, c in e.claims.items():
-                if effective(c, now) == LEASED:
-                    self.flushed[(e.id, g)] = claim_deadline(c)
-            self.remove(e)
+            e = q.thawed.get(pos)
+            if e is not None:
+                for g, c in e.claims.items():
+                    if effective(c, now) == LEASED:
+                        self.flushed[(e.id, g)] = claim_deadline(c)
+            self._drop(q, pos)
+        self._tidy(q)
         q.cursors.clear()  # as if the queue never existed
         if not q.waiters and not q.watchers:
-            del self.queues[qname]
+            self.drop_queue(q)
 
     def flushed_lease(self, eid: bytes, group: bytes, extend_ms: int, now: int) -> bool:
         """A lease held across a QFLUSH: acked (forgotten) or extended, if still live."""
@@ -199,10 +810,19 @@ class EventStore:
                 del self.tombs[name]
 
     def clear(self) -> None:
-        for e in list(self.events.values()):
-            self.remove(e)
-        self.events.clear()
+        for q in list(self.queues.values()):
+            for pos in range(q.base, q.end()):
+                if not q.meta[pos - q.cbase] & F_GONE:
+                    self._drop(q, pos)
+            self.drop_queue(q)
         self.queues.clear()
+        self._qlist.clear()
+        self._free.clear()
+        self._table = _zeros(_TABLE_MIN)
+        self._mask = _TABLE_MIN - 1
+        self.count = 0
+        self._settle.clear()
+        self.settler.awake = 0  # (the node starts a new awake index)
         self.flushed.clear()
         self.tombs.clear()
         self.keys.clear()
@@ -212,23 +832,26 @@ class EventStore:
         return max(100, min(TAKEOVER_MS, self.node.config.cluster_node_timeout // 2))
 
     def authority(self, e: Event) -> str:
-        """The holder that decides for ``e``: the first holder not failing, this node
-        if all the others are. Failing: FAIL; or, if this node reaches a majority of
-        the cluster, flagged PFAIL (its own suspicion) or our link to it broke and
-        could not be made again for takeover_ms() (a process that died refuses
-        connections at once; a live one is reconnected in a few ms). Taking over
-        then, not at the majority's FAIL a node timeout or more later, serves a
-        crashed node's events within a second. The price is for a node cut off but
-        alive on the minority side: the majority leases its events while it may
-        still lease them to its side (as with FAIL, sooner); the minority side never
-        takes over early. In a healthy cluster no link stays down."""
+        return self.authority_of(e.delivered)
+
+    def authority_of(self, holders: tuple[str, ...]) -> str:
+        """The holder that decides for an event held by ``holders``: the first holder
+        not failing, this node if all the others are. Failing: FAIL; or, if this node
+        reaches a majority of the cluster, flagged PFAIL (its own suspicion) or our
+        link to it broke and could not be made again for takeover_ms() (a process that
+        died refuses connections at once; a live one is reconnected in a few ms).
+        Taking over then, not at the majority's FAIL a node timeout or more later,
+        serves a crashed node's events within a second. The price is for a node cut
+        off but alive on the minority side: the majority leases its events while it
+        may still lease them to its side (as with FAIL, sooner); the minority side
+        never takes over early. In a healthy cluster no link stays down."""
         node = self.node
         myid = node.myid
         peers = node.members.peers
         # only a node that reaches a majority takes over before FAIL (which needs one):
         # the minority side of a partition leaves the majority's events alone
         quick = 2 * (node.reachable + 1) > node.size
-        for h in e.delivered:
+        for h in holders:
             if h == myid:
                 return h
             p = peers.get(h)
@@ -241,11 +864,12 @@ class EventStore:
         return myid
 
     def mine(self, e: Event) -> bool:
-        return self.authority(e) == self.node.myid
+        return self.authority_of(e.delivered) == self.node.myid
 
-    def leasable(self, e: Event) -> bool:
-        """Whether this node leases ``e`` now: its authority, caught up (sync.py)."""
-        return self.authority(e) == self.node.myid and not self.g.sync.blocks(e)
+    def leasable(self, holders: tuple[str, ...]) -> bool:
+        """Whether this node leases an event held by ``holders`` now: its authority,
+        caught up (sync.py)."""
+        return self.authority_of(holders) == self.node.myid and not self.g.sync.blocks(holders)
 
     def rescan(self) -> None:
         """What this node may lease changed other than by reachability: every scan
@@ -272,47 +896,60 @@ class EventStore:
             cur.mine_pos = cur.pos
         return cur
 
-    def find(self, q: EQueue, group: bytes, now: int, only_mine: bool) -> Event | None:
-        """The next event available to ``group`` in ``q`` (leasable here when
-        ``only_mine``), redo first, then in arrival order; advances the cursor past
-        what no longer needs a look."""
+    def find(self, q: EQueue, group: bytes, now: int, only_mine: bool) -> int:
+        """The position of the next event available to ``group`` in ``q`` (leasable
+        here when ``only_mine``), redo first, then in arrival order, or -1; advances
+        the cursor past what no longer needs a look."""
         cur = self.cursor(q, group)
         redo = cur.redo
         k = 0
         while k < len(redo):
-            e = self.events.get(redo[k])
-            if e is None or e.queue != q.name or effective(e.claims.get(group),
-                                                           now) not in (REDO, AVAILABLE):
+            loc = self._locate(redo[k])
+            # (a redo is thawed: packed, the group is done with it)
+            e = loc[0].thawed.get(loc[1]) if loc is not None and loc[0] is q else None
+            if e is None or effective(e.claims.get(group), now) not in (REDO, AVAILABLE):
                 del redo[k]  # gone, leased again, done or dead: no longer to redo
                 continue
-            if not only_mine or self.leasable(e):
-                return e
+            if not only_mine or self.leasable(e.delivered):
+                return e.pos
             k += 1  # another node redoes it (or should: a repair may be due); kept in view
-        order, base = q.order, q.base
         # a scan for this node's own events starts past those another node decides
-        i = cur.mine_pos if only_mine else cur.pos
-        end = base + len(order)
+        i: i64 = cur.mine_pos if only_mine else cur.pos
+        end: i64 = q.end()
+        cb: i64 = q.cbase
+        meta = q.meta
+        col = q.claims.get(group, _NO_COL)
+        ncol: i64 = len(col)
+        hlist = self._hlist
         advance = i == cur.pos
         budget = SCAN_BUDGET
         while i < end and budget:
             budget -= 1
-            e = order[i - base]
-            if e.stage != GONE:
-                st = effective(e.claims.get(group), now)
-                if st in (AVAILABLE, REDO):
-                    if not only_mine or self.leasable(e):
+            k2: i64 = i - cb
+            m = meta[k2]
+            if not m & F_GONE:
+                if m & F_THAWED:
+                    e2 = q.thawed[i]
+                    st = effective(e2.claims.get(group), now)
+                    ok = st in (AVAILABLE, REDO)
+                    holders = e2.delivered
+                else:
+                    ok = k2 >= ncol or col[k2] == 0
+                    holders = hlist[(m >> _H_SHIFT) & _H_MASK]
+                if ok:
+                    if not only_mine or self.leasable(holders):
                         if advance:
                             cur.pos = i  # passed once leased (a look leases nothing)
                         if only_mine:
                             cur.mine_pos = i
-                        return e
+                        return i
                     advance = False  # another node leases it: keep it in view
             i += 1
             if advance:
                 cur.pos = i
             if only_mine:
                 cur.mine_pos = i
-        return None
+        return -1
 
     def available(self, q: EQueue, group: bytes, now: int) -> bool:
-        return self.find(q, group, now, False) is not None
+        return self.find(q, group, now, False) >= 0

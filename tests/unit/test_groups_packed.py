@@ -1,0 +1,110 @@
+"""The packed event store (core/groups/store.py, in process): settled events live in
+their queue's columns, changing ones are thawed into Event objects and packed again
+once settled; mixed expiries leave holes that a compaction removes without moving a
+group's place; the ID index finds every event held and nothing else; used_memory
+follows every step exactly (store.memory() counts it afresh)."""
+
+from __future__ import annotations
+
+from nodeharness import Harness
+
+from disquepy.core.groups.model import DONE, claim_deliveries, claim_state
+from disquepy.core.groups.store import F_THAWED
+
+
+def store(h: Harness):
+    return h.node.groups.store
+
+
+def check_accounting(h: Harness, used0: int) -> None:
+    assert h.node.mem.used - used0 == store(h).memory()
+
+
+def thawed(h: Harness, qname: bytes = b"q") -> int:
+    q = store(h).queues[qname]
+    assert len(q.thawed) == sum(1 for p in store(h).positions(q)
+                                if q.meta[p - q.cbase] & F_THAWED)
+    return len(q.thawed)
+
+
+def test_settled_events_are_packed_and_come_back_exact():
+    h = Harness()
+    used0 = h.node.mem.used
+    ids = [h("QADD", "q", 3600, f"body{i}") for i in range(300)]
+    s = store(h)
+    assert s.count == 300 and thawed(h) == 0  # settled at once: packed
+    assert s.ids() == ids
+    e = s.peek(ids[7])
+    assert e is not None and e.id == ids[7] and e.body == b"body7" and not e.claims
+    assert s.peek(ids[7][:-1] + b"0" if ids[7][-1:] != b"0" else ids[7][:-1] + b"1") is None
+    assert s.peek(b"not an id") is None and not s.has(b"x" * 25)
+    check_accounting(h, used0)
+
+    # a lease thaws one; its ack settles it; the next Settle timer packs it again
+    got = h("QGET", "q", "g", "EX", 30, "WITHCOUNTERS")
+    assert got == [ids[0], b"body0", 1] and thawed(h) == 1
+    check_accounting(h, used0)
+    h.advance(20)
+    assert thawed(h) == 1  # leased: stays an object
+    assert h("QACK", "q", "g", ids[0]) == 1
+    h.advance(20)
+    assert thawed(h) == 0
+    c = s.peek(ids[0]).claims[b"g"]
+    assert claim_state(c) == DONE and claim_deliveries(c) == 1
+    check_accounting(h, used0)
+
+    # a group done with every event: one byte each, QSTATUS as before
+    for _ in range(299):
+        assert h("QGET", "q", "g", "EX", 0) is not None
+    assert h("QGET", "q", "g", "EX", 0) is None
+    h.advance(20)
+    assert thawed(h) == 0
+    st = dict(zip(*[iter(h("QSTATUS", "q")[0][1][1])] * 2, strict=True))
+    assert st[b"total"] == 300 and st[b"done"] == 300 and st[b"available"] == 0
+    assert h("QGET", "q", "other", "EX", 0)[0] == ids[0]  # another group starts over
+    check_accounting(h, used0)
+
+
+def test_mixed_expiries_compact_and_keep_the_scan_in_place():
+    h = Harness()
+    used0 = h.node.mem.used
+    s = store(h)
+    long_ids = []
+    for i in range(2000):  # every 4th lives an hour, the others 1 s
+        eid = h("QADD", "q", 3600 if i % 4 == 0 else 1, f"e{i}")
+        if i % 4 == 0:
+            long_ids.append(eid)
+    # the group takes the first 100 long-lived ones before the others expire
+    got = []
+    while len(got) < 100:
+        r = h("QGET", "q", "g", "EX", 0)
+        if r[0] in long_ids:
+            got.append(r[0])
+    h.advance(2000)
+    q = s.queues[b"q"]
+    assert s.count == q.live == 500
+    assert q.end() - q.base <= 2 * q.live  # the holes went
+    assert s.ids() == long_ids
+    for eid in long_ids[::37]:
+        assert s.peek(eid).id == eid
+    check_accounting(h, used0)
+    rest = []
+    while (r := h("QGET", "q", "g", "EX", 0)) is not None:
+        rest.append(r[0])
+    assert rest == long_ids[100:]  # in order, none twice, none skipped
+    h.advance(3_600_000)
+    assert s.count == 0 and h.node.mem.used == used0
+    assert len(q.arena) == 0 or b"q" not in s.queues
+
+
+def test_a_flush_drops_packed_events_and_their_memory():
+    h = Harness()
+    used0 = h.node.mem.used
+    ids = [h("QADD", "q", 3600, f"b{i}") for i in range(50)]
+    assert h("QGET", "q", "g", "EX", 0)[0] == ids[0]
+    h.advance(20)
+    assert h("QFLUSH", "q") == b"OK"
+    assert store(h).count == 0 and h.node.mem.used == used0
+    assert h("QADD", "q", 3600, "after") is not None
+    assert store(h).count == 1
+    check_accounting(h, used0)
