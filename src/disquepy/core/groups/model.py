@@ -33,14 +33,16 @@ _DELIV_MAX = (1 << _DELIV_BITS) - 1
 STATE_MASK = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
 DEADLINE_SHIFT = _STATE_BITS + _DELIV_BITS
 
-# memory accounting (store.py): a held event packed in its queue's columns costs
-# PACKED_OVERHEAD + its body + CLAIM_PACKED per group claim; one *thawed* into an Event
-# object (while it changes: leased, redone, dead...) costs THAWED_OVERHEAD + its body
-# (a second copy) + its IDEMPOTENT key + (CLAIM_OVERHEAD - CLAIM_PACKED) per claim more
-PACKED_OVERHEAD = 300
-CLAIM_PACKED = 40
-THAWED_OVERHEAD = 0
-CLAIM_OVERHEAD = 40  # what a group's claim on a thawed event costs in all
+# memory accounting (store.py), measured (bench/events_memory.py: RSS and tracemalloc
+# per event, compiled core, 16-byte bodies): a held event packed in its queue's columns
+# costs PACKED_OVERHEAD + its body + CLAIM_PACKED per group claim (a byte per group and
+# position); one *thawed* into an Event object (while it changes: leased, redone,
+# dead...) costs THAWED_OVERHEAD + its body (a second copy) + its IDEMPOTENT key +
+# (CLAIM_OVERHEAD - CLAIM_PACKED) per claim more
+PACKED_OVERHEAD = 64
+CLAIM_PACKED = 1
+THAWED_OVERHEAD = 480
+CLAIM_OVERHEAD = 200  # a group's claim on a thawed event in all (its lease timer too)
 DEFAULT_LEASE_MS = 30_000
 MAX_EXPIRE_MS = 10 * 365 * 86_400_000  # ten years
 MAX_DELIVERIES = _DELIV_MAX

@@ -44,7 +44,6 @@ from librt.vecs import append as vappend
 from librt.vecs import extend, vec
 from mypy_extensions import i64, u8
 
-from ..ids import is_valid_event_id
 from ..membership import P_FAIL, P_PFAIL
 from .model import (
     AVAILABLE,
@@ -98,6 +97,15 @@ _NO_COL: vec[u8] = vec[u8]()
 
 def _zeros(n: int) -> vec[i64]:
     return vec[i64](memoryview(bytes(8 * n)).cast("q"))
+
+
+def _canonical(eid: bytes) -> bool:
+    """Lowercase hex digits only (int() would also take 'A', '+', '_', spaces)."""
+    for k in range(25):
+        c = eid[k]
+        if not (48 <= c <= 57 or 97 <= c <= 102) and k != 16:
+            return False
+    return True
 
 
 def _hash(t: i64) -> i64:
@@ -167,11 +175,18 @@ class EventStore:
 
     # ------------------------------------------------------------------ index
     def _slot(self, eid: bytes) -> i64:
-        """The index slot of the event ``eid``, or -1."""
-        if len(eid) != 25 or not is_valid_event_id(eid):
+        """The index slot of the event ``eid``, or -1. (IDs from clients and peers are
+        checked where they enter, commands and messages.parse; what is not an ID in
+        the same form answers -1, never another event.)"""
+        if len(eid) != 25 or eid[16] != 0x2D:
             return -1
-        t: i64 = int(eid[:16], 16)
-        cr: i64 = int(eid[17:], 16)
+        try:
+            t: i64 = int(eid[:16], 16)
+            cr: i64 = int(eid[17:], 16)
+        except ValueError:
+            return -1
+        if t < 0 or cr < 0 or not _canonical(eid):
+            return -1
         table = self._table
         mask = self._mask
         qlist = self._qlist
@@ -388,11 +403,12 @@ class EventStore:
         return n
 
     # ----------------------------------------------------------------- packing
-    def _packable(self, e: Event) -> bool:
-        """Whether ``e`` (thawed) can live in the columns: settled (every claim DONE),
-        its replication over, nothing a column cannot say."""
+    def _packable(self, e: Event, t: int) -> bool:
+        """Whether ``e`` (thawed; ``t`` its ID's time part) can live in the columns:
+        settled (every claim DONE), its replication over, nothing a column cannot
+        say."""
         if (e.key is not None or e.awake or e.stage != HELD or len(e.body) >= _LEN_MASK
-                or e.id in self.g.repl.adding or int(e.id[:16], 16) != e.ctime):
+                or t != e.ctime or e.id in self.g.repl.adding):
             return False
         for c in e.claims.values():
             if (c & STATE_MASK != DONE or c >> DEADLINE_SHIFT
@@ -409,17 +425,25 @@ class EventStore:
         """Pack thawed ``e`` (packable) back into ``q``'s columns."""
         pos = e.pos
         k = pos - q.cbase
-        hi = self._holders_index(e.delivered)
         m = q.meta[k]
+        hi = (m >> _H_SHIFT) & _H_MASK
+        if self._hlist[hi] is not e.delivered:  # (holder tuples are shared)
+            hi = self._holders_index(e.delivered)
         q.meta[k] = ((m >> _C_SHIFT) << _C_SHIFT) | (hi << _H_SHIFT)
         for g, c in e.claims.items():
+            b = u8(claim_deliveries(c) + 1)
             col = q.claims.get(g)
             if col is None:
                 col = vec[u8]()
-            if len(col) <= k:
-                col = extend(col, bytes(k + 1 - len(col)))
-            col[k] = u8(claim_deliveries(c) + 1)
-            q.claims[g] = col
+            n = len(col)
+            if n == k:
+                q.claims[g] = vappend(col, b)
+                continue
+            if n < k:
+                col = extend(col, bytes(k - n))
+                q.claims[g] = col = vappend(col, b)
+                continue
+            col[k] = b
         del q.thawed[pos]
         self.node.mem.used -= self._thawed_extra(e)
 
@@ -432,7 +456,8 @@ class EventStore:
             if e.stage != HELD:
                 continue
             q = self.queues.get(e.queue)
-            if q is not None and q.thawed.get(e.pos) is e and self._packable(e):
+            if (q is not None and q.thawed.get(e.pos) is e
+                    and self._packable(e, q.ctimes[e.pos - q.cbase])):
                 self._freeze(q, e)
                 touched[q.name] = q
         if len(pending) >= 1024:
@@ -476,7 +501,7 @@ class EventStore:
         if not t_exp.awake or e.etime < t_exp.awake:
             self.node.awake.schedule(t_exp, e.etime)
         self.g.log.held(e)
-        if self._packable(e):
+        if self._packable(e, t):
             if e.claims:
                 q.thawed[pos] = e  # (as _freeze finds a thawed event)
                 self.node.mem.used += self._thawed_extra(e)
