@@ -1,6 +1,7 @@
-"""The packed event store (core/groups/store.py, in process): settled events live in
-their queue's columns, changing ones are thawed into Event objects and packed again
-once settled; mixed expiries leave holes that a compaction removes without moving a
+"""The packed event store (core/groups/store.py, in process): held events live in
+their queue's columns, a group's DONE claim as a byte, a lease (or redo, or dead
+letter) in the queue's side table while it lasts; an event with an IDEMPOTENT key stays
+an object; mixed expiries leave holes that a compaction removes without moving a
 group's place; the ID index finds every event held and nothing else; used_memory
 follows every step exactly (store.memory() counts it afresh)."""
 
@@ -40,27 +41,43 @@ def test_settled_events_are_packed_and_come_back_exact():
     assert s.peek(b"not an id") is None and not s.has(b"x" * 25)
     check_accounting(h, used0)
 
-    # a lease thaws one; its ack settles it; the next Settle timer packs it again
+    # a lease is a side claim while it lasts; its ack a DONE byte
+    q = s.queues[b"q"]
     got = h("QGET", "q", "g", "EX", 30, "WITHCOUNTERS")
-    assert got == [ids[0], b"body0", 1] and thawed(h) == 1
+    assert got == [ids[0], b"body0", 1] and thawed(h) == 0
+    assert s.side_claims(q) == [(0, b"g", s.claim_at(q, 0, b"g"))]
+    assert h("INFO", "groups")  # (event_leases counts it: test_groups.py)
     check_accounting(h, used0)
-    h.advance(20)
-    assert thawed(h) == 1  # leased: stays an object
+    h.advance(1000)
     assert h("QACK", "q", "g", ids[0]) == 1
-    h.advance(20)
-    assert thawed(h) == 0
+    assert not s.side_claims(q) and thawed(h) == 0
     c = s.peek(ids[0]).claims[b"g"]
     assert claim_state(c) == DONE and claim_deliveries(c) == 1
     check_accounting(h, used0)
+    # a lease that runs out is redone (side), leased again, dead-lettered (side)
+    assert h("QGET", "q", "g2", "EX", 1)[0] == ids[0]
+    h.advance(1100)
+    assert h("QGET", "q", "g2", "EX", 1, "WITHCOUNTERS", "MAXDELIVERIES", 2) \
+        == [ids[0], b"body0", 2]
+    h.advance(1100)
+    assert h("QGET", "q", "g2", "EX", 0, "MAXDELIVERIES", 2)[0] == ids[1]
+    assert h("QDEAD", "q", "g2") == [[ids[0], b"body0", 2]]
+    check_accounting(h, used0)
+    assert h("QDEAD", "q", "g2", "REQUEUE", ids[0]) == 1
+    assert h("QGET", "q", "g2", "EX", 0, "WITHCOUNTERS")[:2] == [ids[0], b"body0"]
+    check_accounting(h, used0)
+    # an IDEMPOTENT event stays an object, its claims in it
+    kid = h("QADD", "q", 3600, "keyed", "IDEMPOTENT", "k1")
+    assert thawed(h) == 1 and h("QADD", "q", 3600, "other", "IDEMPOTENT", "k1") == kid
+    check_accounting(h, used0)
+    ids.append(kid)
 
     # a group done with every event: one byte each, QSTATUS as before
-    for _ in range(299):
+    for _ in range(300):
         assert h("QGET", "q", "g", "EX", 0) is not None
     assert h("QGET", "q", "g", "EX", 0) is None
-    h.advance(20)
-    assert thawed(h) == 0
-    st = dict(zip(*[iter(h("QSTATUS", "q")[0][1][1])] * 2, strict=True))
-    assert st[b"total"] == 300 and st[b"done"] == 300 and st[b"available"] == 0
+    st = dict(zip(*[iter(h("QSTATUS", "q", "GROUPS", "g")[0][1][1])] * 2, strict=True))
+    assert st[b"total"] == 301 and st[b"done"] == 301 and st[b"available"] == 0
     assert h("QGET", "q", "other", "EX", 0)[0] == ids[0]  # another group starts over
     check_accounting(h, used0)
 
@@ -102,8 +119,9 @@ def test_a_flush_drops_packed_events_and_their_memory():
     used0 = h.node.mem.used
     ids = [h("QADD", "q", 3600, f"b{i}") for i in range(50)]
     assert h("QGET", "q", "g", "EX", 0)[0] == ids[0]
-    h.advance(20)
+    assert h("QGET", "q", "g", "EX", 30)[0] == ids[1]
     assert h("QFLUSH", "q") == b"OK"
+    assert h("QACK", "q", "g", ids[1]) == 1  # a lease held across the flush
     assert store(h).count == 0 and h.node.mem.used == used0
     assert h("QADD", "q", 3600, "after") is not None
     assert store(h).count == 1

@@ -53,7 +53,6 @@ from .model import (
     PullWait,
     Request,
     Rescan,
-    Settle,
     Waiter,
     effective,
 )
@@ -139,8 +138,6 @@ class Groups:
             self.leases.ended(t, now)
         elif isinstance(t, Expiry):
             self.store.expire_queue(t.queue, now)
-        elif isinstance(t, Settle):
-            self.store.settle()
         elif isinstance(t, Event):
             if t.stage == ADDING or t.id in self.repl.adding:
                 self.node.repl.tick(t, now)  # waiting for its copies

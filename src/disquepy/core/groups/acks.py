@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ...codec import resp
 from .. import messages as M
-from .model import DONE, LEASED, AckWait, Event, claim_deadline, claim_deliveries, effective, pack
+from .model import DONE, LEASED, AckWait, EQueue, claim_deadline, claim_deliveries, effective, pack
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -26,21 +26,24 @@ class EventAcks:
         self.node = g.node
         self.acked = 0
 
-    def decide(self, e: Event, group: bytes, extend_ms: int, now: int) -> int:
-        """As the authority: acknowledge ``group``'s live lease on ``e`` (extend_ms 0),
-        or extend it to ``extend_ms`` from now (never shortened). 1 done, 0 no live
-        lease (ran out, acked, never leased)."""
-        c = e.claims.get(group)
+    def decide(self, q: EQueue, pos: int, eid: bytes, group: bytes, extend_ms: int,
+               now: int) -> int:
+        """As the authority: acknowledge ``group``'s live lease on the event ``eid``
+        (at ``pos`` of ``q``; extend_ms 0), or extend it to ``extend_ms`` from now
+        (never shortened). 1 done, 0 no live lease (ran out, acked, never leased)."""
+        store = self.g.store
+        c = store.claim_at(q, pos, group)
         if c is None or effective(c, now) != LEASED:
             return 0
         if extend_ms:
             deadline = max(claim_deadline(c), now + extend_ms)
-            e.claims[group] = pack(LEASED, claim_deliveries(c), deadline)
-            self.g.leases.timer(e.id, group, deadline)
+            c = pack(LEASED, claim_deliveries(c), deadline)
+            self.g.leases.timer(eid, group, deadline)
         else:
-            e.claims[group] = pack(DONE, claim_deliveries(c), 0)
+            c = pack(DONE, claim_deliveries(c), 0)
             self.acked += 1
-        self.g.repl.replicate_claim(e, group)
+        store.put_claim(q, pos, group, c)
+        self.g.repl.replicate_claim(q, pos, eid, group, c)
         return 1
 
     def qack(self, client: Client, qname: bytes, group: bytes, eid: bytes, extend_ms: int,
@@ -51,13 +54,14 @@ class EventAcks:
         store = g.store
         if store.flushed_lease(eid, group, extend_ms, now):
             return resp.ONE
-        e = store.get(eid)
-        if e is not None and e.queue != qname:
+        q, pos = store.locate(eid)
+        if q is not None and q.name != qname:
             return resp.ZERO
-        if e is not None:
-            a = store.authority(e)
+        if q is not None:
+            a = store.authority_of(store.holders_at(q, pos))
             if a == self.node.myid:
-                return resp.ONE if self.decide(e, group, extend_ms, now) else resp.ZERO
+                return resp.ONE if self.decide(q, pos, eid, group, extend_ms, now) \
+                    else resp.ZERO
             targets = [a]
         elif eid in g.leases.granted_by:
             targets = [g.leases.granted_by[eid]]
@@ -78,9 +82,10 @@ class EventAcks:
         if store.flushed_lease(eid, group, extend_ms, now):
             verdict = 1
         else:
-            e = store.get(eid)
-            if e is not None and e.queue == qname and store.mine(e):
-                verdict = self.decide(e, store.intern(group), extend_ms, now)
+            q, pos = store.locate(eid)
+            if q is not None and q.name == qname and store.authority_of(
+                    store.holders_at(q, pos)) == self.node.myid:
+                verdict = self.decide(q, pos, eid, store.intern(group), extend_ms, now)
         self.node.send([p.id], M.EVACKED, req, verdict)
 
     def on_evacked(self, p: Peer, fields: M.Fields, now: int) -> None:

@@ -9,7 +9,7 @@ so copies that saw the same changes in any order agree.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from librt.vecs import vec
 from mypy_extensions import i64, u8
@@ -21,36 +21,37 @@ if TYPE_CHECKING:
     from ..client import Client
 
 # claim states (the low 2 bits of a claim); no claim at all: never delivered
-DEAD = 0  # delivered the group's MAXDELIVERIES times without an ack: its dead letters
-LEASED = 1
-REDO = 2
-DONE = 3
-AVAILABLE = 4  # (effective() of no claim)
-_RANK = (3, 0, 1, 2)  # merge order at equal deadlines: LEASED < REDO < DEAD
-_STATE_BITS = 2
-_DELIV_BITS = 16
-_DELIV_MAX = (1 << _DELIV_BITS) - 1
-STATE_MASK = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
-DEADLINE_SHIFT = _STATE_BITS + _DELIV_BITS
+DEAD: Final = 0  # delivered the group's MAXDELIVERIES times without an ack: its dead letters
+LEASED: Final = 1
+REDO: Final = 2
+DONE: Final = 3
+AVAILABLE: Final = 4  # (effective() of no claim)
+_RANK: Final = (3, 0, 1, 2)  # merge order at equal deadlines: LEASED < REDO < DEAD
+_STATE_BITS: Final = 2
+_DELIV_BITS: Final = 16
+_DELIV_MAX: Final = (1 << _DELIV_BITS) - 1
+STATE_MASK: Final = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
+DEADLINE_SHIFT: Final = _STATE_BITS + _DELIV_BITS
 
 # memory accounting (store.py), measured (bench/events_memory.py: RSS and tracemalloc
 # per event, compiled core, 16-byte bodies): a held event packed in its queue's columns
 # costs PACKED_OVERHEAD + its body + CLAIM_PACKED per group claim (a byte per group and
-# position); one *thawed* into an Event object (while it changes: leased, redone,
-# dead...) costs THAWED_OVERHEAD + its body (a second copy) + its IDEMPOTENT key +
-# (CLAIM_OVERHEAD - CLAIM_PACKED) per claim more
-PACKED_OVERHEAD = 64
-CLAIM_PACKED = 1
-THAWED_OVERHEAD = 480
-CLAIM_OVERHEAD = 200  # a group's claim on a thawed event in all (its lease timer too)
-DEFAULT_LEASE_MS = 30_000
-MAX_EXPIRE_MS = 10 * 365 * 86_400_000  # ten years
-MAX_DELIVERIES = _DELIV_MAX
+# position), CLAIM_SIDE more for a claim in the side table (leased, redone, dead); one
+# kept as an Event object (an IDEMPOTENT key...) costs THAWED_OVERHEAD + its body (a
+# second copy) + its key + (CLAIM_OVERHEAD - CLAIM_PACKED) per claim more
+PACKED_OVERHEAD: Final = 64
+CLAIM_PACKED: Final = 1
+CLAIM_SIDE: Final = 270  # more for a claim a byte cannot say (LEASED: its lease timer too)
+THAWED_OVERHEAD: Final = 480
+CLAIM_OVERHEAD: Final = 200  # a group's claim on a thawed event in all (its lease timer too)
+DEFAULT_LEASE_MS: Final = 30_000
+MAX_EXPIRE_MS: Final = 10 * 365 * 86_400_000  # ten years
+MAX_DELIVERIES: Final = _DELIV_MAX
 
 # an event's stage on this node
-ADDING = 0  # created here, waiting for its copies (replication.py): not leased yet
-HELD = 1  # held (its expiry timer runs)
-GONE = 2  # expired, flushed, or dropped
+ADDING: Final = 0  # created here, waiting for its copies (replication.py): not leased yet
+HELD: Final = 1  # held (its expiry timer runs)
+GONE: Final = 2  # expired, flushed, or dropped
 
 
 def pack(state: int, deliveries: int, deadline: int) -> int:
@@ -106,8 +107,8 @@ class Event(Record):
     its expiry (by its queue once held: store.py).
 
     Once held, an event lives *packed* in its queue's columns (store.py); an Event
-    object exists only while it is ADDING or *thawed* (``pos``: its position in its
-    queue), see EventStore.get."""
+    object exists only while it is ADDING, or for good for the few events a column
+    cannot say (``pos``: its position in its queue), see store.py."""
 
     __slots__ = ("queue", "body", "etime", "claims", "stage", "key", "pos")
 
@@ -199,22 +200,13 @@ class Expiry(Timer):
         self.queue = queue
 
 
-class Settle(Timer):
-    """Due when events were thawed: those settled since are packed again (store.py)."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        super().__init__(b"", 0)
-
-
 class EQueue:
     """A queue's events on this node, in arrival order, packed in columns (one entry per
     *position*; positions only grow, but for a compaction: store.py). Column index k is
     position ``cbase + k``; ``base`` is the first position that may be live."""
 
     __slots__ = ("name", "qid", "base", "cbase", "live", "ctimes", "etimes", "meta",
-                 "bodies", "arena", "abase", "claims", "thawed", "expmin", "expiry",
+                 "bodies", "arena", "abase", "claims", "side", "thawed", "expmin", "expiry",
                  "cursors", "waiters", "watchers", "atime")
 
     def __init__(self, name: bytes, now: int) -> None:
@@ -230,7 +222,8 @@ class EQueue:
         self.arena = bytearray()  # the bodies, in arrival order
         self.abase = 0  # arena offset of arena[0]
         self.claims: dict[bytes, vec[u8]] = {}  # group -> claim byte per position
-        self.thawed: dict[int, Event] = {}  # position -> its Event, while thawed
+        self.side: dict[bytes, dict[int, int]] = {}  # group -> position -> claim (byte SIDE)
+        self.thawed: dict[int, Event] = {}  # position -> the Event kept as an object
         self.expmin: vec[i64] = vec[i64]()  # per chunk of positions: <= its live expiries
         self.expiry = Expiry(name)
         self.cursors: dict[bytes, Cursor] = {}

@@ -38,11 +38,11 @@ class EventLog:
             self.node.aof.out.append(records.encode_event_record(records.EVENT,
                                                                  event_fields(e)))
 
-    def claim(self, e: Event, group: bytes) -> None:
-        """``group``'s claim on ``e`` changed here."""
+    def claim(self, eid: bytes, group: bytes, claim: int) -> None:
+        """``group``'s claim on the event ``eid`` changed here to ``claim``."""
         if self.node.aof.on:
             self.node.aof.out.append(records.encode_event_record(
-                records.EVCLAIM, [e.id, group, e.claims[group]]))
+                records.EVCLAIM, [eid, group, claim]))
 
     def dropped(self, eid: bytes) -> None:
         """An event dropped before its expiry (its QADD gave up)."""

@@ -18,7 +18,7 @@ from ..errors import ReplyError
 from ..eventcodec import event_fields
 from ..ids import event_id
 from ..replication import COPIES_UP_TO
-from .model import ADDING, LEASED, STATE_MASK, Event, claim_deadline, merge
+from .model import ADDING, LEASED, STATE_MASK, EQueue, Event, claim_deadline, merge
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -141,19 +141,24 @@ class EventReplication:
             eid = f.id
             g.seen(f.ctime, now)
             got.append(eid)
-            known = store.get(eid)
-            stored = known is not None
-            if known is None:
-                known = self.adding.get(eid)  # ours, a copy sent back before confirmed
+            q, pos = store.locate(eid)
+            if q is not None:
+                store.set_holders(q, pos, store.holders(tuple(dict.fromkeys(
+                    [*store.holders_at(q, pos), *f.holders]))))
+                theirs = {store.intern(gr): c for gr, c in f.claims}
+                for gr, c in theirs.items():
+                    store.set_claim(q, pos, gr, c, now)
+                for gr, c in store.claims_at(q, pos).items():
+                    if theirs.get(gr) != c:
+                        node.send_item([p.id], M.EVSTATE, [eid, gr, c])
+                continue
+            known = self.adding.get(eid)  # ours, a copy sent back before confirmed
             if known is not None:
                 known.delivered = store.holders(tuple(dict.fromkeys(
                     [*known.delivered, *f.holders])))
                 theirs = {store.intern(gr): c for gr, c in f.claims}
                 for gr, c in theirs.items():
-                    if stored:
-                        store.set_claim(known, gr, c, now)
-                    else:
-                        known.claims[gr] = merge(known.claims.get(gr), c)
+                    known.claims[gr] = merge(known.claims.get(gr), c)
                 for gr, c in known.claims.items():
                     if theirs.get(gr) != c:
                         node.send_item([p.id], M.EVSTATE, [eid, gr, c])
@@ -198,21 +203,22 @@ class EventReplication:
             self.node.send([nid], M.EVADD, event_fields(e))
 
     # ----------------------------------------------------------------- claims
-    def replicate_claim(self, e: Event, group: bytes) -> None:
-        """``group``'s claim on ``e`` changed here: in the AOF, and every other holder
-        merges it."""
-        self.g.log.claim(e, group)
+    def replicate_claim(self, q: EQueue, pos: int, eid: bytes, group: bytes,
+                        claim: int) -> None:
+        """``group``'s claim on the event ``eid`` (at ``pos`` of ``q``) changed here to
+        ``claim``: in the AOF, and every other holder merges it."""
+        self.g.log.claim(eid, group, claim)
         myid = self.node.myid
-        dsts = sorted(h for h in e.delivered if h != myid)
+        dsts = sorted(h for h in self.g.store.holders_at(q, pos) if h != myid)
         if dsts:
-            self.node.send_item(dsts, M.EVSTATE, [e.id, group, e.claims[group]])
+            self.node.send_item(dsts, M.EVSTATE, [eid, group, claim])
 
     def on_evstate(self, p: Peer, fields: M.Fields, now: int) -> None:
         store = self.g.store
         for eid, group, claim in fields:
-            e = store.get(eid)
-            if e is not None:
-                store.set_claim(e, store.intern(group), claim, now)
+            q, pos = store.locate(eid)
+            if q is not None:
+                store.set_claim(q, pos, store.intern(group), claim, now)
 
     # ------------------------------------------------------------------ flush
     def qflush(self, qname: bytes, now: int) -> bytes:

@@ -4,24 +4,25 @@ that finds the next event available to a group (with who decides for it: the
 *authority*).
 
 **Packed.** A node may hold millions of events, most of them settled: every group
-either never touched one or is done with it. One Python object per event costs 300+
-bytes, so a held event lives in its queue's columns instead (``librt.vecs`` typed
+either never touched one or is done with it. One Python object per event cost 300+
+bytes (a Redis Stream entry: ~40), so a held event lives in its queue's columns instead (``librt.vecs`` typed
 arrays, which mypyc compiles to plain C loads and stores; the same code runs
 interpreted), by *position* (arrival order here): the ID's time part (``ctimes``; the
 ID is ``<time 16 hex>-<creator 8 hex>``, rebuilt from it and the creator kept in
 ``meta``), the expiry, ``meta`` (creator, an index into the store's table of shared
 holder tuples, flags GONE and THAWED), the body's place in the queue's ``arena`` (one
 bytearray, bodies in arrival order, cut at the front as the head expires), and per
-group a claim byte (0: no claim; d + 1: DONE after d deliveries). About 40 bytes an
-event plus its body, and one byte per group done with it.
+group a claim byte (0: no claim; d + 1: DONE after d deliveries; SIDE: the claim is
+in the queue's ``side`` table, an int by position, for the claims a byte cannot say:
+LEASED, REDO, DEAD, while they last). About 40 bytes an event plus its body, one byte
+per group done with it.
 
-**Thawed.** An event that is changing (replicated, leased, redone, dead-lettered, with
-an IDEMPOTENT key, or a claim a byte cannot say) is *thawed*: an :class:`Event` object
-kept in ``EQueue.thawed`` by position, the authority for that event while it exists.
-:meth:`EventStore.get` is the one way in for a caller that may change an event: it
-thaws a packed one. A thawed event is packed again once settled (every claim DONE),
-at the next :class:`Settle` timer, so no caller holds an object across a freeze. Read
-only callers use :meth:`EventStore.peek` (nothing thawed).
+Callers name an event by its queue and position (:meth:`EventStore.locate`) and read
+and change its claims through :meth:`claim_at` and :meth:`set_claim`; :meth:`peek`
+builds a read-only Event (what the bus and the AOF write). **Thawed**: the few events a
+column cannot say (an IDEMPOTENT key, its replication still under way, a body of 16 MB
+or more, an ID whose time is not the event's) stay an :class:`Event` object, kept in
+``EQueue.thawed`` by position, the one place their claims live.
 
 **Index.** ID -> (queue, position): an open-addressing table of 64-bit entries
 (``(queue number + 1) << 40 | position``, linear probing on a hash of the ID's time
@@ -49,6 +50,7 @@ from .model import (
     AVAILABLE,
     CLAIM_OVERHEAD,
     CLAIM_PACKED,
+    CLAIM_SIDE,
     DEADLINE_SHIFT,
     DONE,
     GONE,
@@ -61,7 +63,6 @@ from .model import (
     Cursor,
     EQueue,
     Event,
-    Settle,
     claim_deadline,
     claim_deliveries,
     effective,
@@ -89,7 +90,8 @@ CHUNK: Final = 1 << CHUNK_BITS
 _INF: Final = 1 << 62
 _POS_BITS: Final = 40
 _POS_MASK: Final = (1 << _POS_BITS) - 1
-_MAX_DONE: Final = 254  # deliveries a DONE claim byte can say
+_SIDE: Final = 255  # a claim byte: the claim is in EQueue.side
+_MAX_DONE: Final = 253  # deliveries a DONE claim byte can say
 _TABLE_MIN: Final = 16
 
 _NO_COL: vec[u8] = vec[u8]()
@@ -99,13 +101,21 @@ def _zeros(n: int) -> vec[i64]:
     return vec[i64](memoryview(bytes(8 * n)).cast("q"))
 
 
-def _canonical(eid: bytes) -> bool:
-    """Lowercase hex digits only (int() would also take 'A', '+', '_', spaces)."""
-    for k in range(25):
+def _hex(eid: bytes, start: i64, n: i64) -> i64:
+    """The number written in lowercase hex at ``eid[start:start + n]`` (n <= 16), or -1
+    (not such digits, or 2**63 or more)."""
+    if n == 16 and eid[start] > 0x37:  # ('7': a time part is below 2**63)
+        return -1
+    v: i64 = 0
+    for k in range(start, start + n):
         c = eid[k]
-        if not (48 <= c <= 57 or 97 <= c <= 102) and k != 16:
-            return False
-    return True
+        if 0x30 <= c <= 0x39:
+            v = (v << 4) | (c - 0x30)
+        elif 0x61 <= c <= 0x66:
+            v = (v << 4) | (c - 0x57)
+        else:
+            return -1
+    return v
 
 
 def _hash(t: i64) -> i64:
@@ -130,8 +140,6 @@ class EventStore:
         self._mask: i64 = _TABLE_MIN - 1
         self._hlist: list[tuple[str, ...]] = []  # holder tuples, by index
         self._hidx: dict[tuple[str, ...], int] = {}
-        self._settle: dict[bytes, Event] = {}  # thawed since the last Settle
-        self.settler = Settle()
 
     # ------------------------------------------------------------------ names
     def intern(self, name: bytes) -> bytes:
@@ -180,12 +188,9 @@ class EventStore:
         the same form answers -1, never another event.)"""
         if len(eid) != 25 or eid[16] != 0x2D:
             return -1
-        try:
-            t: i64 = int(eid[:16], 16)
-            cr: i64 = int(eid[17:], 16)
-        except ValueError:
-            return -1
-        if t < 0 or cr < 0 or not _canonical(eid):
+        t = _hex(eid, 0, 16)
+        cr = _hex(eid, 17, 8)
+        if t < 0 or cr < 0:
             return -1
         table = self._table
         mask = self._mask
@@ -203,15 +208,13 @@ class EventStore:
             i = (i + 1) & mask
         return -1
 
-    def _locate(self, eid: bytes) -> tuple[EQueue, int] | None:
-        """(queue, position) of the event ``eid`` held here, or None."""
+    def locate(self, eid: bytes) -> tuple[EQueue | None, int]:
+        """(queue, position) of the event ``eid`` held here, or (None, -1)."""
         i = self._slot(eid)
         if i < 0:
-            return None
+            return None, -1
         ent = self._table[i]
-        q = self._qlist[(ent >> _POS_BITS) - 1]
-        assert q is not None
-        return q, ent & _POS_MASK
+        return self._qlist[(ent >> _POS_BITS) - 1], ent & _POS_MASK
 
     def _key_of(self, ent: i64) -> i64:
         q = self._qlist[(ent >> _POS_BITS) - 1]
@@ -262,39 +265,25 @@ class EventStore:
     def has(self, eid: bytes) -> bool:
         return self._slot(eid) >= 0
 
-    def get(self, eid: bytes) -> Event | None:
-        """The event ``eid`` held here, thawed (an Event object, the event's authority
-        until it is packed again, at the next Settle timer if settled by then): for a
-        caller that may change it."""
-        loc = self._locate(eid)
-        if loc is None:
-            return None
-        return self.event_at(loc[0], loc[1])
-
     def peek(self, eid: bytes) -> Event | None:
-        """The event ``eid`` held here, for reading only: its thawed object, or a copy
-        built from its columns (changing that copy changes nothing)."""
-        loc = self._locate(eid)
-        if loc is None:
-            return None
-        q, pos = loc
+        """The event ``eid`` held here, for reading only (what the bus and the AOF
+        write): its Event object if it has one, else one built from its columns
+        (changing it changes nothing)."""
+        q, pos = self.locate(eid)
+        return None if q is None else self.view_at(q, pos)
+
+    def view_at(self, q: EQueue, pos: int) -> Event:
         e = q.thawed.get(pos)
         return e if e is not None else self._build(q, pos)
 
-    def event_at(self, q: EQueue, pos: int) -> Event:
-        """The event at ``pos`` of ``q`` (held), thawed."""
+    def body_at(self, q: EQueue, pos: int) -> bytes:
         e = q.thawed.get(pos)
-        if e is None:
-            e = self._build(q, pos)
-            k = pos - q.cbase
-            q.meta[k] = q.meta[k] | F_THAWED
-            q.thawed[pos] = e
-            self.node.mem.used += self._thawed_extra(e)
-        if e.id not in self._settle:
-            if not self._settle:
-                self.node.awake.schedule(self.settler, max(self.node.now, 1))
-            self._settle[e.id] = e
-        return e
+        if e is not None:
+            return e.body
+        k = pos - q.cbase
+        ref = q.bodies[k]
+        off = (ref >> _LEN_BITS) - q.abase
+        return bytes(q.arena[off:off + (ref & _LEN_MASK)])
 
     def id_at(self, q: EQueue, pos: int) -> bytes:
         k = pos - q.cbase
@@ -307,24 +296,33 @@ class EventStore:
         return self._hlist[(q.meta[pos - q.cbase] >> _H_SHIFT) & _H_MASK]
 
     def _build(self, q: EQueue, pos: int) -> Event:
-        """A new Event object from the columns at ``pos``."""
+        """An Event object from the columns at ``pos`` (a read-only copy)."""
         k = pos - q.cbase
         m = q.meta[k]
-        ref = q.bodies[k]
-        off = (ref >> _LEN_BITS) - q.abase
         t = q.ctimes[k]
-        e = Event(b"%016x-%08x" % (t, m >> _C_SHIFT), q.name,
-                  bytes(q.arena[off:off + (ref & _LEN_MASK)]), t, q.etimes[k],
-                  self._hlist[(m >> _H_SHIFT) & _H_MASK])
+        e = Event(b"%016x-%08x" % (t, m >> _C_SHIFT), q.name, self.body_at(q, pos), t,
+                  q.etimes[k], self._hlist[(m >> _H_SHIFT) & _H_MASK])
         e.stage = HELD
         e.confirmed = ()
         e.pos = pos
+        e.claims = self.claims_at(q, pos)
+        return e
+
+    def claims_at(self, q: EQueue, pos: int) -> dict[bytes, int]:
+        """Every group's claim on the event at ``pos`` of ``q`` (a new dict)."""
+        e = q.thawed.get(pos)
+        if e is not None:
+            return dict(e.claims)
+        k = pos - q.cbase
+        out: dict[bytes, int] = {}
         for g, col in q.claims.items():
             if k < len(col):
                 b = col[k]
-                if b:
-                    e.claims[g] = pack(DONE, b - 1, 0)
-        return e
+                if b == _SIDE:
+                    out[g] = q.side[g][pos]
+                elif b:
+                    out[g] = pack(DONE, b - 1, 0)
+        return out
 
     def ids(self) -> list[bytes]:
         """The IDs of the events held, queue by queue in arrival order."""
@@ -371,14 +369,77 @@ class EventStore:
 
     def claim_at(self, q: EQueue, pos: int, group: bytes) -> int | None:
         """``group``'s claim on the event at ``pos`` of ``q`` (None: never delivered)."""
+        k = pos - q.cbase
+        if q.meta[k] & F_THAWED:
+            return q.thawed[pos].claims.get(group)
+        col = q.claims.get(group)
+        if col is None or k >= len(col):
+            return None
+        b = col[k]
+        if b == 0:
+            return None
+        if b == _SIDE:
+            return q.side[group][pos]
+        return pack(DONE, b - 1, 0)
+
+    def put_claim(self, q: EQueue, pos: int, group: bytes, claim: int) -> None:
+        """Set ``group``'s claim on the event at ``pos`` of ``q`` (memory accounted)."""
+        k = pos - q.cbase
+        if q.meta[k] & F_THAWED:
+            e = q.thawed[pos]
+            if group not in e.claims:
+                self.node.mem.used += CLAIM_OVERHEAD
+            e.claims[group] = claim
+            return
+        self.node.mem.used += self._write_claim(q, k, pos, group, claim)
+
+    def _write_claim(self, q: EQueue, k: int, pos: int, group: bytes, claim: int) -> int:
+        """Write a packed event's claim; the change in its cost (bytes)."""
+        d = 0
+        if (claim & STATE_MASK == DONE and not claim >> DEADLINE_SHIFT
+                and claim_deliveries(claim) <= _MAX_DONE):
+            b = u8(claim_deliveries(claim) + 1)
+        else:
+            b = u8(_SIDE)
+        col = q.claims.get(group)
+        if col is None:
+            col = vec[u8]()
+        n = len(col)
+        old = col[k] if k < n else 0
+        if old == 0:
+            d += CLAIM_PACKED
+        if b == _SIDE:
+            side = q.side.get(group)
+            if side is None:
+                side = q.side[group] = {}
+            side[pos] = claim
+            if old != _SIDE:
+                d += CLAIM_SIDE
+        elif old == _SIDE:
+            side = q.side[group]
+            del side[pos]
+            if not side:
+                del q.side[group]
+            d -= CLAIM_SIDE
+        if n == k:
+            q.claims[group] = vappend(col, b)
+        elif n < k:
+            col = extend(col, bytes(k - n))
+            q.claims[group] = vappend(col, b)
+        else:
+            col[k] = b
+            q.claims[group] = col
+        return d
+
+    def set_holders(self, q: EQueue, pos: int, holders: tuple[str, ...]) -> None:
         e = q.thawed.get(pos)
         if e is not None:
-            return e.claims.get(group)
-        col = q.claims.get(group)
+            e.delivered = holders
+            return
         k = pos - q.cbase
-        if col is None or k >= len(col) or not col[k]:
-            return None
-        return pack(DONE, col[k] - 1, 0)
+        m = q.meta[k]
+        q.meta[k] = (((m >> _C_SHIFT) << _C_SHIFT) | (self._holders_index(holders) << _H_SHIFT)
+                     | (m & (F_GONE | F_THAWED)))
 
     def claimed(self, q: EQueue, group: bytes) -> bool:
         """Whether an event of ``q`` held packed has a claim of ``group``."""
@@ -388,93 +449,47 @@ class EventStore:
         meta = q.meta
         return any(col[k] and not meta[k] & F_GONE for k in range(len(col)))
 
-    def thawed_in(self, q: EQueue) -> list[Event]:
-        """The thawed events of ``q``, in arrival order."""
-        return [q.thawed[p] for p in sorted(q.thawed)]
+    def side_claims(self, q: EQueue) -> list[tuple[int, bytes, int]]:
+        """The packed events' claims a byte cannot say: (position, group, claim)."""
+        return [(pos, g, c) for g, side in q.side.items() for pos, c in side.items()]
 
     def leased_count(self) -> int:
-        """The live-or-ended LEASED claims held (INFO event_leases)."""
+        """The LEASED claims held, live or ended (INFO event_leases)."""
         n = 0
         for q in self.queues.values():
             for e in q.thawed.values():
                 for c in e.claims.values():
                     if c & STATE_MASK == LEASED:
                         n += 1
+            for side in q.side.values():
+                for c in side.values():
+                    if c & STATE_MASK == LEASED:
+                        n += 1
         return n
 
     # ----------------------------------------------------------------- packing
     def _packable(self, e: Event, t: int) -> bool:
-        """Whether ``e`` (thawed; ``t`` its ID's time part) can live in the columns:
-        settled (every claim DONE), its replication over, nothing a column cannot
-        say."""
-        if (e.key is not None or e.awake or e.stage != HELD or len(e.body) >= _LEN_MASK
-                or t != e.ctime or e.id in self.g.repl.adding):
-            return False
-        for c in e.claims.values():
-            if (c & STATE_MASK != DONE or c >> DEADLINE_SHIFT
-                    or claim_deliveries(c) > _MAX_DONE):
-                return False
-        return True
+        """Whether ``e`` (``t``: its ID's time part) can live in the columns: its
+        replication over, nothing a column cannot say."""
+        return not (e.key is not None or e.awake or len(e.body) >= _LEN_MASK
+                    or t != e.ctime or e.id in self.g.repl.adding)
 
     def _thawed_extra(self, e: Event) -> int:
         """What a thawed event costs beyond its packed self (memory accounting)."""
         return (THAWED_OVERHEAD + len(e.body) + (len(e.key) if e.key is not None else 0)
                 + (CLAIM_OVERHEAD - CLAIM_PACKED) * len(e.claims))
 
-    def _freeze(self, q: EQueue, e: Event) -> None:
-        """Pack thawed ``e`` (packable) back into ``q``'s columns."""
-        pos = e.pos
-        k = pos - q.cbase
-        m = q.meta[k]
-        hi = (m >> _H_SHIFT) & _H_MASK
-        if self._hlist[hi] is not e.delivered:  # (holder tuples are shared)
-            hi = self._holders_index(e.delivered)
-        q.meta[k] = ((m >> _C_SHIFT) << _C_SHIFT) | (hi << _H_SHIFT)
-        for g, c in e.claims.items():
-            b = u8(claim_deliveries(c) + 1)
-            col = q.claims.get(g)
-            if col is None:
-                col = vec[u8]()
-            n = len(col)
-            if n == k:
-                q.claims[g] = vappend(col, b)
-                continue
-            if n < k:
-                col = extend(col, bytes(k - n))
-                q.claims[g] = col = vappend(col, b)
-                continue
-            col[k] = b
-        del q.thawed[pos]
-        self.node.mem.used -= self._thawed_extra(e)
-
-    def settle(self) -> None:
-        """The Settle timer: pack again the events thawed since, if settled."""
-        pending = self._settle
-        self._settle = {}
-        touched: dict[bytes, EQueue] = {}
-        for e in pending.values():
-            if e.stage != HELD:
-                continue
-            q = self.queues.get(e.queue)
-            if (q is not None and q.thawed.get(e.pos) is e
-                    and self._packable(e, q.ctimes[e.pos - q.cbase])):
-                self._freeze(q, e)
-                touched[q.name] = q
-        if len(pending) >= 1024:
-            for q in touched.values():  # (a dict never shrinks by itself)
-                q.thawed = dict(q.thawed)
-
     # ------------------------------------------------------------------ holding
     def put(self, e: Event, now: int) -> None:
         """Hold ``e`` (new here): in its queue's order, expiring at its etime; packed
-        at once when settled."""
+        unless a column cannot say it (then kept as the object, *thawed*)."""
         q = self.queue_for(e.queue, now)
         e.queue = q.name
         e.stage = HELD
         pos = q.end()
         e.pos = pos
-        t: i64 = int(e.id[:16], 16)
-        cr: i64 = int(e.id[17:], 16)
+        t = _hex(e.id, 0, 16)
+        cr = _hex(e.id, 17, 8)
         blen = len(e.body)
         if blen < _LEN_MASK:
             ref = ((q.abase + len(q.arena)) << _LEN_BITS) | blen
@@ -494,7 +509,7 @@ class EventStore:
         self._index_add(((q.qid + 1) << _POS_BITS) | pos, t)
         self.count += 1
         q.live += 1
-        self.node.mem.used += PACKED_OVERHEAD + blen + CLAIM_PACKED * len(e.claims)
+        self.node.mem.used += PACKED_OVERHEAD + blen
         if e.key is not None:
             self.keys[e.key] = e
         t_exp = q.expiry
@@ -502,14 +517,13 @@ class EventStore:
             self.node.awake.schedule(t_exp, e.etime)
         self.g.log.held(e)
         if self._packable(e, t):
-            if e.claims:
-                q.thawed[pos] = e  # (as _freeze finds a thawed event)
-                self.node.mem.used += self._thawed_extra(e)
-                self._freeze(q, e)
+            k = pos - q.cbase
+            for g, c in e.claims.items():
+                self.node.mem.used += self._write_claim(q, k, pos, g, c)
         else:
             q.thawed[pos] = e
             q.meta[pos - q.cbase] = q.meta[pos - q.cbase] | F_THAWED
-            self.node.mem.used += self._thawed_extra(e)
+            self.node.mem.used += CLAIM_PACKED * len(e.claims) + self._thawed_extra(e)
 
     def remove(self, e: Event) -> None:
         """Drop ``e`` (held, or still ADDING)."""
@@ -521,11 +535,11 @@ class EventStore:
             if e.key is not None and self.keys.get(e.key) is e:
                 del self.keys[e.key]
             return
-        loc = self._locate(e.id)
+        q, pos = self.locate(e.id)
         e.stage = GONE
-        if loc is not None:
-            self._drop(loc[0], loc[1])
-            self._tidy(loc[0])
+        if q is not None:
+            self._drop(q, pos)
+            self._tidy(q)
 
     def _drop(self, q: EQueue, pos: int) -> None:
         """Drop the live event at ``pos`` of ``q`` (the columns are tidied by _tidy)."""
@@ -546,10 +560,10 @@ class EventStore:
         q.live -= 1
         self._index_del(i)
         blen = q.bodies[k] & _LEN_MASK
+        cost = PACKED_OVERHEAD
         if m & F_THAWED:
             e = q.thawed.pop(pos)
-            n = len(e.claims)
-            self.node.mem.used -= self._thawed_extra(e)
+            cost += CLAIM_PACKED * len(e.claims) + self._thawed_extra(e)
             e.stage = GONE
             self.node.awake.cancel(e)
             if e.key is not None and self.keys.get(e.key) is e:
@@ -559,11 +573,16 @@ class EventStore:
             e.body = b""
             e.claims = {}
         else:
-            n = 0
-            for col in q.claims.values():
+            for g, col in q.claims.items():
                 if k < len(col) and col[k]:
-                    n += 1
-        self.node.mem.used -= PACKED_OVERHEAD + blen + CLAIM_PACKED * n
+                    cost += CLAIM_PACKED
+                    if col[k] == _SIDE:
+                        cost += CLAIM_SIDE
+                        side = q.side[g]
+                        del side[pos]
+                        if not side:
+                            del q.side[g]
+        self.node.mem.used -= cost + blen
 
     def _tidy(self, q: EQueue) -> None:
         """After drops: the head moves past the gone events, the columns and the arena
@@ -635,6 +654,7 @@ class EventStore:
         cols: dict[bytes, vec[u8]] = {g: vec[u8](bytes(lead)) for g in q.claims}
         arena = bytearray()
         thawed: dict[int, Event] = {}
+        side: dict[bytes, dict[int, int]] = {g: {} for g in q.side}
         newpos = vec[i64](capacity=end - base + 1)  # newpos[i]: live events before base + i
         slots = vec[i64](capacity=q.live)
         table = self._table
@@ -666,7 +686,10 @@ class EventStore:
                 arena += q.arena[off:off + ln]
             bodies = vappend(bodies, ref)
             for g, col in q.claims.items():
-                cols[g] = vappend(cols[g], col[k] if k < len(col) else u8(0))
+                b = col[k] if k < len(col) else u8(0)
+                cols[g] = vappend(cols[g], b)
+                if b == _SIDE:
+                    side[g][np] = q.side[g][pos]
             if m & F_THAWED:
                 e = q.thawed[pos]
                 e.pos = np
@@ -677,6 +700,7 @@ class EventStore:
             table[slots[j]] = ent0 | (base + j)
         q.ctimes, q.etimes, q.meta, q.bodies = ctimes, etimes, meta, bodies
         q.claims = {g: col for g, col in cols.items() if any(col)}
+        q.side = side
         q.arena = arena
         q.abase = 0
         q.thawed = thawed
@@ -743,27 +767,24 @@ class EventStore:
         else:
             self.node.awake.cancel(q.expiry)
 
-    def set_claim(self, e: Event, group: bytes, claim: int, now: int) -> None:
-        """Merge ``claim`` (from a peer) into ``e``'s claim for ``group`` (``e``
-        thawed: EventStore.get), memory accounted: a lease gets its timer here too
-        (every LEASED claim held has one, so a scan may pass it), a redo wakes this
-        node's consumers."""
-        old = e.claims.get(group)
-        if old is None:
-            self.node.mem.used += CLAIM_OVERHEAD
-        new = e.claims[group] = merge(old, claim)
+    def set_claim(self, q: EQueue, pos: int, group: bytes, claim: int, now: int) -> None:
+        """Merge ``claim`` (from a peer) into ``group``'s claim on the event at ``pos``
+        of ``q``, memory accounted: a lease gets its timer here too (every LEASED claim
+        held has one, so a scan may pass it), a redo wakes this node's consumers."""
+        old = self.claim_at(q, pos, group)
+        new = merge(old, claim)
         if new == old:
             return
-        self.g.log.claim(e, group)
+        self.put_claim(q, pos, group, new)
+        eid = self.id_at(q, pos)
+        self.g.log.claim(eid, group, new)
         if new & STATE_MASK == LEASED:
-            self.g.leases.timer(e.id, group, claim_deadline(new))
+            self.g.leases.timer(eid, group, claim_deadline(new))
         elif new & STATE_MASK == REDO:
-            q = self.queues.get(e.queue)
-            if q is not None:
-                cur = q.cursors.get(group)
-                if cur is not None:
-                    cur.redo.append(e.id)
-                self.g.notify.wake(q, group, now)
+            cur = q.cursors.get(group)
+            if cur is not None:
+                cur.redo.append(eid)
+            self.g.notify.wake(q, group, now)
 
     def memory(self) -> int:
         """What the events held cost in used memory, counted afresh (the simulator's
@@ -781,9 +802,12 @@ class EventStore:
                           + self._thawed_extra(e))
                     continue
                 n += PACKED_OVERHEAD + (q.bodies[k] & _LEN_MASK)
-                for col in q.claims.values():
+                for g, col in q.claims.items():
                     if k < len(col) and col[k]:
                         n += CLAIM_PACKED
+                        if col[k] == _SIDE:
+                            assert pos in q.side[g]
+                            n += CLAIM_SIDE
         return n
 
     # ------------------------------------------------------------------- flush
@@ -800,11 +824,9 @@ class EventStore:
         for pos in range(q.base, q.end()):
             if q.meta[pos - q.cbase] & F_GONE:
                 continue
-            e = q.thawed.get(pos)
-            if e is not None:
-                for g, c in e.claims.items():
-                    if effective(c, now) == LEASED:
-                        self.flushed[(e.id, g)] = claim_deadline(c)
+            for g, c in self.claims_at(q, pos).items():
+                if effective(c, now) == LEASED:
+                    self.flushed[(self.id_at(q, pos), g)] = claim_deadline(c)
             self._drop(q, pos)
         self._tidy(q)
         q.cursors.clear()  # as if the queue never existed
@@ -846,8 +868,6 @@ class EventStore:
         self._table = _zeros(_TABLE_MIN)
         self._mask = _TABLE_MIN - 1
         self.count = 0
-        self._settle.clear()
-        self.settler.awake = 0  # (the node starts a new awake index)
         self.flushed.clear()
         self.tombs.clear()
         self.keys.clear()
@@ -929,14 +949,13 @@ class EventStore:
         redo = cur.redo
         k = 0
         while k < len(redo):
-            loc = self._locate(redo[k])
-            # (a redo is thawed: packed, the group is done with it)
-            e = loc[0].thawed.get(loc[1]) if loc is not None and loc[0] is q else None
-            if e is None or effective(e.claims.get(group), now) not in (REDO, AVAILABLE):
+            rq, rpos = self.locate(redo[k])
+            if rq is not q or effective(self.claim_at(q, rpos, group), now) not in (
+                    REDO, AVAILABLE):
                 del redo[k]  # gone, leased again, done or dead: no longer to redo
                 continue
-            if not only_mine or self.leasable(e.delivered):
-                return e.pos
+            if not only_mine or self.leasable(self.holders_at(q, rpos)):
+                return rpos
             k += 1  # another node redoes it (or should: a repair may be due); kept in view
         # a scan for this node's own events starts past those another node decides
         i: i64 = cur.mine_pos if only_mine else cur.pos
@@ -945,6 +964,7 @@ class EventStore:
         meta = q.meta
         col = q.claims.get(group, _NO_COL)
         ncol: i64 = len(col)
+        side = q.side.get(group)
         hlist = self._hlist
         advance = i == cur.pos
         budget = SCAN_BUDGET
@@ -959,7 +979,13 @@ class EventStore:
                     ok = st in (AVAILABLE, REDO)
                     holders = e2.delivered
                 else:
-                    ok = k2 >= ncol or col[k2] == 0
+                    if k2 >= ncol or col[k2] == 0:
+                        ok = True
+                    elif col[k2] == _SIDE and side is not None:
+                        st = effective(side[i], now)
+                        ok = st in (AVAILABLE, REDO)
+                    else:
+                        ok = False
                     holders = hlist[(m >> _H_SHIFT) & _H_MASK]
                 if ok:
                     if not only_mine or self.leasable(holders):

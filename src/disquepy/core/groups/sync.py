@@ -25,7 +25,6 @@ from .. import messages as M
 from ..awake import Timer
 from ..eventcodec import event_fields
 from ..membership import P_FAIL
-from .model import merge
 
 if TYPE_CHECKING:
     from ..membership import Peer
@@ -131,21 +130,17 @@ class Sync:
         dsts = [p.id]
         need: list[bytes] = []
         for eid, claims in fields:  # checked by messages.parse
-            e = store.peek(eid)
-            if e is None:
+            q, pos = store.locate(eid)
+            if q is None:
                 if eid not in self.g.repl.adding:
                     need.append(eid)
                 continue
             theirs: dict[bytes, int] = {}
             for gr, c in claims:
-                theirs[store.intern(gr)] = c
-            known = e.claims
-            if any(merge(known.get(gr), c) != known.get(gr) for gr, c in theirs.items()):
-                e = store.get(eid)  # (theirs changes ours: thawed)
-                assert e is not None
-                for gr, c in theirs.items():
-                    store.set_claim(e, gr, c, now)
-            for gr, c in e.claims.items():
+                gr = store.intern(gr)
+                theirs[gr] = c
+                store.set_claim(q, pos, gr, c, now)
+            for gr, c in store.claims_at(q, pos).items():
                 if theirs.get(gr) != c:
                     node.send_item(dsts, M.EVSTATE, [eid, gr, c])
         if need:
