@@ -126,3 +126,22 @@ def test_a_flush_drops_packed_events_and_their_memory():
     assert h("QADD", "q", 3600, "after") is not None
     assert store(h).count == 1
     check_accounting(h, used0)
+
+
+def test_the_memory_bench_measures_a_packed_store():
+    """bench/events_memory.py (docs/PERFORMANCE.md, GROUPS.md's Costs), small: what it
+    prints per event stays near the target (~110 B for 16-byte bodies; 5,000 events
+    carry more of the index's and the columns' fixed share than 100k: 83-102 B) by
+    tracemalloc, and what the node accounts within 20% of it."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "events_memory.py"
+    out = subprocess.run([sys.executable, str(bench), "--n", "5000", "--trace"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = re.findall(r"tracemalloc +([\d.]+) B/event +used_memory +([\d.]+) B/event", out)
+    assert len(rows) == 3, out  # no group, 2 groups done, 10 groups done
+    for traced, used in ((float(a), float(b)) for a, b in rows):
+        assert 40 < traced < 120 and abs(used - traced) <= 0.2 * traced, out
