@@ -35,6 +35,9 @@ def test_settled_events_are_packed_and_come_back_exact():
     s = store(h)
     assert s.count == 300 and thawed(h) == 0  # settled at once: packed
     assert s.ids() == ids
+    snap = s.snapshot()  # (what an AOF rewrite and an EVSYNC round walk: 25 B an ID)
+    assert len(snap) == 300 and snap[10:13] == ids[10:13] and list(snap) == ids
+    assert len(snap.buf) == 25 * 300 and snap[299:400] == ids[299:]
     e = s.peek(ids[7])
     assert e is not None and e.id == ids[7] and e.body == b"body7" and not e.claims
     assert s.peek(ids[7][:-1] + b"0" if ids[7][-1:] != b"0" else ids[7][:-1] + b"1") is None

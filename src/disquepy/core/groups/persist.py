@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .. import aofrecords as records
 from ..eventcodec import EventFields, event_fields
 from .model import LEASED, STATE_MASK, Event, claim_deadline, merge
-from .store import TOMBSTONE_MS
+from .store import TOMBSTONE_MS, IdList
 
 if TYPE_CHECKING:
     from . import Groups
@@ -56,9 +56,10 @@ class EventLog:
                                                                  [qname, ctime]))
 
     # --- a rewrite ------------------------------------------------------------------
-    def snapshot_list(self) -> list[bytes]:
-        """The IDs of the events a rewrite will write, a slice at a time."""
-        return self.g.store.ids()
+    def snapshot_list(self) -> IdList:
+        """The IDs of the events a rewrite will write, a slice at a time (25 bytes
+        each)."""
+        return self.g.store.snapshot()
 
     def snapshot(self, eid: bytes) -> bytes | None:
         """A rewrite's record for the event ``eid``, or None if it is no longer held

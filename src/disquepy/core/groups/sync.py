@@ -25,6 +25,7 @@ from .. import messages as M
 from ..awake import Timer
 from ..eventcodec import event_fields
 from ..membership import P_FAIL
+from .store import IdList
 
 if TYPE_CHECKING:
     from ..membership import Peer
@@ -40,7 +41,7 @@ class SyncOut(Timer):
 
     __slots__ = ("peer", "events", "pos", "want_reply")
 
-    def __init__(self, peer: str, events: list[bytes], want_reply: bool) -> None:
+    def __init__(self, peer: str, events: IdList, want_reply: bool) -> None:
         super().__init__(b"", 0)
         self.peer = peer
         self.events = events
@@ -99,7 +100,7 @@ class Sync:
         if old is not None:
             self.node.awake.cancel(old)
         self.syncs += 1
-        out = SyncOut(pid, self.g.store.ids(), want_reply)
+        out = SyncOut(pid, self.g.store.snapshot(), want_reply)
         self.out[pid] = out
         self.step(out, now)
 
