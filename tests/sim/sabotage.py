@@ -138,7 +138,7 @@ def groups_every_holder_leases() -> None:
     consumers of one group can hold the same event at once."""
     from disquepy.core.groups import store
 
-    store.EventStore.authority = lambda self, e: self.node.myid
+    store.EventStore.authority_of = lambda self, holders: self.node.myid
 
 
 def groups_ids_by_wall_clock() -> None:

@@ -246,7 +246,7 @@ class GroupSim:
         if st.acked_at is not None:
             return True
         for n in self.world.nodes:
-            e = n.groups.store.events.get(rec.eid) if n is not None and rec.eid else None
+            e = n.groups.store.peek(rec.eid) if n is not None and rec.eid else None
             c = e.claims.get(g) if e is not None else None
             if c is not None and c & 3 == DONE:
                 self.stats["acks_unconfirmed"] += 1
@@ -326,8 +326,7 @@ class GroupSim:
     def _send_add(self, a: GroupAgent, rec: EventRecord, node: int) -> None:
         n = self.world.nodes[node]
         assert n is not None  # (a live node: _pick's, or checked by _qadd_again)
-        held = n.groups.store.events
-        rec.floor = max(held) if held else b""
+        rec.floor = n.groups.store.max_id()
         argv = [b"QADD", rec.queue, b"%.3f" % (rec.expire_ms / 1000), rec.body]
         if rec.noblock:
             argv.append(b"NOBLOCK")
@@ -592,7 +591,8 @@ class GroupSim:
     def on_crash(self, i: int, node: Node) -> None:
         """Node i is gone with every event it held (events live in memory)."""
         g = node.groups
-        for e in [*g.store.events.values(), *g.repl.adding.values()]:
+        held = [g.store.peek(eid) for eid in g.store.ids()]
+        for e in [*(e for e in held if e is not None), *g.repl.adding.values()]:
             rec = self.by_body.get(e.body)
             if rec is not None:
                 rec.lost_on.add(i)
@@ -602,7 +602,7 @@ class GroupSim:
                 self.connection_lost(a)
 
     def _holders(self, eid: bytes) -> int:
-        return sum(1 for n in self.world.nodes if n is not None and eid in n.groups.store.events)
+        return sum(1 for n in self.world.nodes if n is not None and n.groups.store.has(eid))
 
     def _excused(self, rec: EventRecord) -> bool:
         return len(rec.lost_on) >= max(1, rec.holders_at_reply)
@@ -646,7 +646,7 @@ class GroupSim:
                 self.stats["events_lost"] += 1
                 what = "never delivered to" if st is None else "never acked by"
                 where = [i for i, n in enumerate(world.nodes)
-                         if n is not None and rec.eid in n.groups.store.events]
+                         if n is not None and rec.eid and n.groups.store.has(rec.eid)]
                 ck.fail("group-lost", f"{rec} {what} group {g.decode()} (held by nodes "
                                       f"{where}, lost in crashes on {sorted(rec.lost_on)})")
                 break
@@ -657,4 +657,4 @@ class GroupSim:
 
 def events_memory(node: Node) -> int:
     """What a node's events cost in its used_memory (groups.py's accounting)."""
-    return sum(e.cost() for e in node.groups.store.events.values())
+    return node.groups.store.memory()

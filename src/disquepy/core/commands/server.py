@@ -199,14 +199,14 @@ def debug(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | Sh
 def _structsize() -> bytes:
     """DEBUG STRUCTSIZE in Disque's form (``name:bytes ``...): what the node counts in
     used_memory for each thing it holds, besides its variable bytes."""
-    from ..groups.model import CLAIM_OVERHEAD, EVENT_OVERHEAD
+    from ..groups.model import CLAIM_PACKED, PACKED_OVERHEAD
     from ..keys import IDEM_OVERHEAD, TOKEN_OVERHEAD
     from ..memory import CLIENT_OVERHEAD, JOB_OVERHEAD
     from ..queues import QUEUE_OVERHEAD
 
     sizes = (("bits", 64), ("job", JOB_OVERHEAD), ("queue", QUEUE_OVERHEAD),
              ("client", CLIENT_OVERHEAD), ("idemkey", IDEM_OVERHEAD),
-             ("token", TOKEN_OVERHEAD), ("event", EVENT_OVERHEAD), ("claim", CLAIM_OVERHEAD))
+             ("token", TOKEN_OVERHEAD), ("event", PACKED_OVERHEAD), ("claim", CLAIM_PACKED))
     return "".join(f"{k}:{v} " for k, v in sizes).encode()
 
 

@@ -42,14 +42,12 @@ from .model import (
     ADDING,
     DEAD,
     DONE,
-    GONE,
-    HELD,
     LEASED,
     REDO,
-    STATE_MASK,
     AckWait,
     EQueue,
     Event,
+    Expiry,
     GroupStats,
     Lease,
     PullWait,
@@ -99,7 +97,7 @@ class Groups:
         hands (store.authority), now or once it stayed down long enough."""
         if up:
             self.store.rescan()
-        elif self.store.events:
+        elif self.store.count:
             self.node.awake.schedule(self._rescan, now + self.store.takeover_ms() + 1)
 
     def seen(self, ctime: int, now: int) -> None:
@@ -138,6 +136,8 @@ class Groups:
         """One of the groups' timers is due (Node.tick)."""
         if isinstance(t, Lease):
             self.leases.ended(t, now)
+        elif isinstance(t, Expiry):
+            self.store.expire_queue(t.queue, now)
         elif isinstance(t, Event):
             if t.stage == ADDING or t.id in self.repl.adding:
                 self.node.repl.tick(t, now)  # waiting for its copies
@@ -189,21 +189,22 @@ class Groups:
         names: dict[bytes, None] = dict.fromkeys(q.cursors)
         for w in q.waiters:
             names[w.group] = None
-        for e in q.order:
-            if e.stage != GONE:
-                for g in e.claims:
-                    names[g] = None
+        for e in q.thawed.values():
+            for g in e.claims:
+                names[g] = None
+        for g in q.claims:
+            if g not in names and self.store.claimed(q, g):
+                names[g] = None
         return sorted(names)
 
     def stats(self, q: EQueue, groups: list[bytes], now: int) -> dict[bytes, GroupStats]:
         out = {g: GroupStats() for g in groups}
-        for e in q.order:
-            if e.stage != HELD:
-                continue
-            claims = e.claims
+        store = self.store
+        for pos in store.positions(q):
+            ctime = store.ctime_at(q, pos)
             for g, st in out.items():
                 st.total += 1
-                s = effective(claims.get(g), now)
+                s = effective(store.claim_at(q, pos, g), now)
                 if s == DONE:
                     st.done += 1
                     continue
@@ -216,7 +217,7 @@ class Groups:
                     continue
                 else:
                     st.available += 1
-                ms = e.ctime // 1_000_000
+                ms = ctime // 1_000_000
                 if not st.oldest or ms < st.oldest:
                     st.oldest = ms
         for w in q.waiters:
@@ -242,10 +243,8 @@ class Groups:
 
     def info(self) -> list[tuple[str, object]]:
         store = self.store
-        leases = sum(1 for e in store.events.values() for c in e.claims.values()
-                     if c & STATE_MASK == LEASED)
         return [
-            ("events", len(store.events)),
+            ("events", store.count),
             ("event_queues", len(store.queues)),
             ("events_added", self.repl.added),
             ("events_delivered", self.leases.delivered),
@@ -254,7 +253,7 @@ class Groups:
             ("events_dead_lettered", self.dead.dead),
             ("events_expired", store.expired),
             ("events_repaired", self.repl.repairs),
-            ("event_leases", leases),
+            ("event_leases", store.leased_count()),
             ("qnotify_clients", len(self.notify.waiters)),
             ("event_syncs", self.sync.syncs),
             ("event_sync_waiting", len(self.sync.waiting)),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ...codec import resp
 from .. import messages as M
-from .model import DONE, LEASED, AckWait, Event, claim_deadline, claim_deliveries, effective, pack
+from .model import DONE, LEASED, AckWait, EQueue, claim_deadline, claim_deliveries, effective, pack
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -27,21 +27,24 @@ class EventAcks:
         self.node = g.node
         self.acked = 0
 
-    def decide(self, e: Event, group: bytes, extend_ms: int, now: int) -> int:
-        """As the authority: acknowledge ``group``'s live lease on ``e`` (extend_ms 0),
-        or extend it to ``extend_ms`` from now (never shortened). 1 done, 0 no live
-        lease (ran out, acked, never leased)."""
-        c = e.claims.get(group)
+    def decide(self, q: EQueue, pos: int, eid: bytes, group: bytes, extend_ms: int,
+               now: int) -> int:
+        """As the authority: acknowledge ``group``'s live lease on the event ``eid``
+        (at ``pos`` of ``q``; extend_ms 0), or extend it to ``extend_ms`` from now
+        (never shortened). 1 done, 0 no live lease (ran out, acked, never leased)."""
+        store = self.g.store
+        c = store.claim_at(q, pos, group)
         if c is None or effective(c, now) != LEASED:
             return 0
         if extend_ms:
             deadline = max(claim_deadline(c), now + extend_ms)
-            e.claims[group] = pack(LEASED, claim_deliveries(c), deadline)
-            self.g.leases.timer(e.id, group, deadline)
+            c = pack(LEASED, claim_deliveries(c), deadline)
+            self.g.leases.timer(eid, group, deadline)
         else:
-            e.claims[group] = pack(DONE, claim_deliveries(c), 0)
+            c = pack(DONE, claim_deliveries(c), 0)
             self.acked += 1
-        self.g.repl.replicate_claim(e, group)
+        store.put_claim(q, pos, group, c)
+        self.g.repl.replicate_claim(q, pos, eid, group, c)
         return 1
 
     def qack(self, client: Client, qname: bytes, group: bytes, eids: list[bytes],
@@ -85,7 +88,7 @@ class EventAcks:
         to ask of each peer."""
         g = self.g
         store = g.store
-        events = store.events
+        locate = store.locate
         myid = self.node.myid
         peers = self.node.members.peers
         granted_by = g.leases.granted_by
@@ -97,14 +100,14 @@ class EventAcks:
             if flushed and store.flushed_lease(eid, group, extend_ms, now):
                 count += 1
                 continue
-            e = events.get(eid)
+            q, pos = locate(eid)
             targets: list[str]
-            if e is not None:
-                if e.queue != qname:
+            if q is not None:
+                if q.name != qname:
                     continue
-                a = store.authority(e)
+                a = store.authority_of(store.holders_at(q, pos))
                 if a == myid:
-                    count += self.decide(e, group, extend_ms, now)
+                    count += self.decide(q, pos, eid, group, extend_ms, now)
                     continue
                 targets = [a]
             elif eid in granted_by:
@@ -124,9 +127,10 @@ class EventAcks:
         store = self.g.store
         if store.flushed_lease(eid, group, extend_ms, now):
             return 1
-        e = store.events.get(eid)
-        if e is not None and e.queue == qname and store.mine(e):
-            return self.decide(e, group, extend_ms, now)
+        q, pos = store.locate(eid)
+        if q is not None and q.name == qname and store.authority_of(
+                store.holders_at(q, pos)) == self.node.myid:
+            return self.decide(q, pos, eid, group, extend_ms, now)
         return 2
 
     def on_evack(self, p: Peer, fields: M.Fields, now: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .model import DEAD, GONE, REDO, STATE_MASK, Event, claim_deadline, claim_deliveries, pack
+from .model import DEAD, REDO, STATE_MASK, EQueue, Event, claim_deadline, claim_deliveries, pack
 
 if TYPE_CHECKING:
     from . import Groups
@@ -20,16 +20,17 @@ class DeadLetters:
         self.node = g.node
         self.dead = 0
 
-    def exhausted(self, e: Event, group: bytes, old: int | None, deliv: int, maxdeliv: int,
-                  now: int) -> bool:
-        """Before a lease of ``e`` to ``group`` (its ``deliv``-th delivery): past the
-        group's ``maxdeliv`` (0: no limit) it becomes a dead letter instead (True), on
-        every holder."""
+    def exhausted(self, q: EQueue, pos: int, eid: bytes, group: bytes, old: int | None,
+                  deliv: int, maxdeliv: int, now: int) -> bool:
+        """Before a lease of the event ``eid`` (at ``pos`` of ``q``) to ``group`` (its
+        ``deliv``-th delivery): past the group's ``maxdeliv`` (0: no limit) it becomes
+        a dead letter instead (True), on every holder."""
         if not maxdeliv or deliv <= maxdeliv or old is None:
             return False
-        e.claims[group] = pack(DEAD, deliv - 1, now)
+        c = pack(DEAD, deliv - 1, now)
+        self.g.store.put_claim(q, pos, group, c)
         self.dead += 1
-        self.g.repl.replicate_claim(e, group)
+        self.g.repl.replicate_claim(q, pos, eid, group, c)
         return True
 
     def letters(self, qname: bytes, group: bytes) -> list[tuple[Event, int]]:
@@ -39,10 +40,11 @@ class DeadLetters:
         out: list[tuple[Event, int]] = []
         if q is None:
             return out
-        for e in q.order:
-            c = e.claims.get(group)
-            if c is not None and c & STATE_MASK == DEAD and e.stage != GONE:
-                out.append((e, claim_deliveries(c)))
+        store = self.g.store
+        for pos in store.positions(q):
+            c = store.claim_at(q, pos, group)
+            if c is not None and c & STATE_MASK == DEAD:
+                out.append((store.view_at(q, pos), claim_deliveries(c)))
         return out
 
     def requeue(self, qname: bytes, group: bytes, ids: list[bytes], now: int) -> int:
@@ -51,15 +53,17 @@ class DeadLetters:
         g = self.g
         n = 0
         q = g.store.queues.get(qname)
+        store = g.store
         for eid in ids:
-            e = g.store.events.get(eid)
-            if e is None or q is None or e.queue != qname:
+            lq, pos = store.locate(eid)
+            if lq is None or q is None or lq is not q:
                 continue
-            c = e.claims.get(group)
+            c = store.claim_at(q, pos, group)
             if c is None or c & STATE_MASK != DEAD:
                 continue
-            e.claims[group] = pack(REDO, 0, max(now, claim_deadline(c) + 1))
-            g.repl.replicate_claim(e, group)
+            c = pack(REDO, 0, max(now, claim_deadline(c) + 1))
+            store.put_claim(q, pos, group, c)
+            g.repl.replicate_claim(q, pos, eid, group, c)
             cur = q.cursors.get(group)
             if cur is not None:
                 cur.redo.append(eid)

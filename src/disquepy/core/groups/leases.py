@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING
 from ...codec import resp
 from .. import messages as M
 from .model import (
-    CLAIM_OVERHEAD,
     DONE,
     LEASED,
     REDO,
     STATE_MASK,
-    Event,
     Lease,
     PullWait,
     claim_deadline,
@@ -53,9 +51,9 @@ class Leases:
 
     # ---------------------------------------------------------------- leasing
     def lease_local(self, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
-                    now: int) -> tuple[Event, int] | None:
+                    now: int) -> tuple[bytes, bytes, int] | None:
         """Lease the next event of ``qname`` this node decides for to ``group``:
-        (event, deliveries) or None. ``lease_ms`` 0 acknowledges it at once. An event
+        (ID, body, deliveries) or None. ``lease_ms`` 0 acknowledges it at once. An event
         delivered ``maxdeliv`` times already (0: no limit) goes to the group's dead
         letters instead."""
         g = self.g
@@ -65,31 +63,30 @@ class Leases:
             return None
         q.atime = now
         for _ in range(SCAN_LIMIT):
-            e = store.find(q, group, now, True)
-            if e is None:
+            pos = store.find(q, group, now, True)
+            if pos < 0:
                 return None
+            eid = store.id_at(q, pos)
             cur = q.cursors[group]
-            if cur.redo and cur.redo[0] == e.id:
+            if cur.redo and cur.redo[0] == eid:
                 cur.redo.popleft()
-            old = e.claims.get(group)
+            old = store.claim_at(q, pos, group)
             deliv = (claim_deliveries(old) if old is not None else 0) + 1
-            if not g.dead.exhausted(e, group, old, deliv, maxdeliv, now):
+            if not g.dead.exhausted(q, pos, eid, group, old, deliv, maxdeliv, now):
                 break
         else:
             return None
         if lease_ms:
             deadline = now + lease_ms
             c = pack(LEASED, deliv, deadline)
-            self.timer(e.id, group, deadline)
+            self.timer(eid, group, deadline)
         else:
             c = pack(DONE, deliv, 0)
             g.acks.acked += 1
-        if old is None:
-            self.node.mem.used += CLAIM_OVERHEAD
-        e.claims[group] = c
+        store.put_claim(q, pos, group, c)
         self.delivered += 1
-        g.repl.replicate_claim(e, group)
-        return e, deliv
+        g.repl.replicate_claim(q, pos, eid, group, c)
+        return eid, store.body_at(q, pos), deliv
 
     def qget(self, client: Client, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
              counters: bool, now: int, count: int = 0) -> bytes | None:
@@ -105,7 +102,7 @@ class Leases:
                     got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
                     if got is None:
                         break
-                    out.append(event_reply(got[0].id, got[0].body, got[1], counters))
+                    out.append(event_reply(got[0], got[1], got[2], counters))
             finally:
                 if held:
                     self.g.log.write_claims()
@@ -114,7 +111,7 @@ class Leases:
         else:
             got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
             if got is not None:
-                return event_reply(got[0].id, got[0].body, got[1], counters)
+                return event_reply(got[0], got[1], got[2], counters)
         targets, hint = self._pull_targets(qname, group, now)
         if not targets:
             return resp.EMPTY_ARRAY if count else resp.null_array(client.proto)
@@ -139,11 +136,11 @@ class Leases:
         store = self.g.store
         q = store.queues.get(qname)
         if q is not None:
-            e = store.find(q, group, now, False)
-            if e is not None:
-                a = store.authority(e)
+            pos = store.find(q, group, now, False)
+            if pos >= 0:
+                a = store.authority_of(store.holders_at(q, pos))
                 if a != node.myid and a in reach:
-                    return [a, *(p for p in reach if p != a)], e.id
+                    return [a, *(p for p in reach if p != a)], store.id_at(q, pos)
         return list(reach), None
 
     def _pull_next(self, w: PullWait, now: int) -> None:
@@ -165,7 +162,7 @@ class Leases:
         req, qname, group, lease, maxdeliv = fields
         got = self.lease_local(qname, self.g.store.intern(group), lease, maxdeliv, now)
         self.node.send([p.id], M.EVGRANT, req,
-                       None if got is None else [got[0].id, got[0].body, got[1]])
+                       None if got is None else list(got))
 
     def on_evgrant(self, p: Peer, fields: M.Fields, now: int) -> None:
         req, grant = fields
@@ -201,20 +198,19 @@ class Leases:
         store = g.store
         if store.flushed.get((eid, group)) == deadline:
             del store.flushed[(eid, group)]  # a lease held across a QFLUSH ended
-        e = store.events.get(eid)
-        if e is None:
+        q, pos = store.locate(eid)
+        if q is None:
             return
-        c = e.claims.get(group)
+        c = store.claim_at(q, pos, group)
         if c is None or c & STATE_MASK != LEASED or claim_deadline(c) != deadline:
             return
-        q = store.queues.get(e.queue)
-        if store.mine(e):
+        if store.authority_of(store.holders_at(q, pos)) == self.node.myid:
             self.redone += 1
-            e.claims[group] = pack(REDO, claim_deliveries(c), deadline)
-            g.repl.replicate_claim(e, group)
-        if q is not None:
-            cur = q.cursors.get(group)
-            if cur is not None:
-                cur.redo.append(eid)
-            g.notify.wake(q, group, now)
-            g.notify.tell_watchers(q, group)
+            c = pack(REDO, claim_deliveries(c), deadline)
+            store.put_claim(q, pos, group, c)
+            g.repl.replicate_claim(q, pos, eid, group, c)
+        cur = q.cursors.get(group)
+        if cur is not None:
+            cur.redo.append(eid)
+        g.notify.wake(q, group, now)
+        g.notify.tell_watchers(q, group)

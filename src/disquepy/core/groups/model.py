@@ -9,7 +9,10 @@ so copies that saw the same changes in any order agree.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+from librt.vecs import vec
+from mypy_extensions import i64, u8
 
 from ..awake import Timer
 from ..record import Record
@@ -18,28 +21,37 @@ if TYPE_CHECKING:
     from ..client import Client
 
 # claim states (the low 2 bits of a claim); no claim at all: never delivered
-DEAD = 0  # delivered the group's MAXDELIVERIES times without an ack: its dead letters
-LEASED = 1
-REDO = 2
-DONE = 3
-AVAILABLE = 4  # (effective() of no claim)
-_RANK = (3, 0, 1, 2)  # merge order at equal deadlines: LEASED < REDO < DEAD
-_STATE_BITS = 2
-_DELIV_BITS = 16
-_DELIV_MAX = (1 << _DELIV_BITS) - 1
-STATE_MASK = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
-DEADLINE_SHIFT = _STATE_BITS + _DELIV_BITS
+DEAD: Final = 0  # delivered the group's MAXDELIVERIES times without an ack: its dead letters
+LEASED: Final = 1
+REDO: Final = 2
+DONE: Final = 3
+AVAILABLE: Final = 4  # (effective() of no claim)
+_RANK: Final = (3, 0, 1, 2)  # merge order at equal deadlines: LEASED < REDO < DEAD
+_STATE_BITS: Final = 2
+_DELIV_BITS: Final = 16
+_DELIV_MAX: Final = (1 << _DELIV_BITS) - 1
+STATE_MASK: Final = (1 << _STATE_BITS) - 1  # a claim's state: DEAD, LEASED, REDO or DONE
+DEADLINE_SHIFT: Final = _STATE_BITS + _DELIV_BITS
 
-EVENT_OVERHEAD = 300  # bytes an event costs besides its body (memory accounting)
-CLAIM_OVERHEAD = 40  # bytes a group's claim on an event costs
-DEFAULT_LEASE_MS = 30_000
-MAX_EXPIRE_MS = 10 * 365 * 86_400_000  # ten years
-MAX_DELIVERIES = _DELIV_MAX
+# memory accounting (store.py), measured (bench/events_memory.py: RSS and tracemalloc
+# per event, compiled core, 16-byte bodies): a held event packed in its queue's columns
+# costs PACKED_OVERHEAD + its body + CLAIM_PACKED per group claim (a byte per group and
+# position), CLAIM_SIDE more for a claim in the side table (leased, redone, dead); one
+# kept as an Event object (an IDEMPOTENT key...) costs THAWED_OVERHEAD + its body (a
+# second copy) + its key + (CLAIM_OVERHEAD - CLAIM_PACKED) per claim more
+PACKED_OVERHEAD: Final = 64
+CLAIM_PACKED: Final = 1
+CLAIM_SIDE: Final = 270  # more for a claim a byte cannot say (LEASED: its lease timer too)
+THAWED_OVERHEAD: Final = 480
+CLAIM_OVERHEAD: Final = 200  # a group's claim on a thawed event in all (its lease timer too)
+DEFAULT_LEASE_MS: Final = 30_000
+MAX_EXPIRE_MS: Final = 10 * 365 * 86_400_000  # ten years
+MAX_DELIVERIES: Final = _DELIV_MAX
 
 # an event's stage on this node
-ADDING = 0  # created here, waiting for its copies (replication.py): not leased yet
-HELD = 1  # held (its expiry timer runs)
-GONE = 2  # expired, flushed, or dropped
+ADDING: Final = 0  # created here, waiting for its copies (replication.py): not leased yet
+HELD: Final = 1  # held (its expiry timer runs)
+GONE: Final = 2  # expired, flushed, or dropped
 
 
 def pack(state: int, deliveries: int, deadline: int) -> int:
@@ -92,9 +104,13 @@ class Event(Record):
     copy (its *holders*, the creator first: the order decides who leases it, see
     store.authority), and while it is ADDING the replication's ``repl`` and
     ``confirmed``. Its timer (``awake``): the replication's retry while ADDING, then
-    its expiry."""
+    its expiry (by its queue once held: store.py).
 
-    __slots__ = ("queue", "body", "etime", "claims", "stage", "key")
+    Once held, an event lives *packed* in its queue's columns (store.py); an Event
+    object exists only while it is ADDING, or for good for the few events a column
+    cannot say (``pos``: its position in its queue), see store.py."""
+
+    __slots__ = ("queue", "body", "etime", "claims", "stage", "key", "pos")
 
     def __init__(self, eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
                  holders: tuple[str, ...]) -> None:
@@ -110,14 +126,10 @@ class Event(Record):
         self.claims: dict[bytes, int] = {}  # group -> packed claim
         self.stage = ADDING
         self.key: bytes | None = None  # its QADD's IDEMPOTENT key
+        self.pos = -1  # held: its position in its queue (store.py)
 
     def expiry(self) -> int:
         return self.etime
-
-    def cost(self) -> int:
-        """What the event costs in the node's used memory (bytes)."""
-        return (EVENT_OVERHEAD + len(self.body) + CLAIM_OVERHEAD * len(self.claims)
-                + (len(self.key) if self.key is not None else 0))
 
     def __repr__(self) -> str:
         return f"<Event {self.id.decode()} q={self.queue!r}>"
@@ -178,21 +190,49 @@ class Waiter(Timer):
         self.deadline = deadline  # 0: forever
 
 
+class Expiry(Timer):
+    """A queue's one expiry timer: due at the earliest expiry of its events."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self, queue: bytes) -> None:
+        super().__init__(queue, 0)
+        self.queue = queue
+
+
 class EQueue:
-    __slots__ = ("name", "order", "base", "live", "cursors", "waiters", "watchers", "atime")
+    """A queue's events on this node, in arrival order, packed in columns (one entry per
+    *position*; positions only grow, but for a compaction: store.py). Column index k is
+    position ``cbase + k``; ``base`` is the first position that may be live."""
+
+    __slots__ = ("name", "qid", "base", "cbase", "live", "ctimes", "etimes", "meta",
+                 "bodies", "arena", "abase", "claims", "side", "thawed", "expmin", "expiry",
+                 "cursors", "waiters", "watchers", "atime")
 
     def __init__(self, name: bytes, now: int) -> None:
         self.name = name
-        self.order: list[Event] = []  # arrival order here; gone events until compacted
-        self.base = 0  # absolute index of order[0]
+        self.qid = -1  # its number in the store's ID index (-1: not registered)
+        self.base: i64 = 0
+        self.cbase: i64 = 0  # a multiple of store.CHUNK
         self.live = 0
+        self.ctimes: vec[i64] = vec[i64]()  # the ID's time part (ns)
+        self.etimes: vec[i64] = vec[i64]()  # expiry (ms)
+        self.meta: vec[i64] = vec[i64]()  # creator << 26 | holders' index << 2 | flags
+        self.bodies: vec[i64] = vec[i64]()  # arena offset << 24 | length
+        self.arena = bytearray()  # the bodies, in arrival order
+        self.abase = 0  # arena offset of arena[0]
+        self.claims: dict[bytes, vec[u8]] = {}  # group -> claim byte per position
+        self.side: dict[bytes, dict[int, int]] = {}  # group -> position -> claim (byte SIDE)
+        self.thawed: dict[int, Event] = {}  # position -> the Event kept as an object
+        self.expmin: vec[i64] = vec[i64]()  # per chunk of positions: <= its live expiries
+        self.expiry = Expiry(name)
         self.cursors: dict[bytes, Cursor] = {}
         self.waiters: list[Waiter] = []
         self.watchers: dict[str, tuple[bytes, int]] = {}  # peer -> (group, until ms)
         self.atime = now
 
     def end(self) -> int:
-        return self.base + len(self.order)
+        return self.cbase + len(self.meta)
 
 
 class Request(Timer):

@@ -149,7 +149,7 @@ class Notify:
                 if wuntil <= now or pid not in peers:
                     del q.watchers[pid]
             if not q.live and not q.waiters and not q.watchers:
-                del queues[q.name]
+                self.g.store.drop_queue(q)
 
     def reply_all(self) -> None:
         """Every waiting client gets nil (DEBUG FLUSHALL)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .. import aofrecords as records
 from ..eventcodec import EventFields, event_fields
 from .model import LEASED, STATE_MASK, Event, claim_deadline, merge
-from .store import TOMBSTONE_MS
+from .store import TOMBSTONE_MS, IdList
 
 if TYPE_CHECKING:
     from . import Groups
@@ -39,10 +39,10 @@ class EventLog:
             self.node.aof.out.append(records.encode_event_record(records.EVENT,
                                                                  event_fields(e)))
 
-    def claim(self, e: Event, group: bytes) -> None:
-        """``group``'s claim on ``e`` changed here."""
+    def claim(self, eid: bytes, group: bytes, claim: int) -> None:
+        """``group``'s claim on the event ``eid`` changed here to ``claim``."""
         if self.node.aof.on:
-            change: list[object] = [e.id, group, e.claims[group]]
+            change: list[object] = [eid, group, claim]
             if self._claims is not None:
                 self._claims.append(change)
             else:
@@ -82,14 +82,17 @@ class EventLog:
                                                                  [qname, ctime]))
 
     # --- a rewrite ------------------------------------------------------------------
-    def snapshot_list(self) -> list[Event]:
-        """The events a rewrite will write, a slice at a time (8 bytes each)."""
-        return list(self.g.store.events.values())
+    def snapshot_list(self) -> IdList:
+        """The IDs of the events a rewrite will write, a slice at a time (25 bytes
+        each)."""
+        return self.g.store.snapshot()
 
-    def snapshot(self, e: Event) -> bytes | None:
-        """A rewrite's record for ``e``, or None if it is no longer held (dropped or
-        expired since the snapshot was listed: the running log has said so)."""
-        if self.g.store.events.get(e.id) is not e:
+    def snapshot(self, eid: bytes) -> bytes | None:
+        """A rewrite's record for the event ``eid``, or None if it is no longer held
+        (dropped or expired since the snapshot was listed: the running log has said
+        so)."""
+        e = self.g.store.peek(eid)
+        if e is None:
             return None
         return records.encode_event_record(records.EVENT, event_fields(e))
 
@@ -142,7 +145,7 @@ class EventLog:
         n = 0
         myid = self.node.myid
         for f, claims in events.values():
-            if f.etime <= now or f.id in store.events:
+            if f.etime <= now or store.has(f.id):
                 continue
             hs = f.holders if myid in f.holders else (*f.holders, myid)
             e = Event(f.id, store.intern(f.queue), f.body, f.ctime, f.etime,

@@ -18,7 +18,7 @@ from ..errors import ReplyError
 from ..eventcodec import event_fields
 from ..ids import event_id
 from ..replication import COPIES_UP_TO
-from .model import ADDING, HELD, LEASED, STATE_MASK, Event, claim_deadline, merge
+from .model import ADDING, LEASED, STATE_MASK, EQueue, Event, claim_deadline, merge
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -102,13 +102,11 @@ class EventReplication:
         self.adding.pop(e.id, None)
         e.confirmed = ()  # (matters while replicating only, as for jobs)
         if e.stage == ADDING:
-            if e.etime > now and e.id not in self.g.store.events:
+            if e.etime > now and not self.g.store.has(e.id):
                 self.g.store.put(e, now)
                 self.g.notify.arrived(e, now)
             else:
                 self.g.store.remove(e)
-        elif e.stage == HELD:  # (a retry made the copies: its timer is its expiry again)
-            self.node.awake.schedule(e, e.etime)
         if client is not None and not client.closed:
             self.node.outbox.append((client, resp.bulk(e.id)))
 
@@ -124,8 +122,6 @@ class EventReplication:
             if e.stage == ADDING:
                 self.g.store.put(e, now)
                 self.g.notify.arrived(e, now)
-            elif e.stage == HELD:
-                self.node.awake.schedule(e, e.etime)
             return
         self.g.store.remove(e)
         myid = self.node.myid
@@ -145,19 +141,24 @@ class EventReplication:
             eid = f.id
             g.seen(f.ctime, now)
             got.append(eid)
-            known = store.events.get(eid)
-            stored = known is not None
-            if known is None:
-                known = self.adding.get(eid)  # ours, a copy sent back before confirmed
+            q, pos = store.locate(eid)
+            if q is not None:
+                store.set_holders(q, pos, store.holders(tuple(dict.fromkeys(
+                    [*store.holders_at(q, pos), *f.holders]))))
+                theirs = {store.intern(gr): c for gr, c in f.claims}
+                for gr, c in theirs.items():
+                    store.set_claim(q, pos, gr, c, now)
+                for gr, c in store.claims_at(q, pos).items():
+                    if theirs.get(gr) != c:
+                        node.send_item([p.id], M.EVSTATE, [eid, gr, c])
+                continue
+            known = self.adding.get(eid)  # ours, a copy sent back before confirmed
             if known is not None:
                 known.delivered = store.holders(tuple(dict.fromkeys(
                     [*known.delivered, *f.holders])))
                 theirs = {store.intern(gr): c for gr, c in f.claims}
                 for gr, c in theirs.items():
-                    if stored:
-                        store.set_claim(known, gr, c, now)
-                    else:
-                        known.claims[gr] = merge(known.claims.get(gr), c)
+                    known.claims[gr] = merge(known.claims.get(gr), c)
                 for gr, c in known.claims.items():
                     if theirs.get(gr) != c:
                         node.send_item([p.id], M.EVSTATE, [eid, gr, c])
@@ -187,7 +188,7 @@ class EventReplication:
         g.notify.arrived(e, now)
 
     def on_evdel(self, p: Peer, fields: M.Fields, now: int) -> None:
-        e = self.g.store.events.get(fields[0])
+        e = self.g.store.peek(fields[0])
         if e is not None:
             self.g.store.remove(e)
             self.g.log.dropped(e.id)
@@ -196,32 +197,33 @@ class EventReplication:
         """``nid`` decides for an event we know is available, yet leased us nothing: it
         may have lost its copy (a restart: events live in memory). Send it ours, with
         the claims we know; a node that holds it merges them (a join: no harm)."""
-        e = self.g.store.events.get(eid)
+        e = self.g.store.peek(eid)
         if e is not None and self.g.store.authority(e) == nid:
             self.repairs += 1
             self.node.send([nid], M.EVADD, event_fields(e))
 
     # ----------------------------------------------------------------- claims
-    def replicate_claim(self, e: Event, group: bytes) -> None:
-        """``group``'s claim on ``e`` changed here: in the AOF, and every other holder
-        merges it."""
-        self.g.log.claim(e, group)
+    def replicate_claim(self, q: EQueue, pos: int, eid: bytes, group: bytes,
+                        claim: int) -> None:
+        """``group``'s claim on the event ``eid`` (at ``pos`` of ``q``) changed here to
+        ``claim``: in the AOF, and every other holder merges it."""
+        self.g.log.claim(eid, group, claim)
         myid = self.node.myid
-        hs = e.delivered
+        hs = self.g.store.holders_at(q, pos)
         if len(hs) == 1 and hs[0] == myid:
             return  # (held here alone)
         dsts = sorted(h for h in hs if h != myid)
         if dsts:
-            self.node.send_item(dsts, M.EVSTATE, [e.id, group, e.claims[group]])
+            self.node.send_item(dsts, M.EVSTATE, [eid, group, claim])
 
     def on_evstate(self, p: Peer, fields: M.Fields, now: int) -> None:
         store = self.g.store
         held = len(fields) > 1 and self.g.log.hold_claims()  # (their AOF records: one)
         try:
             for eid, group, claim in fields:
-                e = store.events.get(eid)
-                if e is not None:
-                    store.set_claim(e, store.intern(group), claim, now)
+                q, pos = store.locate(eid)
+                if q is not None:
+                    store.set_claim(q, pos, store.intern(group), claim, now)
         finally:
             if held:
                 self.g.log.write_claims()

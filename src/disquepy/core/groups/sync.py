@@ -25,11 +25,11 @@ from .. import messages as M
 from ..awake import Timer
 from ..eventcodec import event_fields
 from ..membership import P_FAIL
+from .store import IdList
 
 if TYPE_CHECKING:
     from ..membership import Peer
     from . import Groups
-    from .model import Event
 
 SYNC_WAIT_MS = 10_000  # at least; 2 node timeouts if longer
 SYNC_CHUNK = 5000  # events looked at per step of an EVSYNC round (a step per awake tick)
@@ -41,7 +41,7 @@ class SyncOut(Timer):
 
     __slots__ = ("peer", "events", "pos", "want_reply")
 
-    def __init__(self, peer: str, events: list[Event], want_reply: bool) -> None:
+    def __init__(self, peer: str, events: IdList, want_reply: bool) -> None:
         super().__init__(b"", 0)
         self.peer = peer
         self.events = events
@@ -63,12 +63,13 @@ class Sync:
         self.waiting = set(self.node.members.known_peers())
         self.until = now + max(SYNC_WAIT_MS, 2 * self.node.config.cluster_node_timeout)
 
-    def blocks(self, e: Event) -> bool:
-        """Whether this node must not lease ``e`` yet (see the module doc)."""
+    def blocks(self, holders: tuple[str, ...]) -> bool:
+        """Whether this node must not lease an event held by ``holders`` yet (see the
+        module doc)."""
         w = self.waiting
         if not w:
             return False
-        return any(h in w for h in e.delivered)
+        return any(h in w for h in holders)
 
     def _heard(self, pid: str) -> None:
         if pid in self.waiting:
@@ -99,7 +100,7 @@ class Sync:
         if old is not None:
             self.node.awake.cancel(old)
         self.syncs += 1
-        out = SyncOut(pid, list(self.g.store.events.values()), want_reply)
+        out = SyncOut(pid, self.g.store.snapshot(), want_reply)
         self.out[pid] = out
         self.step(out, now)
 
@@ -111,9 +112,10 @@ class Sync:
         dsts = [out.peer]
         events = out.events
         end = min(out.pos + SYNC_CHUNK, len(events))
-        held = self.g.store.events
-        for e in events[out.pos:end]:
-            if out.peer in e.delivered and held.get(e.id) is e:
+        store = self.g.store
+        for eid in events[out.pos:end]:
+            e = store.peek(eid)
+            if e is not None and out.peer in e.delivered:
                 node.send_item(dsts, M.EVSYNC, [e.id, [[g, c] for g, c in e.claims.items()]])
         out.pos = end
         if end < len(events):
@@ -129,8 +131,8 @@ class Sync:
         dsts = [p.id]
         need: list[bytes] = []
         for eid, claims in fields:  # checked by messages.parse
-            e = store.events.get(eid)
-            if e is None:
+            q, pos = store.locate(eid)
+            if q is None:
                 if eid not in self.g.repl.adding:
                     need.append(eid)
                 continue
@@ -138,8 +140,8 @@ class Sync:
             for gr, c in claims:
                 gr = store.intern(gr)
                 theirs[gr] = c
-                store.set_claim(e, gr, c, now)
-            for gr, c in e.claims.items():
+                store.set_claim(q, pos, gr, c, now)
+            for gr, c in store.claims_at(q, pos).items():
                 if theirs.get(gr) != c:
                     node.send_item(dsts, M.EVSTATE, [eid, gr, c])
         if need:
@@ -154,7 +156,7 @@ class Sync:
         """The peer lacks copies of these events we hold: sent (a read repair)."""
         store = self.g.store
         for eid in fields:
-            e = store.events.get(eid)
+            e = store.peek(eid)
             if e is not None:
                 self.g.repl.repairs += 1
                 self.node.send_item([p.id], M.EVADD, event_fields(e), len(e.body))
