@@ -148,3 +148,25 @@ def test_the_memory_bench_measures_a_packed_store():
     assert len(rows) == 3, out  # no group, 2 groups done, 10 groups done
     for traced, used in ((float(a), float(b)) for a, b in rows):
         assert 40 < traced < 120 and abs(used - traced) <= 0.2 * traced, out
+
+
+def test_the_id_index_hash_spreads_runs_of_creation_times():
+    """Creation times come in runs (consecutive ns in a ms, ms apart). The index is
+    linear probing, so its hash must scatter runs as a random one would: inserting
+    100,000 such times into 2**17 slots (the table's load at its largest, 0.76)
+    takes ~2.6 probes an insert on average, as random homes do; a fold of their bits
+    took 68 at 100 QADDs a ms (and made QACK's lookups most of its CPU)."""
+    from disquepy.core.groups.store import _hash
+
+    mask = (1 << 17) - 1
+    for per_ms in (1000, 100, 10):
+        table = bytearray(mask + 1)
+        probes = 0
+        for i in range(100_000):
+            j = _hash((1_000_000 + i // per_ms) * 1_000_000 + i % per_ms) & mask
+            probes += 1
+            while table[j]:
+                j = (j + 1) & mask
+                probes += 1
+            table[j] = 1
+        assert probes / 100_000 < 4, (per_ms, probes / 100_000)
