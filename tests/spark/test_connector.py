@@ -194,9 +194,11 @@ def test_same_partition_written_twice_with_the_same_keys_enqueues_once(single):
     before = connections()
     node, n1 = write_partition(writer.nodes, writer.spec, prefix, 4, [batch])
     assert (node.id, n1) == (single.ids[0], 300)
-    # the rows went out over 5 connections at once: one alone moves one replicated
-    # job per round trip
-    assert connections() - before == 5
+    # the rows went out over several connections at once (one alone moves one
+    # replicated job per round trip), at most the 5 asked for: a thread whose slice
+    # is done before another starts hands its connection on, so a fast node may see
+    # fewer than 5
+    assert 2 <= connections() - before <= 5
     # the retry fails half-way in the first attempt's shoes: write a prefix again...
     _, n2 = write_partition(writer.nodes, writer.spec, prefix, 4, [batch.slice(0, 150)])
     # ...and the whole partition again

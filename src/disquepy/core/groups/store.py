@@ -5,17 +5,17 @@ that finds the next event available to a group (with who decides for it: the
 
 **Packed.** A node may hold millions of events, most of them settled: every group
 either never touched one or is done with it. One Python object per event cost 300+
-bytes (a Redis Stream entry: ~40), so a held event lives in its queue's columns instead (``librt.vecs`` typed
-arrays, which mypyc compiles to plain C loads and stores; the same code runs
-interpreted), by *position* (arrival order here): the ID's time part (``ctimes``; the
+bytes (a Redis Stream entry: ~40), so a held event lives in its queue's columns
+instead (``librt.vecs`` typed arrays, which mypyc compiles to plain C loads and
+stores; the same code runs interpreted), by *position* (arrival order here): the ID's time part (``ctimes``; the
 ID is ``<time 16 hex>-<creator 8 hex>``, rebuilt from it and the creator kept in
 ``meta``), the expiry, ``meta`` (creator, an index into the store's table of shared
 holder tuples, flags GONE and THAWED), the body's place in the queue's ``arena`` (one
 bytearray, bodies in arrival order, cut at the front as the head expires), and per
 group a claim byte (0: no claim; d + 1: DONE after d deliveries; SIDE: the claim is
 in the queue's ``side`` table, an int by position, for the claims a byte cannot say:
-LEASED, REDO, DEAD, while they last). About 40 bytes an event plus its body, one byte
-per group done with it.
+LEASED, REDO, DEAD, while they last). About 50-65 bytes an event besides its body
+(RSS, bench/events_memory.py), one byte per group done with it.
 
 Callers name an event by its queue and position (:meth:`EventStore.locate`) and read
 and change its claims through :meth:`claim_at` and :meth:`set_claim`; :meth:`peek`
