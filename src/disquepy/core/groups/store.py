@@ -46,6 +46,7 @@ from librt.vecs import append as vappend
 from librt.vecs import extend, vec
 from mypy_extensions import i64, u8
 
+from ..ids import event_id
 from ..membership import P_FAIL, P_PFAIL
 from .model import (
     AVAILABLE,
@@ -173,6 +174,7 @@ class EventStore:
         self._mask: i64 = _TABLE_MIN - 1
         self._hlist: list[tuple[str, ...]] = []  # holder tuples, by index
         self._hidx: dict[tuple[str, ...], int] = {}
+        self._suffixes: dict[int, bytes] = {}  # creator -> its IDs' "-xxxxxxxx" part
 
     # ------------------------------------------------------------------ names
     def intern(self, name: bytes) -> bytes:
@@ -320,7 +322,17 @@ class EventStore:
 
     def id_at(self, q: EQueue, pos: int) -> bytes:
         k = pos - q.cbase
-        return b"%016x-%08x" % (q.ctimes[k], q.meta[k] >> _C_SHIFT)
+        return event_id(q.ctimes[k], self._suffix(q.meta[k] >> _C_SHIFT))
+
+    def _suffix(self, creator: int) -> bytes:
+        """The node part of a creator's event IDs (ids.event_id's ``suffix``), made once
+        per creator: a QGET rebuilds an ID per event it leases."""
+        sx = self._suffixes.get(creator)
+        if sx is None:
+            if len(self._suffixes) >= 4096:  # (creators are the cluster's nodes)
+                self._suffixes.clear()
+            sx = self._suffixes[creator] = b"-%08x" % creator
+        return sx
 
     def holders_at(self, q: EQueue, pos: int) -> tuple[str, ...]:
         e = q.thawed.get(pos)
@@ -333,7 +345,7 @@ class EventStore:
         k = pos - q.cbase
         m = q.meta[k]
         t = q.ctimes[k]
-        e = Event(b"%016x-%08x" % (t, m >> _C_SHIFT), q.name, self.body_at(q, pos), t,
+        e = Event(event_id(t, self._suffix(m >> _C_SHIFT)), q.name, self.body_at(q, pos), t,
                   q.etimes[k], self._hlist[(m >> _H_SHIFT) & _H_MASK])
         e.stage = HELD
         e.confirmed = ()
