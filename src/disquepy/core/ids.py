@@ -6,10 +6,10 @@ A job ID is exactly 40 bytes::
 
 ``D-``, the first 8 hex digits of the creating node's ID, ``-``, 24 characters of
 standard base64 of 144 bits of SHAKE-128(seed || block counter) (one call makes the
-random parts of 64 IDs: a hash call per ID was a quarter of ADDJOB's CPU), ``-``,
-and the TTL in
-minutes as 4 hex digits: even for at-most-once jobs (RETRY 0), odd otherwise, so a
-node that holds no copy can still tell the job's delivery guarantee and expiry.
+random parts of 64 IDs: a hash call per ID was a quarter of ADDJOB's CPU), ``-``, and
+the TTL in minutes as 4 hex digits: even for at-most-once jobs (RETRY 0), odd
+otherwise, so a node that holds no copy can still tell the job's delivery guarantee
+and expiry.
 
 IDs are kept as ``bytes`` end to end: they arrive as bytes from the protocol parser,
 key the job registry and go out in replies without being decoded.
