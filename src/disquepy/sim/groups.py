@@ -535,14 +535,18 @@ class GroupSim:
         h = p.held
         assert h is not None  # a QACK's or QWORKING's Pending has its event
         a.held = None
-        st = h.rec.groups.get(h.group)
         if value == 1:
             self.stats["event_acks"] += 1
-            if st is not None:
-                if st.acked_at is None:
-                    st.acked_at = self.world.now
-                if st.holder == a.idx:
-                    st.holder = None
+            self._acked(a, h)
+
+    def _acked(self, a: GroupAgent, h: Held) -> None:
+        """The node said ``a``'s lease on ``h`` ended with its ack."""
+        st = h.rec.groups.get(h.group)
+        if st is not None:
+            if st.acked_at is None:
+                st.acked_at = self.world.now
+            if st.holder == a.idx:
+                st.holder = None
 
     def _on_acks(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         hs = p.batch
@@ -557,12 +561,7 @@ class GroupSim:
         if value < n:
             return  # which leases had run out is not told: left to the final check
         for h in hs:
-            st = h.rec.groups.get(h.group)
-            if st is not None:
-                if st.acked_at is None:
-                    st.acked_at = self.world.now
-                if st.holder == a.idx:
-                    st.holder = None
+            self._acked(a, h)
 
     def _on_working(self, a: GroupAgent, p: Pending, value: Reply) -> None:
         h = p.held
