@@ -170,3 +170,47 @@ def test_the_id_index_hash_spreads_runs_of_creation_times():
                 probes += 1
             table[j] = 1
         assert probes / 100_000 < 4, (per_ms, probes / 100_000)
+
+
+def test_a_batch_of_leases_shares_one_timer_and_each_lease_ends_on_its_own():
+    """QGET COUNT's leases end at one time: one timer for them all (core/groups/leases.py),
+    which redoes only those still leased when it fires."""
+    from disquepy.core.groups.model import Lease
+
+    h = Harness()
+    ids = [h("QADD", "q", 3600, f"e{i}") for i in range(40)]
+    timers0 = len(h.node.awake)
+    got = h("QGET", "q", "g", "EX", 2, "COUNT", 30, "WITHCOUNTERS")
+    assert [e[0] for e in got] == ids[:30] and all(e[2] == 1 for e in got)
+    assert len(h.node.awake) == timers0 + 1  # one timer, thirty leases
+    t = h.node.groups.leases._last  # (the timer made last)
+    assert isinstance(t, Lease) and t.eids == ids[:30] and t.awake == t.deadline
+    # another group's batch at the same time: a timer of its own
+    assert len(h("QGET", "q", "g2", "EX", 2, "COUNT", 5)) == 5
+    assert len(h.node.awake) == timers0 + 2
+    # acked, extended, left: only the left ones are redone when the time comes
+    assert h("QACK", "q", "g", *ids[:10]) == 10
+    assert h("QWORKING", "q", "g", *ids[10:20], "EX", 10) == 10
+    h.advance(2100)
+    again = h("QGET", "q", "g", "COUNT", 100, "WITHCOUNTERS")
+    assert [e[0] for e in again] == ids[20:30] + ids[30:]  # the redone first, then new
+    assert [e[2] for e in again] == [2] * 10 + [1] * 10
+    assert h("QACK", "q", "g", *ids[10:20]) == 10  # the extended ones still leased
+    assert len(h("QGET", "q", "g2", "COUNT", 100)) == 40  # g2's five were redone too
+
+
+def test_acks_in_lease_order_skip_the_index_and_find_only_their_own_queue():
+    h = Harness()
+    a = [h("QADD", "qa", 3600, f"a{i}") for i in range(20)]
+    b = [h("QADD", "qb", 3600, f"b{i}") for i in range(20)]
+    assert len(h("QGET", "qa", "g", "COUNT", 20)) == 20
+    assert len(h("QGET", "qb", "g", "COUNT", 20)) == 20
+    s = store(h)
+    qa = s.queues[b"qa"]
+    # an ID of another queue, one not held, one acked twice: not counted
+    assert h("QACK", "qa", "g", b[0], a[0], a[0], "0" * 16 + "-" + "0" * 8) == 1
+    assert qa.ack_hint == s.locate(a[0])[1] + 1
+    assert h("QACK", "qa", "g", *a[1:10]) == 9  # in order: the hint finds each
+    assert h("QACK", "qa", "g", *reversed(a[10:])) == 10  # out of order: the index does
+    assert h("QACK", "qb", "g", *b) == 20
+    assert h("QACK", "qa", "g", *a) == 0  # all done already

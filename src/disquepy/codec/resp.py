@@ -771,6 +771,12 @@ _TRUE3 = b"#t\r\n"
 _FALSE3 = b"#f\r\n"
 
 _SMALL_INTS = tuple(b":%d\r\n" % i for i in range(1024))
+LENS: tuple[bytes, ...] = tuple(b"%d" % n for n in range(1024))  # small lengths as text
+
+
+def length_text(n: int) -> bytes:
+    """``n`` in decimal, as a bulk's length is written (a table for small ones)."""
+    return LENS[n] if 0 <= n < 1024 else b"%d" % n
 
 
 @mypyc_attr(native_class=False)  # mypyc compiles no bytes subclass

@@ -181,7 +181,7 @@ def event_id_suffix(node_id: str) -> bytes:
 def event_id(ctime_ns: int, suffix: bytes) -> bytes:
     """``<ctime_ns, 16 hex>-<node, 8 hex>`` (docs/GROUPS.md), ``suffix`` from
     :func:`event_id_suffix`."""
-    return (ctime_ns & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big").hex().encode() + suffix
+    return b"%016x" % (ctime_ns & 0xFFFFFFFFFFFFFFFF) + suffix  # (half to_bytes().hex()'s cost)
 
 
 def is_valid_event_id(eid: object) -> bool:

@@ -36,7 +36,6 @@ _NACKS = b"$5\r\nnacks\r\n"
 _ADELIV = b"$21\r\nadditional-deliveries\r\n"
 
 
-_LENS: tuple[bytes, ...] = tuple(b"%d" % n for n in range(1024))  # small lengths as text
 
 
 def jobs_reply(jobs: list[Job], withcounters: bool) -> bytes:
@@ -59,7 +58,7 @@ def jobs_reply(jobs: list[Job], withcounters: bool) -> bytes:
         body = job.body
         n = len(body)
         w.write(b"\r\n$")
-        w.write(_LENS[n] if n < 1024 else b"%d" % n)
+        w.write(resp.length_text(n))
         w.write(b"\r\n")
         w.write(body)
         w.write(b"\r\n")

@@ -179,6 +179,7 @@ class Groups:
         self.notify.reply_all()
         self.store.clear()
         self.leases.granted_by.clear()
+        self.leases.forget_timers()
         self.repl.adding.clear()
         self.pending.clear()
         self._rescan.awake = 0  # (the node starts a new awake index)

@@ -96,11 +96,12 @@ class EventAcks:
         asked: dict[str, list[bytes]] = {}
         reach: list[str] | None = None
         flushed = store.flushed  # (leases held across a QFLUSH: rare)
+        hq = store.queues.get(qname)
         for eid in dict.fromkeys(eids) if len(eids) > 1 else eids:
             if flushed and store.flushed_lease(eid, group, extend_ms, now):
                 count += 1
                 continue
-            q, pos = locate(eid)
+            q, pos = locate(eid) if hq is None else store.locate_near(hq, eid)
             targets: list[str]
             if q is not None:
                 if q.name != qname:

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from librt.strings import BytesWriter
+
 from ...codec import resp
+from ...codec.resp import length_text
 from .. import messages as M
 from .model import (
     DONE,
     LEASED,
     REDO,
     STATE_MASK,
+    EQueue,
     Lease,
     PullWait,
     claim_deadline,
@@ -34,6 +38,7 @@ AUTOACK_LEASE_MS = 5000  # the lease of a QGET EX 0 served by a peer, until its 
 GRANTED_MAX = 100_000  # remembered "which peer leased this event to us" entries
 SCAN_LIMIT = 10_000  # events one lease looks at, at most (dead letters skipped)
 MAX_COUNT = 10_000  # QGET ... COUNT n: events one QGET leases, at most
+LEASES_PER_TIMER = 1024  # leases that share one timer, at most (its firing's work)
 
 
 class Leases:
@@ -43,29 +48,51 @@ class Leases:
         self.granted_by: dict[bytes, str] = {}  # event -> peer that leased it to us
         self.delivered = 0
         self.redone = 0
+        self._last: Lease | None = None  # the timer made last, while it is scheduled
 
     def timer(self, eid: bytes, group: bytes, deadline: int) -> None:
-        """Wake at ``deadline`` to see whether ``group``'s lease on the event ended."""
-        t = Lease(self.g.next_seq(), eid, group, deadline)
-        self.node.awake.schedule(t, deadline)
+        """Wake at ``deadline`` to see whether ``group``'s lease on the event ended.
+        Leases given together (a QGET COUNT's, an EVCLAIMS's: the same group and
+        deadline, one after the other) share one timer: no object and no entry in the
+        awake index per event."""
+        last = self._last
+        if (last is not None and last.deadline == deadline and last.group is group
+                and last.awake and len(last.eids) < LEASES_PER_TIMER):
+            last.eids.append(eid)
+            return
+        t = self._last = Lease(self.g.next_seq(), eid, group, deadline)
+        self.node.awake.add_new(t, deadline)
+
+    def forget_timers(self) -> None:
+        """The node starts a new awake index (DEBUG FLUSHALL): share no old timer."""
+        self._last = None
 
     # ---------------------------------------------------------------- leasing
     def lease_local(self, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
                     now: int) -> tuple[bytes, bytes, int] | None:
         """Lease the next event of ``qname`` this node decides for to ``group``:
-        (ID, body, deliveries) or None. ``lease_ms`` 0 acknowledges it at once. An event
-        delivered ``maxdeliv`` times already (0: no limit) goes to the group's dead
-        letters instead."""
-        g = self.g
-        store = g.store
-        q = store.queues.get(qname)
+        (ID, body, deliveries) or None (see _lease)."""
+        q = self.g.store.queues.get(qname)
         if q is None:
             return None
         q.atime = now
+        pos, eid, deliv = self._lease(q, group, lease_ms, maxdeliv, now)
+        if pos < 0:
+            return None
+        return eid, self.g.store.body_at(q, pos), deliv
+
+    def _lease(self, q: EQueue, group: bytes, lease_ms: int, maxdeliv: int,
+               now: int) -> tuple[int, bytes, int]:
+        """Lease the next event of ``q`` this node decides for to ``group``: (its
+        position, ID, deliveries), position -1 if none. ``lease_ms`` 0 acknowledges it
+        at once. An event delivered ``maxdeliv`` times already (0: no limit) goes to the
+        group's dead letters instead."""
+        g = self.g
+        store = g.store
         for _ in range(SCAN_LIMIT):
             pos = store.find(q, group, now, True)
             if pos < 0:
-                return None
+                return -1, b"", 0
             eid = store.id_at(q, pos)
             cur = q.cursors[group]
             if cur.redo and cur.redo[0] == eid:
@@ -75,7 +102,7 @@ class Leases:
             if not g.dead.exhausted(q, pos, eid, group, old, deliv, maxdeliv, now):
                 break
         else:
-            return None
+            return -1, b"", 0
         if lease_ms:
             deadline = now + lease_ms
             c = pack(LEASED, deliv, deadline)
@@ -86,7 +113,36 @@ class Leases:
         store.put_claim(q, pos, group, c)
         self.delivered += 1
         g.repl.replicate_claim(q, pos, eid, group, c)
-        return eid, store.body_at(q, pos), deliv
+        return pos, eid, deliv
+
+    def _lease_batch(self, q: EQueue, group: bytes, lease_ms: int, maxdeliv: int,
+                     counters: bool, count: int, now: int) -> bytes | None:
+        """QGET ... COUNT n of the events this node decides for: the reply, written
+        once for the batch (event_reply's form per entry), or None if none."""
+        store = self.g.store
+        w = BytesWriter()
+        n = 0
+        held = count > 1 and self.g.log.hold_claims()  # (the leases' AOF records: one)
+        try:
+            for _ in range(count):
+                pos, eid, deliv = self._lease(q, group, lease_ms, maxdeliv, now)
+                if pos < 0:
+                    break
+                n += 1
+                w.write(b"*3\r\n$" if counters else b"*2\r\n$")
+                w.write(length_text(len(eid)))
+                w.write(b"\r\n")
+                w.write(eid)
+                w.write(b"\r\n")
+                store.write_body(w, q, pos)
+                if counters:
+                    w.write(b":%d\r\n" % deliv)
+        finally:
+            if held:
+                self.g.log.write_claims()
+        if not n:
+            return None
+        return b"*%d\r\n" % n + w.getvalue()
 
     def qget(self, client: Client, qname: bytes, group: bytes, lease_ms: int, maxdeliv: int,
              counters: bool, now: int, count: int = 0) -> bytes | None:
@@ -95,19 +151,12 @@ class Leases:
         as an array of entries; failing any, one asked of peers (``[]`` if none)."""
         group = self.g.store.intern(group)
         if count:
-            out = []
-            held = count > 1 and self.g.log.hold_claims()  # (the leases' AOF records: one)
-            try:
-                for _ in range(count):
-                    got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
-                    if got is None:
-                        break
-                    out.append(event_reply(got[0], got[1], got[2], counters))
-            finally:
-                if held:
-                    self.g.log.write_claims()
-            if out:
-                return b"*%d\r\n%b" % (len(out), b"".join(out))
+            q = self.g.store.queues.get(qname)
+            if q is not None:
+                q.atime = now
+                out = self._lease_batch(q, group, lease_ms, maxdeliv, counters, count, now)
+                if out is not None:
+                    return out
         else:
             got = self.lease_local(qname, group, lease_ms, maxdeliv, now)
             if got is not None:
@@ -190,11 +239,16 @@ class Leases:
 
     # ------------------------------------------------------------ lease ends
     def ended(self, t: Lease, now: int) -> None:
-        """A lease's timer fired: if the lease is still the one it was set for, it ran
-        out unacknowledged; the authority redoes the event, every holder wakes its
+        """A lease timer fired: each of its leases still the one it was set for ran out
+        unacknowledged; the authority redoes the event, every holder wakes its
         consumers."""
+        if self._last is t:
+            self._last = None
+        for eid in t.eids:
+            self._ended(eid, t.group, t.deadline, now)
+
+    def _ended(self, eid: bytes, group: bytes, deadline: int, now: int) -> None:
         g = self.g
-        eid, group, deadline = t.eid, t.group, t.deadline
         store = g.store
         if store.flushed.get((eid, group)) == deadline:
             del store.flushed[(eid, group)]  # a lease held across a QFLUSH ended

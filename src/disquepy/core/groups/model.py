@@ -136,15 +136,16 @@ class Event(Record):
 
 
 class Lease(Timer):
-    """The timer of a group's lease on an event (one per lease granted or heard of):
-    when it fires the lease may have ended (acked, extended or redone since: then the
-    claim's deadline no longer matches and nothing happens)."""
+    """The timer of a group's leases that end at one time (``deadline``, ms): the
+    events of one QGET COUNT, or of one EVCLAIMS heard, share it (Leases.timer). When
+    it fires each lease may have ended (acked, extended or redone since: then the
+    claim's deadline no longer matches and nothing happens for that event)."""
 
-    __slots__ = ("eid", "group", "deadline")
+    __slots__ = ("eids", "group", "deadline")
 
     def __init__(self, seq: int, eid: bytes, group: bytes, deadline: int) -> None:
         super().__init__(b"", seq)
-        self.eid = eid
+        self.eids: list[bytes] = [eid]
         self.group = group
         self.deadline = deadline
 
@@ -207,7 +208,7 @@ class EQueue:
 
     __slots__ = ("name", "qid", "base", "cbase", "live", "ctimes", "etimes", "meta",
                  "bodies", "arena", "abase", "claims", "side", "thawed", "expmin", "expiry",
-                 "cursors", "waiters", "watchers", "atime")
+                 "cursors", "waiters", "watchers", "atime", "ack_hint")
 
     def __init__(self, name: bytes, now: int) -> None:
         self.name = name
@@ -230,6 +231,7 @@ class EQueue:
         self.waiters: list[Waiter] = []
         self.watchers: dict[str, tuple[bytes, int]] = {}  # peer -> (group, until ms)
         self.atime = now
+        self.ack_hint: i64 = 0  # the position after the last one an ack found (locate_near)
 
     def end(self) -> int:
         return self.cbase + len(self.meta)

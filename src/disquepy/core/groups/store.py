@@ -42,10 +42,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
+from librt.strings import BytesWriter
 from librt.vecs import append as vappend
 from librt.vecs import extend, vec
 from mypy_extensions import i64, u8
 
+from ...codec.resp import length_text
 from ..ids import event_id
 from ..membership import P_FAIL, P_PFAIL
 from .model import (
@@ -95,6 +97,7 @@ _POS_MASK: Final = (1 << _POS_BITS) - 1
 _SIDE: Final = 255  # a claim byte: the claim is in EQueue.side
 _MAX_DONE: Final = 253  # deliveries a DONE claim byte can say
 _TABLE_MIN: Final = 16
+_NEAR: Final = 8  # positions locate_near looks at before the index
 
 _NO_COL: vec[u8] = vec[u8]()
 
@@ -251,6 +254,30 @@ class EventStore:
         ent = self._table[i]
         return self._qlist[(ent >> _POS_BITS) - 1], ent & _POS_MASK
 
+    def locate_near(self, q: EQueue, eid: bytes) -> tuple[EQueue | None, int]:
+        """locate(), for an ID expected in ``q``: acks come in the order their leases
+        were given, so the few positions after the one found last are looked at first
+        (their columns are in the cache, where the index's slot is a random line)."""
+        if len(eid) == 25 and eid[16] == 0x2D:
+            t = _hex(eid, 0, 16)
+            cr = _hex(eid, 17, 8)
+            cb = q.cbase
+            k = q.ack_hint - cb
+            ctimes = q.ctimes
+            meta = q.meta
+            end = min(k + _NEAR, len(meta))
+            if t >= 0 and cr >= 0 and k >= 0:
+                while k < end:
+                    m = meta[k]
+                    if ctimes[k] == t and m >> _C_SHIFT == cr and not m & F_GONE:
+                        q.ack_hint = cb + k + 1
+                        return q, cb + k
+                    k += 1
+        found, pos = self.locate(eid)
+        if found is q:
+            q.ack_hint = pos + 1
+        return found, pos
+
     def _key_of(self, ent: i64) -> i64:
         q = self._qlist[(ent >> _POS_BITS) - 1]
         assert q is not None
@@ -319,6 +346,26 @@ class EventStore:
         ref = q.bodies[k]
         off = (ref >> _LEN_BITS) - q.abase
         return bytes(q.arena[off:off + (ref & _LEN_MASK)])
+
+    def write_body(self, w: BytesWriter, q: EQueue, pos: int) -> None:
+        """Write the body of the event at ``pos`` of ``q`` as a RESP bulk into ``w``
+        (from the arena at once: no bytes object of its own)."""
+        k = pos - q.cbase
+        if q.meta[k] & F_THAWED:
+            body = q.thawed[pos].body
+            w.write(b"$")
+            w.write(length_text(len(body)))
+            w.write(b"\r\n")
+            w.write(body)
+        else:
+            ref = q.bodies[k]
+            n = ref & _LEN_MASK
+            off = (ref >> _LEN_BITS) - q.abase
+            w.write(b"$")
+            w.write(length_text(n))
+            w.write(b"\r\n")
+            w.write(q.arena[off:off + n])
+        w.write(b"\r\n")
 
     def id_at(self, q: EQueue, pos: int) -> bytes:
         k = pos - q.cbase
@@ -467,19 +514,15 @@ class EventStore:
             if old != _SIDE:
                 d += CLAIM_SIDE
         elif old == _SIDE:
-            side = q.side[group]
-            del side[pos]
-            if not side:
-                del q.side[group]
+            del q.side[group][pos]  # (an empty table stays: the next leases fill it)
             d -= CLAIM_SIDE
-        if n == k:
-            q.claims[group] = vappend(col, b)
-        elif n < k:
-            col = extend(col, bytes(k - n))
+        if n > k:
+            col[k] = b  # (in place: the column in q.claims shares the buffer)
+        elif n == k:
             q.claims[group] = vappend(col, b)
         else:
-            col[k] = b
-            q.claims[group] = col
+            col = extend(col, bytes(k - n))
+            q.claims[group] = vappend(col, b)
         return d
 
     def set_holders(self, q: EQueue, pos: int, holders: tuple[str, ...]) -> None:
