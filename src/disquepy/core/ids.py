@@ -20,7 +20,10 @@ from __future__ import annotations
 import binascii
 import hashlib
 from collections.abc import Sequence
-from typing import Protocol, TypeGuard, TypeVar
+from typing import Final, Protocol, TypeGuard, TypeVar
+
+from librt.strings import BytesWriter
+from mypy_extensions import i64
 
 JOB_ID_LEN = 40
 _PREFIX = b"D-"
@@ -178,10 +181,29 @@ def event_id_suffix(node_id: str) -> bytes:
     return b"-" + node_id[:8].encode()
 
 
+_HEX2: Final = [b"%02x" % i for i in range(256)]
+
+
 def event_id(ctime_ns: int, suffix: bytes) -> bytes:
     """``<ctime_ns, 16 hex>-<node, 8 hex>`` (docs/GROUPS.md), ``suffix`` from
-    :func:`event_id_suffix`."""
-    return b"%016x" % (ctime_ns & 0xFFFFFFFFFFFFFFFF) + suffix  # (half to_bytes().hex()'s cost)
+    :func:`event_id_suffix`; the time's low 64 bits. (A QGET builds one per event it
+    leases: compiled, eight table lookups into one buffer cost 0.6 of
+    ``to_bytes().hex()``, half of a % format.)"""
+    if ctime_ns >> 63:  # (negative or 2**63 and over, not a time: a peer gone wrong)
+        return (ctime_ns & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big").hex().encode() + suffix
+    h = _HEX2
+    t: i64 = ctime_ns
+    w = BytesWriter()
+    w.write(h[(t >> 56) & 255])
+    w.write(h[(t >> 48) & 255])
+    w.write(h[(t >> 40) & 255])
+    w.write(h[(t >> 32) & 255])
+    w.write(h[(t >> 24) & 255])
+    w.write(h[(t >> 16) & 255])
+    w.write(h[(t >> 8) & 255])
+    w.write(h[t & 255])
+    w.write(suffix)
+    return w.getvalue()
 
 
 def is_valid_event_id(eid: object) -> bool:

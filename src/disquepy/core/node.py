@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mypy_extensions import i64
+
 from ..codec import resp
 from . import errors
 from . import messages as M
@@ -592,7 +594,7 @@ class Node:
 
     def next_ctime(self, now: int) -> int:
         """Creation time in ns: wall clock ms * 1e6, bumped to stay unique and rising."""
-        t = now * 1_000_000
+        t = i64(now) * 1_000_000  # (i64: an int product this large takes a slow path)
         if t <= self.last_ctime:
             t = self.last_ctime + 1
         self.last_ctime = t

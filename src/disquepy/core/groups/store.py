@@ -178,6 +178,8 @@ class EventStore:
         self._hlist: list[tuple[str, ...]] = []  # holder tuples, by index
         self._hidx: dict[tuple[str, ...], int] = {}
         self._suffixes: dict[int, bytes] = {}  # creator -> its IDs' "-xxxxxxxx" part
+        self._last_creator: i64 = -1
+        self._last_suffix = b""
 
     # ------------------------------------------------------------------ names
     def intern(self, name: bytes) -> bytes:
@@ -339,10 +341,11 @@ class EventStore:
         return e if e is not None else self._build(q, pos)
 
     def body_at(self, q: EQueue, pos: int) -> bytes:
-        e = q.thawed.get(pos)
-        if e is not None:
-            return e.body
         k = pos - q.cbase
+        if q.meta[k] & F_THAWED:
+            e = q.thawed.get(pos)
+            if e is not None:
+                return e.body
         ref = q.bodies[k]
         off = (ref >> _LEN_BITS) - q.abase
         return bytes(q.arena[off:off + (ref & _LEN_MASK)])
@@ -351,12 +354,12 @@ class EventStore:
         """Write the body of the event at ``pos`` of ``q`` as a RESP bulk into ``w``
         (from the arena at once: no bytes object of its own)."""
         k = pos - q.cbase
-        if q.meta[k] & F_THAWED:
-            body = q.thawed[pos].body
+        e = q.thawed.get(pos) if q.meta[k] & F_THAWED else None
+        if e is not None:
             w.write(b"$")
-            w.write(length_text(len(body)))
+            w.write(length_text(len(e.body)))
             w.write(b"\r\n")
-            w.write(body)
+            w.write(e.body)
         else:
             ref = q.bodies[k]
             n = ref & _LEN_MASK
@@ -371,21 +374,28 @@ class EventStore:
         k = pos - q.cbase
         return event_id(q.ctimes[k], self._suffix(q.meta[k] >> _C_SHIFT))
 
-    def _suffix(self, creator: int) -> bytes:
+    def _suffix(self, creator: i64) -> bytes:
         """The node part of a creator's event IDs (ids.event_id's ``suffix``), made once
-        per creator: a QGET rebuilds an ID per event it leases."""
+        per creator: a QGET rebuilds an ID per event it leases (mostly one creator's
+        after another's: the last one is kept at hand)."""
+        if creator == self._last_creator:
+            return self._last_suffix
         sx = self._suffixes.get(creator)
         if sx is None:
             if len(self._suffixes) >= 4096:  # (creators are the cluster's nodes)
                 self._suffixes.clear()
             sx = self._suffixes[creator] = b"-%08x" % creator
+        self._last_creator = creator
+        self._last_suffix = sx
         return sx
 
     def holders_at(self, q: EQueue, pos: int) -> tuple[str, ...]:
-        e = q.thawed.get(pos)
-        if e is not None:
-            return e.delivered
-        return self._hlist[(q.meta[pos - q.cbase] >> _H_SHIFT) & _H_MASK]
+        m = q.meta[pos - q.cbase]
+        if m & F_THAWED:  # (the flag spares the packed events a dict lookup)
+            e = q.thawed.get(pos)
+            if e is not None:
+                return e.delivered
+        return self._hlist[(m >> _H_SHIFT) & _H_MASK]
 
     def _build(self, q: EQueue, pos: int) -> Event:
         """An Event object from the columns at ``pos`` (a read-only copy)."""
