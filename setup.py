@@ -75,6 +75,8 @@ MYPYC_MODULES = [
     "src/disquepy/core/groups/dead.py",
     "src/disquepy/core/groups/persist.py",
     "src/disquepy/core/groups/sync.py",
+    # the shell's per-request loop
+    "src/disquepy/server/protocol.py",
 ]
 
 

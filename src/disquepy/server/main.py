@@ -11,6 +11,7 @@ import ssl
 import sys
 import textwrap
 from collections.abc import Callable
+from typing import cast
 
 from .. import __version__
 from ..core.config import DIRECTIVES, Config, ConfigError
@@ -360,8 +361,8 @@ async def _listen(cfg: Config, node: Node, driver: Driver, bus_tls_in: ssl.SSLCo
     gate = ClientGate(cfg, node, loop)
 
     def factory(ctx: ssl.SSLContext | None) -> Callable[[], asyncio.BaseProtocol]:
-        if ctx is None:
-            return lambda: ClientProtocol(driver, gate)
+        if ctx is None:  # (a protocol by its methods: compiled, it has no asyncio base)
+            return lambda: cast("asyncio.BaseProtocol", ClientProtocol(driver, gate))
         return lambda: tls.TlsServerProtocol(ctx, lambda: ClientProtocol(driver, gate), loop,
                                              tls_refusals, driver.batch, gate)
 
@@ -385,7 +386,8 @@ async def _listen_unix(cfg: Config, driver: Driver) -> bool:
     """The Unix socket, once nodes.conf is locked (a stale socket file from a killed
     node is replaced: a second node started in this directory must not take it)."""
     try:
-        srv = await driver.loop.create_unix_server(lambda: ClientProtocol(driver),
+        srv = await driver.loop.create_unix_server(
+            lambda: cast("asyncio.BaseProtocol", ClientProtocol(driver)),
                                                    cfg.unixsocket, backlog=cfg.tcp_backlog,
                                                    start_serving=False)
         if cfg.unixsocketperm:

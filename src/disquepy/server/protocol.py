@@ -119,7 +119,7 @@ class ClientBatch:
             self._want()
 
     def _crashed(self, e: Exception, transport: ClientTransport | None,
-                 protocol: asyncio.BaseProtocol | None) -> None:
+                 protocol: object) -> None:
         """What uvloop does when a protocol's data_received raises: report, abort."""
         self.loop.call_exception_handler({
             "message": "Fatal error: protocol.data_received() call failed.",
@@ -136,7 +136,8 @@ class ClientBatch:
                     try:
                         p._read()
                     except Exception as e:  # a bug in the command path: this client only
-                        self._crashed(e, p, p.app)
+                        # (read untyped: compiled, a typed read would check the class)
+                        self._crashed(e, p, getattr(p, "app", None))
             if self.commands:
                 commands, self.commands = self.commands, []
                 paused = self.paused_until
@@ -170,7 +171,7 @@ class ClientBatch:
                 self._want()  # queued by a later phase (a TLS connection resumed reading)
 
 
-class ClientProtocol(asyncio.Protocol):
+class ClientProtocol:
     __slots__ = ("driver", "node", "batch", "transport", "reader", "client", "paused",
                  "closing", "waiting", "soft_since", "queued", "out", "out_queued", "gate",
                  "slot", "unauth", "ip")
@@ -201,7 +202,7 @@ class ClientProtocol(asyncio.Protocol):
         )
 
     # ----------------------------------------------------------- asyncio API
-    def connection_made(self, transport: ClientTransport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: ClientTransport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
         addr = f"{peer[0]}:{peer[1]}" if peer else "?"
