@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
 from .config import SimConfig, faults_spec
@@ -22,6 +23,11 @@ HASHSEED = "0"
 
 def _run_one(cfg: SimConfig) -> RunResult:
     return run(cfg)
+
+
+def _init(fn: Callable[..., object] | None, args: tuple[object, ...]) -> None:
+    if fn is not None:
+        fn(*args)
 
 
 @contextmanager
@@ -50,14 +56,23 @@ def run_many(
     ``stop_when(result)`` true ends the sweep early (the results so far are returned)."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
     ctx = multiprocessing.get_context("spawn")
-    with _pinned_hashseed(), ctx.Pool(jobs, initializer=initializer, initargs=initargs) as pool:
-        results: list[RunResult] = []
-        for r in pool.imap(_run_one, configs, chunksize=1):
-            results.append(r)
-            if on_result is not None:
-                on_result(r)
-            if stop_when is not None and stop_when(r):
-                break
+    results: list[RunResult] = []
+    # (not multiprocessing.Pool: leaving its imap early terminates the workers, and its
+    # terminate can wait forever on a lock a killed worker held; here the runs not
+    # started are cancelled and those under way finish)
+    with _pinned_hashseed(), ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init,
+                                                 initargs=(initializer, initargs)) as pool:
+        futures = [pool.submit(_run_one, c) for c in configs]
+        try:
+            for f in futures:
+                r = f.result()
+                results.append(r)
+                if on_result is not None:
+                    on_result(r)
+                if stop_when is not None and stop_when(r):
+                    break
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     return results
 
 
