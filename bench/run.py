@@ -8,7 +8,8 @@ Sections (``--only a,b``; default: all but spark, about 19 minutes):
            connections unpipelined and 16 deep, ADDJOB on 1 connection, GETJOB NOHANG
            (50 conns), GETJOB NOHANG COUNT 100 with each reply's jobs acked by one ACKJOB
            sent with the next GETJOB (1 conn), naive GETJOB then ACKJOB (4 conns). Redis
-           LPUSH / RPOP as the ceiling of a RESP server on this machine.
+           LPUSH / RPOP as the ceiling of a RESP server on this machine; bench/floor.py
+           (a do-nothing uvloop server, canned replies) as the floor of our shell.
   memory   resident bytes per queued 16-byte job: RSS delta over 1M jobs, fresh servers.
   cluster  a 3-node cluster of each: ADDJOB REPLICATE 3 (sync) and REPLICATE 3 ASYNC,
            50 connections spread over the 3 nodes; every node must then hold every job.
@@ -199,15 +200,18 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
     rep.out(f"\n## {title}: {n:,} requests per run, median of {a.rounds} alternating rounds\n")
     if "c" not in sides:
         rep.out(f"C Disque: not found ({a.c_missing}): its columns are skipped.\n")
+    floor = "floor" in sides
     rep.out("| workload | disquepy/s | C Disque/s | ours/C | target | Redis/s "
-            "| CPU µs/op ours | C | loadgen busy |")
-    rep.out("|---|---:|---:|---:|---|---:|---:|---:|---:|")
+            "| CPU µs/op ours | C | " + ("floor/s | floor µs/op | " if floor else "")
+            + "loadgen busy |")
+    rep.out("|---|---:|---:|---:|---|---:|---:|---:|" + ("---:|---:|" if floor else "")
+            + "---:|")
     rows = rep.data.setdefault(title, [])
     for w in workloads:
         fns = {k: (lambda k=k, w=w: run_once(sides[k], w, n, a.max_seconds, k)) for k in sides
-               if k != "redis" or w.redis_mode}
+               if k != "redis" or w.redis_mode}  # (the floor answers every mode)
         res = alternate(a.rounds, fns)
-        ours, c, red = res["ours"], res.get("c"), res.get("redis")
+        ours, c, red, fl = res["ours"], res.get("c"), res.get("redis"), res.get("floor")
         r = median_ratio(ours, c) if c else None
         tgt = "—"
         if w.target is not None:
@@ -215,11 +219,12 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
             tgt = f">= {w.target}x " + ("PASS" if ok else "FAIL" if c else "skipped")
             if c:
                 rep.target(f"{title}: {w.name} >= {w.target}x C Disque", ok, ratio(r))
-        busy = max(x.get("gen_busy", 0) for x in ours + (c or []) + (red or []))
+        busy = max(x.get("gen_busy", 0) for x in ours + (c or []) + (red or []) + (fl or []))
         red_s = f"{w.redis_mode.upper()} {rate(median_rate(red))}" if red else "—"
+        fl_s = f"{rate(median_rate(fl))} | {cpu_us(fl)} | " if fl else "— | — | " if floor else ""
         rep.out(f"| {w.name} | {rate(median_rate(ours))} | {rate(median_rate(c)) if c else '—'} "
-                f"| {ratio(r)} | {tgt} | {red_s} | {cpu_us(ours)} | {cpu_us(c)} "
-                f"| {busy:.0%} |")
+                f"| {ratio(r)} | {tgt} | {red_s} | {cpu_us(ours)} | {cpu_us(c)} | {fl_s}"
+                f"{busy:.0%} |")
         for side, reps in res.items():
             for p in dict.fromkeys(problems(reps)):
                 rep.out(f"|  ! {side}: {p} |")
@@ -228,7 +233,8 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
                      if res["ours"][0].get("argv") else ""})
 
 
-def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool) -> dict[str, list[Server]]:
+def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool,
+               floor: bool = False) -> dict[str, list[Server]]:
     out: dict[str, list[Server]] = {}
     for kind in ("ours", "c"):
         if kind == "c" and not a.c_path:
@@ -237,6 +243,8 @@ def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool) -> dict[str, list[Se
         out[kind] = fleet.cluster(kind, 3, extra) if cluster else [fleet.start(kind, extra)]
     if redis:
         out["redis"] = [fleet.start("redis")]
+    if floor:
+        out["floor"] = [fleet.start("floor")]
     return out
 
 
@@ -245,7 +253,7 @@ def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool) -> dict[str, list[Se
 
 def section_single(rep: Report, a) -> None:
     with Fleet() as fleet:
-        compare(rep, "single node", SINGLE, side_nodes(fleet, a, False, a.redis), a)
+        compare(rep, "single node", SINGLE, side_nodes(fleet, a, False, a.redis, a.floor), a)
 
 
 def section_cluster(rep: Report, a) -> None:
@@ -455,6 +463,9 @@ def parse_args(argv=None):
                     "e.g. '--event-log yes'")
     ap.add_argument("--no-redis", dest="redis", action="store_false",
                     help="skip the Redis columns")
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="single: skip bench/floor.py, the do-nothing uvloop server whose "
+                    "rate and CPU per request are the shell's floor")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="bound of each loadgen run")
     ap.add_argument("--script-timeout", type=float, default=1800.0,
                     help="bound of the client and spark sections, seconds")

@@ -63,7 +63,7 @@ def log(msg: str) -> None:
 
 
 def argv_for(kind: str, port: int, workdir: Path, extra: list[str]) -> list[str]:
-    """The command line of one server: kind is ours, c (C Disque) or redis."""
+    """The command line of one server: kind is ours, c (C Disque), floor or redis."""
     if kind == "ours":
         return [sys.executable, "-m", "disquepy.server.main", "--port", str(port), *extra]
     if kind == "c":
@@ -72,6 +72,8 @@ def argv_for(kind: str, port: int, workdir: Path, extra: list[str]) -> list[str]
             raise HarnessError("C Disque not found")
         return [str(exe), "--port", str(port), "--dir", str(workdir), "--appendonly", "no",
                 *extra]
+    if kind == "floor":  # bench/floor.py: a do-nothing uvloop server, the shell's floor
+        return [sys.executable, str(BENCH / "floor.py"), "--port", str(port)]
     if kind == "redis":
         return ["redis-server", "--port", str(port), "--dir", str(workdir), "--save", "",
                 "--appendonly", "no", *extra]

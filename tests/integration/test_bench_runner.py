@@ -69,9 +69,10 @@ def test_tiny_alternating_run_without_c_disque_says_so(tmp_path, monkeypatch):
     rows = data["single node"]
     assert [r["workload"] for r in rows] == [w.name for w in bench_run.SINGLE]
     for r in rows:
-        assert set(r["runs"]) == {"ours"}
-        assert len(r["runs"]["ours"]) == 2  # two rounds
-        assert all(x["ops"] >= 300 and not x["problem"] for x in r["runs"]["ours"])
+        assert set(r["runs"]) == {"ours", "floor"}  # (bench/floor.py: the shell's floor)
+        for side in ("ours", "floor"):
+            assert len(r["runs"][side]) == 2  # two rounds
+            assert all(x["ops"] >= 300 and not x["problem"] for x in r["runs"][side])
         assert r["ratio"] is None
     assert "C Disque: not found" in report
     assert data["memory"]["ours"] > 0
