@@ -72,7 +72,7 @@ class ClientBatch:
     """
 
     __slots__ = ("loop", "after_commands", "reads", "commands", "sends", "flushes",
-                 "scheduled", "net_in", "net_out", "paused_until")
+                 "scheduled", "net_in", "net_out", "paused_until", "_call_soon", "_run")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, after_commands: Callable[[], None]
                  ) -> None:
@@ -88,11 +88,14 @@ class ClientBatch:
         self.sends: list[ClientProtocol] = []  # replies to write
         self.flushes: list[TlsServerProtocol] = []  # records to hand to the socket
         self.scheduled = False
+        # (made once: a bound method and a method lookup per loop iteration otherwise)
+        self._call_soon: Callable[[Callable[[], None]], object] = loop.call_soon
+        self._run: Callable[[], None] = self.run
 
     def _want(self) -> None:
         if not self.scheduled:
             self.scheduled = True
-            self.loop.call_soon(self.run)
+            self._call_soon(self._run)
 
     def read_later(self, p: TlsServerProtocol) -> None:
         if not p.read_queued:
