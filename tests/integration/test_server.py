@@ -61,6 +61,21 @@ def test_inline_commands_like_telnet(server):
     assert out.startswith(b"+PONG\r\n+D-") and out.endswith(b":1\r\n")
 
 
+def test_a_client_that_half_closes_gets_its_replies_then_is_closed(server):
+    """As ``printf 'PING\r\n' | nc`` does: requests, then shutdown(SHUT_WR). The protocol
+    class is compiled and has no asyncio base: it must answer eof_received itself."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"PING\r\nADDJOB hq body 0\r\n")
+        s.shutdown(socket.SHUT_WR)
+        buf = b""
+        while chunk := s.recv(1024):
+            buf += chunk
+    assert buf.startswith(b"+PONG\r\n+D-") and buf.endswith(b"\r\n")
+    assert server.client().execute_command("QLEN", "hq") == 1
+    time.sleep(0.2)
+    assert "Traceback" not in server.log() and "Fatal error" not in server.log()
+
+
 def test_byte_at_a_time(server):
     req = b"*4\r\n$6\r\nADDJOB\r\n$2\r\nbq\r\n$6\r\nhel\r\no\r\n$1\r\n0\r\n*2\r\n$4\r\nQLEN\r\n$2\r\nbq\r\n"
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:

@@ -151,13 +151,14 @@ def test_failing_job_retries_then_lands_in_dead_letters_as_failed(http, dq):
 
     jid = submit(http, payload={"what": "disk full"}, queue="imports", priority="high",
                  retry={"max_attempts": 2, "strategy": "fixed", "base": 1})["job_id"]
-    w = Worker(Disque(dq.node), ["imports"], 1, handler, priorities=True,
-               poll_timeout_ms=200).start()
+    wd = Disque(dq.node)
+    w = Worker(wd, ["imports"], 1, handler, priorities=True, poll_timeout_ms=200).start()
     try:
         dead = wait_for(lambda: http.get("/queues/imports/dead-letters").json(), 30,
                         what="a dead letter")
     finally:
         w.stop(5)
+        wd.close()  # (its named connection would stay a "worker" on the shared server)
     assert len(calls) == 2  # max_attempts, with the fixed back-off between them
     assert dead[0]["job_id"] == jid and "boom: disk full" in dead[0]["error"]
     assert dead[0]["queue"] == "imports:high" and dead[0]["payload"] == {"what": "disk full"}

@@ -36,8 +36,6 @@ _NACKS = b"$5\r\nnacks\r\n"
 _ADELIV = b"$21\r\nadditional-deliveries\r\n"
 
 
-
-
 def jobs_reply(jobs: list[Job], withcounters: bool) -> bytes:
     """GETJOB's reply for ``jobs`` (not empty): the array of job_reply's, written once
     for the batch into one buffer (no bytes object per job, one header per queue run)."""

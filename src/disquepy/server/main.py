@@ -388,8 +388,7 @@ async def _listen_unix(cfg: Config, driver: Driver) -> bool:
     try:
         srv = await driver.loop.create_unix_server(
             lambda: cast("asyncio.BaseProtocol", ClientProtocol(driver)),
-                                                   cfg.unixsocket, backlog=cfg.tcp_backlog,
-                                                   start_serving=False)
+            cfg.unixsocket, backlog=cfg.tcp_backlog, start_serving=False)
         if cfg.unixsocketperm:
             os.chmod(cfg.unixsocket, cfg.unixsocketperm)
     except OSError as e:

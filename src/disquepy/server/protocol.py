@@ -305,6 +305,11 @@ class ClientProtocol:
         if held != client.qbuf:
             self.node.set_client_buffer(client, held)
 
+    def eof_received(self) -> bool | None:
+        """The client half-closed: None, the transport closes (asyncio.Protocol's own
+        answer, spelled out: a compiled class has no asyncio base to inherit it from)."""
+        return None
+
     def pause_writing(self) -> None:  # the peer reads slower than we write
         assert self.transport is not None  # (the transport calls it)
         self.transport.pause_reading()
