@@ -200,18 +200,17 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
     rep.out(f"\n## {title}: {n:,} requests per run, median of {a.rounds} alternating rounds\n")
     if "c" not in sides:
         rep.out(f"C Disque: not found ({a.c_missing}): its columns are skipped.\n")
-    floor = "floor" in sides
+    extra = [k for k in ("floor", "against") if k in sides]  # sides shown after C's
     rep.out("| workload | disquepy/s | C Disque/s | ours/C | target | Redis/s "
-            "| CPU µs/op ours | C | " + ("floor/s | floor µs/op | " if floor else "")
+            "| CPU µs/op ours | C | " + "".join(f"{k}/s | {k} µs/op | " for k in extra)
             + "loadgen busy |")
-    rep.out("|---|---:|---:|---:|---|---:|---:|---:|" + ("---:|---:|" if floor else "")
-            + "---:|")
+    rep.out("|---|---:|---:|---:|---|---:|---:|---:|" + "---:|---:|" * len(extra) + "---:|")
     rows = rep.data.setdefault(title, [])
     for w in workloads:
         fns = {k: (lambda k=k, w=w: run_once(sides[k], w, n, a.max_seconds, k)) for k in sides
                if k != "redis" or w.redis_mode}  # (the floor answers every mode)
         res = alternate(a.rounds, fns)
-        ours, c, red, fl = res["ours"], res.get("c"), res.get("redis"), res.get("floor")
+        ours, c, red = res["ours"], res.get("c"), res.get("redis")
         r = median_ratio(ours, c) if c else None
         tgt = "—"
         if w.target is not None:
@@ -219,9 +218,9 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
             tgt = f">= {w.target}x " + ("PASS" if ok else "FAIL" if c else "skipped")
             if c:
                 rep.target(f"{title}: {w.name} >= {w.target}x C Disque", ok, ratio(r))
-        busy = max(x.get("gen_busy", 0) for x in ours + (c or []) + (red or []) + (fl or []))
+        busy = max(x.get("gen_busy", 0) for reps in res.values() for x in reps)
         red_s = f"{w.redis_mode.upper()} {rate(median_rate(red))}" if red else "—"
-        fl_s = f"{rate(median_rate(fl))} | {cpu_us(fl)} | " if fl else "— | — | " if floor else ""
+        fl_s = "".join(f"{rate(median_rate(res[k]))} | {cpu_us(res[k])} | " for k in extra)
         rep.out(f"| {w.name} | {rate(median_rate(ours))} | {rate(median_rate(c)) if c else '—'} "
                 f"| {ratio(r)} | {tgt} | {red_s} | {cpu_us(ours)} | {cpu_us(c)} | {fl_s}"
                 f"{busy:.0%} |")
@@ -234,7 +233,8 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
 
 
 def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool,
-               floor: bool = False) -> dict[str, list[Server]]:
+               single: bool = False) -> dict[str, list[Server]]:
+    """Ours, C Disque, Redis; in the single section also the floor and --against."""
     out: dict[str, list[Server]] = {}
     for kind in ("ours", "c"):
         if kind == "c" and not a.c_path:
@@ -243,8 +243,10 @@ def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool,
         out[kind] = fleet.cluster(kind, 3, extra) if cluster else [fleet.start(kind, extra)]
     if redis:
         out["redis"] = [fleet.start("redis")]
-    if floor:
+    if single and a.floor:
         out["floor"] = [fleet.start("floor")]
+    if single and a.against:  # our node from another built tree: an A/B in the same turns
+        out["against"] = [fleet.start("ours", a.ours_args, src=Path(a.against))]
     return out
 
 
@@ -253,7 +255,7 @@ def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool,
 
 def section_single(rep: Report, a) -> None:
     with Fleet() as fleet:
-        compare(rep, "single node", SINGLE, side_nodes(fleet, a, False, a.redis, a.floor), a)
+        compare(rep, "single node", SINGLE, side_nodes(fleet, a, False, a.redis, single=True), a)
 
 
 def section_cluster(rep: Report, a) -> None:
@@ -466,6 +468,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="single: skip bench/floor.py, the do-nothing uvloop server whose "
                     "rate and CPU per request are the shell's floor")
+    ap.add_argument("--against", metavar="SRC", help="single: also run our node from SRC "
+                    "(another built tree's src/, e.g. a worktree of main) as the side "
+                    "'against', in the same alternating rounds")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="bound of each loadgen run")
     ap.add_argument("--script-timeout", type=float, default=1800.0,
                     help="bound of the client and spark sections, seconds")
