@@ -4,7 +4,9 @@ Usage: .venv/bin/python bench/events_memory.py [--n 100000] [--body 16]
 
 On one in-process node (no cluster, no AOF), QADDs N events of ``--body`` bytes to one
 queue, then lets 2 and then 10 groups consume every event with ``QGET ... EX 0`` (each
-group done with each event), and prints per event, after each stage:
+group done with each event), then one more group lease every event for an hour, in
+batches of ``QGET ... COUNT 100`` and then another one at a time, 1 ms apart (a lease
+given alone has a timer of its own), and prints per event (per lease), after each stage:
 
 * tracemalloc bytes (what Python allocated and still holds);
 * the process RSS growth (what the OS gave; pymalloc arenas and allocator slack
@@ -79,12 +81,26 @@ def main() -> int:
             now += 10
             node.tick(now)
         rows.append((f"{groups} groups done", mem(), node.mem.used))
+    # leases held: what each costs on top of its event while it lasts (the claim in the
+    # side table, a place in a timer), leased in batches, then one at a time 1 ms apart
+    leases = []
+    for label, count, step in (("QGET COUNT 100", 100, 0), ("QGET one by one", 1, 1)):
+        name = b"lessee%d" % count
+        m0, u0 = mem(), node.mem.used
+        for _ in range(n // count):
+            now += step
+            node.execute(c, [b"QGET", b"q", name, b"EX", b"3600", b"COUNT", b"%d" % count],
+                         now)
+        leases.append((label, mem() - m0, node.mem.used - u0))
     what = "tracemalloc" if a.trace else "RSS"
     print(f"{n:,} events of {a.body} B, one queue, one node in process "
           f"({'compiled' if _compiled() else 'interpreted'})")
     for label, m, used in rows:
         print(f"  {label:16} {what} {(m - base) / n:7.1f} B/event   "
               f"used_memory {(used - used0) / n:7.1f} B/event")
+    for label, m, used in leases:
+        print(f"  lease, {label:16} {what} {m / n:7.1f} B/lease   "
+              f"used_memory {used / n:7.1f} B/lease")
     return 0
 
 
