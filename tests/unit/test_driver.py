@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 
 from disquepy.core.config import Config
 from disquepy.core.node import Node
@@ -268,3 +269,31 @@ def test_bus_frames_wait_behind_the_aof_write():
     assert len(driver.bus.sent) == 2
     assert driver.bus.flushes == 1  # written at once, not at the next iteration
     loop.close()
+
+
+def test_a_half_close_on_asyncios_own_loop_gets_its_reply_then_the_close():
+    """The protocol class is compiled and has no asyncio base: it answers eof_received
+    itself (asyncio's loop calls it and reports a fatal error if it is missing; uvloop
+    copes). A socketpair in process, no network."""
+    loop, node, driver = make()
+    errors: list = []
+    loop.set_exception_handler(lambda _, ctx: errors.append(ctx))
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+
+    async def talk() -> bytes:
+        await loop.connect_accepted_socket(lambda: ClientProtocol(driver), ours)
+        await loop.sock_sendall(theirs, b"PING\r\n")
+        theirs.shutdown(socket.SHUT_WR)
+        buf = b""
+        while chunk := await asyncio.wait_for(loop.sock_recv(theirs, 100), 5):
+            buf += chunk
+        return buf
+
+    try:
+        assert loop.run_until_complete(talk()) == b"+PONG\r\n"
+        assert not errors, errors
+        assert not node.clients  # the connection closed with the half-close
+    finally:
+        theirs.close()
+        loop.close()
