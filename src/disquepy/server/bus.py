@@ -270,8 +270,9 @@ def _ssl_protocol(loop: asyncio.AbstractEventLoop) -> type:
     Cython; the stdlib's pure-Python one cost the bus over TLS ~15% of its jobs a
     second) or asyncio's."""
     try:
-        # (uvloop's stubs leave out its SSLProtocol)
-        from uvloop.loop import Loop, SSLProtocol  # type: ignore[attr-defined]
+        # (uvloop's stubs leave out its SSLProtocol; mypyc's isolated build has no
+        # uvloop at all, hence each code, and unused-ignore for the other case)
+        from uvloop.loop import Loop, SSLProtocol  # type: ignore[attr-defined,import-not-found,unused-ignore]
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         return sslproto.SSLProtocol
     return SSLProtocol if isinstance(loop, Loop) else sslproto.SSLProtocol
