@@ -84,15 +84,37 @@ def test_jobs_cancelled_in_the_order_they_were_listed_are_let_go_at_once():
     assert ix.pop_due(10_000) == [jobs[80]]
 
 
+def test_jobs_cancelled_nearly_in_order_are_let_go_at_once_too():
+    """Consumers taking turns ack a little out of order: each job is let go at its
+    cancel, and the bucket shrinks by dropping its first entries."""
+    ix = AwakeIndex()
+    jobs = [J(i) for i in range(100)]
+    for j in jobs:
+        ix.schedule(j, 800)
+    bucket = ix._buckets[800 // GRANULARITY]
+    order = [k + d for k in range(0, 80, 4) for d in (2, 0, 3, 1)]  # within 4 of order
+    for k in order:
+        ix.cancel(jobs[k])
+        assert not any(e is jobs[k] for e in bucket.jobs), k
+    # compacted by dropping first entries: what is left is the live jobs in order,
+    # behind at most a few placeholders (never scheduled: awake 0)
+    assert len(bucket.jobs) <= 2 * 20
+    assert [e for e in bucket.jobs if e.awake] == jobs[80:]
+    ix.cancel(jobs[99])  # further than the window: left stale, as before
+    assert any(e is jobs[99] for e in bucket.jobs)
+    assert ix.pop_due(1000) == jobs[80:99]
+
+
 def test_stale_entries_past_the_first_ones_are_compacted_by_reading_the_jobs():
     ix = AwakeIndex()
     jobs = [J(i) for i in range(40)]
     for j in jobs:
         ix.schedule(j, 800)
-    for j in jobs[:5] + jobs[39:11:-2]:  # 5 in order, then 14 out of order
+    # 1 in order, then 20 out of order, none near the first live entry: dropping the
+    # first entry would not be enough
+    for j in jobs[:1] + jobs[39:9:-2] + jobs[10:17:2]:
         ix.cancel(j)
-    ix.cancel(jobs[10])
-    ix.cancel(jobs[12])  # the 21st: over half stale, not only the first ones
+    ix.cancel(jobs[18])  # the 21st: over half stale, not only the first ones
     bucket = ix._buckets[800 // GRANULARITY]
     live = [j for j in jobs if j.awake]
     assert len(live) == 19 and bucket.jobs == live

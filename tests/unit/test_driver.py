@@ -90,12 +90,28 @@ def test_outbox_replies_wait_behind_held_replies():
     c, tc = connect(driver)
     arrive(a, b"GETJOB FROM theirs\r\n")  # blocks
     driver.aof = HoldingAof()
-    arrive(c, b"ADDJOB theirs y 0\r\n")  # serves A through the outbox
-    assert driver.aof.held == [(c, next(d for conn, d in driver.aof.held if conn is c))]
-    settle(loop)  # the node's outputs go at the end of the loop iteration
-    assert ta.written == []  # not written past replies the AOF holds
+    arrive(c, b"ADDJOB theirs y 0\r\n")  # serves A through the outbox, in the batch
+    settle(loop)
+    assert ta.written == [] and tc.written == []  # not written past what the AOF holds
+    assert [conn for conn, _ in driver.aof.held] == [c, a]  # the ADDJOB's reply first
     held_for_a = [d for conn, d in driver.aof.held if conn is a]
     assert len(held_for_a) == 1 and held_for_a[0].startswith(b"*1\r\n*3\r\n$6\r\ntheirs")
+    loop.close()
+
+
+def test_a_batch_delivers_the_outputs_of_its_commands_before_writing_replies():
+    """The node's outputs (here the reply to a blocked GETJOB that an ADDJOB served)
+    leave in the batch that ran the commands, with its replies: no loop round of
+    their own."""
+    loop, node, driver = make()
+    a, ta = connect(driver)
+    c, tc = connect(driver)
+    arrive(a, b"GETJOB FROM q\r\n")  # blocks
+    assert ta.written == []
+    arrive(c, b"ADDJOB q body 0\r\n")
+    assert ta.written and ta.written[0].startswith(b"*1\r\n*3\r\n$1\r\nq")
+    assert tc.written and tc.written[0].startswith(b"+D-")
+    assert not node.has_outputs() and not driver._after_scheduled
     loop.close()
 
 
@@ -145,13 +161,16 @@ def read_events(directory) -> list:
 
 def test_shutdown_delivers_the_pending_outputs_before_the_event_log_closes(tmp_path):
     """SIGTERM runs shutdown() between a batch's commands and the delivery of their
-    outputs: the events they produced reach the log before it closes, and the rest
+    outputs (deferred to the end of the iteration by a bus frame): the events they produced reach the log before it closes, and the rest
     of those outputs (here a reply to a blocked client) is delivered, not dropped."""
     loop, node, driver = make(dir=str(tmp_path), event_log=True)
     node.events_on = True
     a, ta = connect(driver)
     arrive(a, b"GETJOB FROM q\r\n")  # blocks
     c, tc = connect(driver)
+    # a bus frame came earlier in this iteration: the delivery it scheduled, at the
+    # iteration's end, carries the batch's outputs too
+    driver.after_event_soon()
     arrive(c, b"ADDJOB q body 0\r\n")  # serves A; its outputs wait for the iteration's end
     assert node.has_outputs()
     driver.shutdown("signal")

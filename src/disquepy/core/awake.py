@@ -18,7 +18,11 @@ it (consumed oldest first), so a bucket also knows how many of its first entries
 went stale, in order: such an entry is replaced at once by a placeholder (the job is
 freed when its work is done, while its memory is still in the cache, not at the next
 compaction), and while the stale entries are exactly those first ones, compacting is
-dropping a prefix of the list: no job is read.
+dropping a prefix of the list: no job is read. Consumers taking turns ack a little
+out of order, so a cancel also looks a few entries past the first live one (the first
+entries then become placeholders as the ones before them go), and a compaction drops
+just the prefix when that is enough to bring the bucket back within twice its live
+entries.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import heapq
 
 GRANULARITY = 8  # ms
 _COMPACT_MIN = 16  # buckets smaller than this are never compacted
+_NEAR = 8  # how far past a bucket's first live entry a cancel looks for its job
 
 
 class Timer:
@@ -150,16 +155,27 @@ class AwakeIndex:
         n = bk.stale + 1
         lst = bk.jobs
         head = bk.head
-        if head < len(lst) and lst[head] is job:  # the next in order: let go of it now
-            lst[head] = _GONE
-            head += 1
-            bk.head = head
-        if n * 2 > len(lst) and len(lst) >= _COMPACT_MIN:
-            if n == head:  # the stale entries are the first ones: drop them unread
-                del lst[:head]
+        size = len(lst)
+        if head < size:
+            if lst[head] is job:  # the next in order: let go of it now, and of the
+                lst[head] = _GONE  # placeholders just after it (see below)
+                head += 1
+                while head < size and lst[head] is _GONE:
+                    head += 1
+                bk.head = head
+            else:  # nearly in order (consumers take turns): a few entries further
+                end = head + _NEAR if head + _NEAR < size else size
+                for i in range(head + 1, end):
+                    if lst[i] is job:
+                        lst[i] = _GONE
+                        break
+        if n * 2 > size and size >= _COMPACT_MIN:
+            if head >= 2 * n - size:  # dropping the first entries, unread, is enough
+                del lst[:head]  # to keep the bucket within twice its live entries
+                bk.stale = n - head
             else:
                 bk.jobs = self._live(b, lst)
-            bk.stale = 0
+                bk.stale = 0
             bk.head = 0
         else:
             bk.stale = n

@@ -55,7 +55,7 @@ class Driver(Shell):
         self.exit_code = 0
         self.bus: Bus | None = None  # set by main once listening
         self._after_scheduled = False
-        self.batch = ClientBatch(loop, self.after_event_soon)  # the clients' iteration work
+        self.batch = ClientBatch(loop, self.after_commands)  # the clients' iteration work
         self.aof: AofFile | None = None  # while appendonly is on
         self.aof_path = os.path.join(config.dir, config.appendfilename)
         self.nodes_conf_path = os.path.join(config.dir, config.cluster_config_file)
@@ -392,6 +392,14 @@ class Driver(Shell):
     def _after_soon(self) -> None:
         self._after_scheduled = False
         self.after_event()
+
+    def after_commands(self) -> None:
+        """The loop iteration's client commands ran (ClientBatch, after every read of
+        the iteration): their outputs go out now, before the batch writes the replies,
+        with no loop round of their own. A bus frame read in the same iteration has
+        scheduled after_event_soon already: that one delivers everything, once."""
+        if not self._after_scheduled:
+            self.after_event()
 
     def on_bus_link(self, node_id: str, up: bool) -> None:
         self.node.members.link_state(node_id, up, self.now())

@@ -56,9 +56,10 @@ class ClientBatch:
     """The client connections' work of one event-loop iteration, done in phases rather
     than connection by connection. uvloop hands over each ready socket's bytes, which
     are only stored; one ``call_soon`` then (1) decrypts the TLS connections' records,
-    (2) runs every connection's commands, (3) writes each connection's replies, all of
-    them in one write (a TLS connection's are encrypted then), (4) hands the TLS records
-    to their sockets. Replies written outside a batch (a blocked GETJOB served, the AOF
+    (2) runs every connection's commands and has the driver deliver the node's outputs
+    (bus messages, AOF records, replies to other clients), (3) writes each connection's
+    replies, all of them in one write (a TLS connection's are encrypted then), (4) hands
+    the TLS records to their sockets. Replies written outside a batch (a blocked GETJOB served, the AOF
     releasing what it held) wait for the next one, so they keep their order.
 
     Done connection by connection, the kernel, the interpreter, the core and OpenSSL
@@ -77,7 +78,7 @@ class ClientBatch:
     def __init__(self, loop: asyncio.AbstractEventLoop, after_commands: Callable[[], None]
                  ) -> None:
         self.loop = loop
-        self.after_commands = after_commands  # the driver's after_event_soon
+        self.after_commands = after_commands  # the driver's after_commands
         # bytes read from and written to clients, for INFO: the driver moves them to
         # the node once per loop iteration (Driver.count_net)
         self.net_in = 0
@@ -325,9 +326,7 @@ class ClientProtocol:
         CLIENT PAUSE holds them: checked by the batch, and by resume)."""
         client, reader = self.client, self.reader
         assert client is not None  # (a connection with commands has its client)
-        node = self.node
-        execute = node.execute
-        took = node.command_took
+        node = self.node  # (its methods called on it: native calls, compiled)
         now = int(_time() * 1000)
         client.last_cmd_time = now
         first = None  # the first reply; `more` holds them all once there are several
@@ -351,8 +350,8 @@ class ClientProtocol:
             if argv is False:
                 break
             t = _ns()
-            reply = execute(client, argv, now)
-            took(_ns() - t)
+            reply = node.execute(client, argv, now)
+            node.command_took(_ns() - t)
             if unauth and client.authed:  # AUTH: its limits go for what follows
                 self.authenticated()
                 unauth = False
