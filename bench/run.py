@@ -234,7 +234,8 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
 
 def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool,
                single: bool = False) -> dict[str, list[Server]]:
-    """Ours, C Disque, Redis; in the single section also the floor and --against."""
+    """Ours, C Disque, Redis; in the single section also the floor; in the single and
+    cluster sections --against."""
     out: dict[str, list[Server]] = {}
     for kind in ("ours", "c"):
         if kind == "c" and not a.c_path:
@@ -245,8 +246,10 @@ def side_nodes(fleet: Fleet, a, cluster: bool, redis: bool,
         out["redis"] = [fleet.start("redis")]
     if single and a.floor:
         out["floor"] = [fleet.start("floor")]
-    if single and a.against:  # our node from another built tree: an A/B in the same turns
-        out["against"] = [fleet.start("ours", a.ours_args, src=Path(a.against))]
+    if (single or cluster) and a.against:  # ours from another built tree: an A/B
+        src = Path(a.against)  # in the same turns
+        out["against"] = (fleet.cluster("ours", 3, a.ours_args, src=src) if cluster
+                          else [fleet.start("ours", a.ours_args, src=src)])
     return out
 
 
@@ -468,9 +471,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="single: skip bench/floor.py, the do-nothing uvloop server whose "
                     "rate and CPU per request are the shell's floor")
-    ap.add_argument("--against", metavar="SRC", help="single: also run our node from SRC "
-                    "(another built tree's src/, e.g. a worktree of main) as the side "
-                    "'against', in the same alternating rounds")
+    ap.add_argument("--against", metavar="SRC", help="single and cluster: also run our "
+                    "node(s) from SRC (another built tree's src/, e.g. a worktree of main) "
+                    "as the side 'against', in the same alternating rounds")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="bound of each loadgen run")
     ap.add_argument("--script-timeout", type=float, default=1800.0,
                     help="bound of the client and spark sections, seconds")

@@ -205,12 +205,13 @@ class Fleet:
 
     def cluster(self, kind: str, n: int = 3, extra: list[str] | tuple[str, ...] = (),
                 timeout: float = 30.0, meet_ports: list[int] | None = None,
-                per_node: list[list[str]] | None = None) -> list[Server]:
+                per_node: list[list[str]] | None = None, src: Path | None = None
+                ) -> list[Server]:
         """n nodes joined by CLUSTER MEET; ready when HELLO on each lists n nodes, all
         with priority 1 (reachable). ``per_node``: arguments of each node on top of
         ``extra``; ``meet_ports``: the port each is met at (default its port; with
-        ``tls-cluster``, its ``tls-port``)."""
-        nodes = [self.start(kind, [*extra, *(per_node[i] if per_node else [])])
+        ``tls-cluster``, its ``tls-port``); ``src``: as for start()."""
+        nodes = [self.start(kind, [*extra, *(per_node[i] if per_node else [])], src)
                  for i in range(n)]
         ports = meet_ports or [s.port for s in nodes]
         for port in ports[1:]:

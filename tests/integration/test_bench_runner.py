@@ -80,21 +80,25 @@ def test_tiny_alternating_run_without_c_disque_says_so(tmp_path, monkeypatch):
 
 
 def test_against_runs_another_built_tree_as_a_side_of_the_same_turns(tmp_path, monkeypatch):
-    """--against SRC (an A/B of two trees): our node started from SRC, in the rounds."""
+    """--against SRC (an A/B of two trees): our node (a cluster's three in the cluster
+    section) started from SRC, in the rounds."""
     monkeypatch.setenv("DISQUE_C", str(tmp_path / "no-such-disque"))
     old = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "run.json"
     try:
-        rc = bench_run.main(["--only", "single", "--rounds", "1", "--requests", "300",
+        rc = bench_run.main(["--only", "single,cluster", "--rounds", "1", "--requests", "300",
+                             "--cluster-requests", "300", "--fed-seconds", "1.5",
                              "--no-redis", "--no-floor", "--against", str(BENCH.parent / "src"),
                              "--json", str(out)])
     finally:
         signal.signal(signal.SIGTERM, old)
     assert rc == 0
     res = json.loads(out.read_text())
-    for r in res["data"]["single node"]:
-        assert set(r["runs"]) == {"ours", "against"}
-        assert all(x["ops"] >= 300 and not x["problem"] for x in r["runs"]["against"])
+    for section in ("single node", "cluster"):
+        for r in res["data"][section]:
+            assert set(r["runs"]) == {"ours", "against"}
+            assert all(x["ops"] >= 300 and not x["problem"] for x in r["runs"]["against"])
+    assert res["data"]["federation against"]
     assert any(line.startswith("| workload") and "against/s" in line for line in res["report"])
 
 
