@@ -147,10 +147,11 @@ def ratio(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
 
-def cpu_us(reps: list[dict] | None) -> str:
+def cpu_us(reps: list[dict] | None, key: str = "server_cpu_us") -> str:
+    """The rounds' median server CPU per op (``server_user_us``: its user part)."""
     if not reps:
         return "—"
-    return f"{statistics.median(r.get('server_cpu_us', 0) for r in reps):.1f}"
+    return f"{statistics.median(r.get(key, 0) for r in reps):.1f}"
 
 
 def problems(reps: list[dict] | None) -> list[str]:
@@ -202,9 +203,10 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
         rep.out(f"C Disque: not found ({a.c_missing}): its columns are skipped.\n")
     extra = [k for k in ("floor", "against") if k in sides]  # sides shown after C's
     rep.out("| workload | disquepy/s | C Disque/s | ours/C | target | Redis/s "
-            "| CPU µs/op ours | C | " + "".join(f"{k}/s | {k} µs/op | " for k in extra)
-            + "loadgen busy |")
-    rep.out("|---|---:|---:|---:|---|---:|---:|---:|" + "---:|---:|" * len(extra) + "---:|")
+            "| CPU µs/op ours | C | user µs/op ours | C | "
+            + "".join(f"{k}/s | {k} µs/op | {k} user | " for k in extra) + "loadgen busy |")
+    rep.out("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|" + "---:|" * 3 * len(extra)
+            + "---:|")
     rows = rep.data.setdefault(title, [])
     for w in workloads:
         fns = {k: (lambda k=k, w=w: run_once(sides[k], w, n, a.max_seconds, k)) for k in sides
@@ -220,10 +222,12 @@ def compare(rep: Report, title: str, workloads: list[Workload], sides: dict[str,
                 rep.target(f"{title}: {w.name} >= {w.target}x C Disque", ok, ratio(r))
         busy = max(x.get("gen_busy", 0) for reps in res.values() for x in reps)
         red_s = f"{w.redis_mode.upper()} {rate(median_rate(red))}" if red else "—"
-        fl_s = "".join(f"{rate(median_rate(res[k]))} | {cpu_us(res[k])} | " for k in extra)
+        fl_s = "".join(f"{rate(median_rate(res[k]))} | {cpu_us(res[k])} | "
+                       f"{cpu_us(res[k], 'server_user_us')} | " for k in extra)
+        user = "server_user_us"
         rep.out(f"| {w.name} | {rate(median_rate(ours))} | {rate(median_rate(c)) if c else '—'} "
-                f"| {ratio(r)} | {tgt} | {red_s} | {cpu_us(ours)} | {cpu_us(c)} | {fl_s}"
-                f"{busy:.0%} |")
+                f"| {ratio(r)} | {tgt} | {red_s} | {cpu_us(ours)} | {cpu_us(c)} "
+                f"| {cpu_us(ours, user)} | {cpu_us(c, user)} | {fl_s}{busy:.0%} |")
         for side, reps in res.items():
             for p in dict.fromkeys(problems(reps)):
                 rep.out(f"|  ! {side}: {p} |")

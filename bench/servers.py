@@ -148,10 +148,17 @@ class Server:
 
     def cpu(self) -> float:
         """User + system CPU seconds of the process (all its threads) so far."""
+        user, system = self.cpu_split()
+        return user + system
+
+    def cpu_split(self) -> tuple[float, float]:
+        """(user, system) CPU seconds of the process (all its threads) so far: user is
+        the work (ours: Python and the core; the syscalls' share is system)."""
         assert self.proc is not None
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
 
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL it if it lingers."""
@@ -280,10 +287,11 @@ def loadgen_argv(ports: list[int], mode: str, conns: int, pipeline: int, request
 def loadgen(servers: list[Server], mode: str, conns: int, pipeline: int, requests: int,
             **kw) -> dict:
     """One loadgen run against ``servers`` (connections spread round-robin). Adds
-    ``server_cpu_us`` (server CPU per op, all servers), ``gen_busy`` (the generator's
-    CPU / elapsed: near 1.0, the generator bounds the rate) and ``problem``."""
+    ``server_cpu_us`` (server CPU per op, all servers), ``server_user_us`` (its user
+    part), ``gen_busy`` (the generator's CPU / elapsed: near 1.0, the generator bounds
+    the rate) and ``problem``."""
     argv = loadgen_argv([s.port for s in servers], mode, conns, pipeline, requests, **kw)
-    cpu0 = sum(s.cpu() for s in servers)
+    split0 = [s.cpu_split() for s in servers]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     try:
@@ -295,11 +303,14 @@ def loadgen(servers: list[Server], mode: str, conns: int, pipeline: int, request
         rep, why = None, "loadgen did not exit in time"
     wall = time.monotonic() - t0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu1 = sum(s.cpu() for s in servers)
+    split1 = [s.cpu_split() for s in servers]
     if rep is None:
         return {"ops": 0, "ops_per_sec": 0.0, "problem": why, "argv": argv}
     ops = rep["ops"] or 1
-    rep["server_cpu_us"] = (cpu1 - cpu0) / ops * 1e6
+    user = sum(b[0] - a[0] for a, b in zip(split0, split1, strict=True))
+    system = sum(b[1] - a[1] for a, b in zip(split0, split1, strict=True))
+    rep["server_cpu_us"] = (user + system) / ops * 1e6
+    rep["server_user_us"] = user / ops * 1e6
     gen = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     rep["gen_busy"] = gen / max(wall, 1e-9)
     probs = []

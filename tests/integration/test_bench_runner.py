@@ -73,6 +73,8 @@ def test_tiny_alternating_run_without_c_disque_says_so(tmp_path, monkeypatch):
         for side in ("ours", "floor"):
             assert len(r["runs"][side]) == 2  # two rounds
             assert all(x["ops"] >= 300 and not x["problem"] for x in r["runs"][side])
+            # the server's CPU per op, and its user part (the work, the syscalls aside)
+            assert all(0 <= x["server_user_us"] <= x["server_cpu_us"] for x in r["runs"][side])
         assert r["ratio"] is None
     assert "C Disque: not found" in report
     assert data["memory"]["ours"] > 0
