@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import socket
+from pathlib import Path
 
 from disquepy.core.config import Config
 from disquepy.core.node import Node
@@ -53,6 +55,9 @@ class HoldingAof:
 
     def append(self, records: list) -> None:
         self.records.extend(records)
+
+    def flush_now(self) -> None:
+        """(Its write stays pending: what it holds stays held.)"""
 
 
 def make(**config):
@@ -112,6 +117,30 @@ def test_a_batch_delivers_the_outputs_of_its_commands_before_writing_replies():
     assert ta.written and ta.written[0].startswith(b"*1\r\n*3\r\n$1\r\nq")
     assert tc.written and tc.written[0].startswith(b"+D-")
     assert not node.has_outputs() and not driver._after_scheduled
+    loop.close()
+
+
+def test_a_batch_writes_its_aof_records_then_its_replies(tmp_path):
+    """With appendonly, a batch's records reach the file before its replies are
+    written, and those replies leave in the same batch (not a loop round later)."""
+    loop, node, driver = make(dir=str(tmp_path))
+    driver.start_aof(False)
+    c, tc = connect(driver)
+    sizes = []  # the AOF's size on disk at each write of a reply
+    write = tc.write
+
+    def sized_write(data: bytes) -> None:
+        sizes.append(os.path.getsize(driver.aof_path))
+        write(data)
+
+    tc.write = sized_write
+    arrive(c, b"ADDJOB q body 0\r\nADDJOB q other 0\r\n")
+    assert len(tc.written) == 1 and tc.written[0].count(b"+D-") == 2
+    assert sizes[0] > 0 and b"other" in Path(driver.aof_path).read_bytes()
+    assert not driver.aof.holding and not driver.aof.held
+    arrive(c, b"ADDJOB q third 0\r\n")
+    assert len(tc.written) == 2 and sizes[1] > sizes[0]
+    driver.stop_aof()
     loop.close()
 
 

@@ -111,7 +111,7 @@ class AofFile:
         self.pending.extend(records)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush_soon)
 
     @property
     def holding(self) -> bool:
@@ -123,6 +123,17 @@ class AofFile:
 
     def hold_call(self, write: Callable[[bytes], object], data: bytes) -> None:
         self.held.append((write, data))
+
+    def flush_now(self) -> None:
+        """Write the queued records now, not at the end of the iteration: a client
+        batch calls it once its commands ran, so that the replies the AOF holds are
+        released into that same batch's writes (no loop round of their own)."""
+        if self._flush_scheduled:
+            self._flush()
+
+    def _flush_soon(self) -> None:
+        if self._flush_scheduled:  # (not flushed already by flush_now)
+            self._flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False

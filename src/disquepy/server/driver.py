@@ -400,6 +400,9 @@ class Driver(Shell):
         scheduled after_event_soon already: that one delivers everything, once."""
         if not self._after_scheduled:
             self.after_event()
+        aof = self.aof
+        if aof is not None:  # the records of the batch written before its replies go
+            aof.flush_now()
 
     def on_bus_link(self, node_id: str, up: bool) -> None:
         self.node.members.link_state(node_id, up, self.now())
