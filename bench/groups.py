@@ -292,11 +292,15 @@ def streams(a, target) -> None:
         extra = STREAM_AOF[aof]
         print(f"\n### against Redis Streams, AOF {aof}: one node each, median of {a.rounds} "
               "alternating rounds\n")
+        ab = " against/s | against µs/op |" if a.against else ""
         print("| workload | disquepy/s | Redis/s | ours/Redis | target | CPU µs/op ours "
-              "| Redis | loadgen busy |\n|---|---:|---:|---:|---|---:|---:|---:|")
+              f"| Redis |{ab} loadgen busy |\n|---|---:|---:|---:|---|---:|---:|"
+              + ("---:|---:|" if a.against else "") + "---:|")
         verdicts: list[tuple[bool, str]] = []  # said after the table
         with Fleet() as fleet:
             sides = {"ours": fleet.start("ours", extra), "redis": fleet.start("redis", extra)}
+            if a.against:  # our node from another built tree: an A/B in the same turns
+                sides["against"] = fleet.start("ours", extra, src=Path(a.against))
             for key, name, short, tgt in rows:
                 res = alternate(a.rounds, {k: (lambda s=s, key=key: _stream_row(
                     s, key, sizes[key], a.max_seconds)) for k, s in sides.items()})
@@ -308,9 +312,12 @@ def streams(a, target) -> None:
                     shown = f">= {tgt}x " + ("PASS" if good else "FAIL")
                     verdicts.append((good, f"AOF {aof}: {short}: ours/Redis = {ratio(r)} "
                                            f"(target >= {tgt}x)"))
-                busy = max(x.get("gen_busy", 0) for x in ours + red)
+                busy = max(x.get("gen_busy", 0) for reps in res.values() for x in reps)
+                other = res.get("against")
+                ab = f" {rate(median_rate(other))} | {cpu_us(other)} |" if other else ""
                 print(f"| {name} | {rate(median_rate(ours))} | {rate(median_rate(red))} "
-                      f"| {ratio(r)} | {shown} | {cpu_us(ours)} | {cpu_us(red)} | {busy:.0%} |")
+                      f"| {ratio(r)} | {shown} | {cpu_us(ours)} | {cpu_us(red)} |{ab}"
+                      f" {busy:.0%} |")
                 for side, reps in res.items():
                     for p in dict.fromkeys(problems(reps)):
                         print(f"|  ! {side}: {p} |")
@@ -348,6 +355,8 @@ def main() -> int:
                     help="sections, comma-separated: cluster (#16), streams (#25)")
     ap.add_argument("--aof", default="off,everysec",
                     help="streams: AOF settings, comma-separated, of off,everysec")
+    ap.add_argument("--against", metavar="SRC", help="streams: also run our node from SRC "
+                    "(another built tree's src/) as the side 'against', in the same rounds")
     ap.add_argument("--max-seconds", type=float, default=60.0,
                     help="streams: bound of each loadgen run")
     a = ap.parse_args()

@@ -475,9 +475,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="single: skip bench/floor.py, the do-nothing uvloop server whose "
                     "rate and CPU per request are the shell's floor")
-    ap.add_argument("--against", metavar="SRC", help="single and cluster: also run our "
-                    "node(s) from SRC (another built tree's src/, e.g. a worktree of main) "
-                    "as the side 'against', in the same alternating rounds")
+    ap.add_argument("--against", metavar="SRC", help="single, cluster and streams: also "
+                    "run our node(s) from SRC (another built tree's src/, e.g. a worktree of "
+                    "main) as the side 'against', in the same alternating rounds")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="bound of each loadgen run")
     ap.add_argument("--script-timeout", type=float, default=1800.0,
                     help="bound of the client and spark sections, seconds")
@@ -521,7 +521,9 @@ def main(argv=None) -> int:
                 "groups": lambda r, a: section_script(r, a, "groups", ("--only", "cluster")),
                 "streams": lambda r, a: section_script(
                     r, a, "groups", ("--only", "streams", "--rounds", str(a.rounds),
-                                     "--max-seconds", str(a.max_seconds)), "streams"),
+                                     "--max-seconds", str(a.max_seconds),
+                                     *(("--against", a.against) if a.against else ())),
+                    "streams"),
                 "tls": lambda r, a: section_script(r, a, "tls"),
                 "celery": lambda r, a: section_script(r, a, "celery_redis"),
                 "spark": lambda r, a: section_script(r, a, "spark")}

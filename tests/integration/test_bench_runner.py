@@ -116,17 +116,21 @@ def test_tiny_alternating_run_against_c_disque(tmp_path, monkeypatch):
 
 def test_streams_section_measures_both_sides(tmp_path):
     """bench/groups.py --only streams (issue #25), one small round with AOF off: every row
-    has a rate on both sides, no run reported a problem, and each target is judged."""
+    has a rate on both sides (and on --against's, our node from another tree), no run
+    reported a problem, and each target is judged."""
     env = dict(os.environ, TMPDIR=str(tmp_path))
     r = subprocess.run([sys.executable, str(BENCH / "groups.py"), "--only", "streams",
-                        "--quick", "--aof", "off"], capture_output=True, text=True,
-                       timeout=300, cwd=BENCH, env=env)
+                        "--quick", "--aof", "off", "--against", str(BENCH.parent / "src")],
+                       capture_output=True, text=True, timeout=300, cwd=BENCH, env=env)
     assert r.returncode in (0, 1), r.stdout + r.stderr  # 1: a target failed, not broken
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ") and "/s" not in ln]
     assert not [ln for ln in rows if "!" in ln], r.stdout
     table = {ln.split(" | ")[0][2:]: ln.split(" | ")[1:3] for ln in rows}
+    against = {ln.split(" | ")[0][2:]: ln.split(" | ")[7] for ln in rows
+               if not ln.startswith("| memory")}
     for name in ("QADD / XADD, 50 conns", "QADD / XADD, 50 conns, 16-deep"):
-        assert all(float(x.rstrip("k").replace(",", "")) > 0 for x in table[name]), r.stdout
+        cells = [*table[name], against[name]]
+        assert all(float(x.rstrip("k").replace(",", "")) > 0 for x in cells), r.stdout
     assert sum(1 for n in table if n.startswith("2 groups")) == 2
     assert any(n.startswith("memory per held event") for n in table)
     verdicts = [ln for ln in r.stdout.splitlines() if ln.startswith(("PASS: AOF off", "FAIL: AOF off"))]
