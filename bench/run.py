@@ -398,15 +398,19 @@ def section_aof(rep: Report, a) -> None:
     with Fleet() as fleet:
         nodes = {(k, p): [fleet.start(k, extra)] for p, extra in AOF_POLICIES.items()
                  for k in kinds}
+        if a.against:  # our node from another built tree: an A/B in the same turns
+            for p, extra in AOF_POLICIES.items():
+                nodes[("against", p)] = [fleet.start("ours", extra, src=Path(a.against))]
 
         def one(key):
             os.sync()  # every run starts with a clean page cache
             return run_once(nodes[key], w, n, a.max_seconds, key[0])
 
         res = alternate(a.rounds, {key: (lambda key=key: one(key)) for key in nodes})
+        ab = " against/s | ours/against |" if a.against else ""
         rep.out("| appendfsync | disquepy/s | vs AOF off | C Disque/s | vs AOF off | ours/C "
-                "| target |")
-        rep.out("|---|---:|---:|---:|---:|---:|---|")
+                f"| target |{ab}")
+        rep.out("|---|---:|---:|---:|---:|---:|---|" + ("---:|---:|" if a.against else ""))
         for p in AOF_POLICIES:
             ours, c = res[("ours", p)], res.get(("c", p))
             vs = median_ratio(ours, res[("ours", "off")])
@@ -416,10 +420,13 @@ def section_aof(rep: Report, a) -> None:
                 ok = vs is not None and vs >= AOF_TARGETS[p] and not problems(ours)
                 tgt = f">= {AOF_TARGETS[p]}x off " + ("PASS" if ok else "FAIL")
                 rep.target(f"aof: appendfsync {p} >= {AOF_TARGETS[p]}x AOF off", ok, ratio(vs))
+            other = res.get(("against", p))
+            ab = (f" {rate(median_rate(other))} | {ratio(median_ratio(ours, other))} |"
+                  if other else "")
             rep.out(f"| {p} | {rate(median_rate(ours))} | {ratio(vs)} "
                     f"| {rate(median_rate(c)) if c else '—'} | {ratio(cvs)} "
-                    f"| {ratio(median_ratio(ours, c) if c else None)} | {tgt} |")
-            for pr in dict.fromkeys(problems(ours) + problems(c)):
+                    f"| {ratio(median_ratio(ours, c) if c else None)} | {tgt} |{ab}")
+            for pr in dict.fromkeys(problems(ours) + problems(c) + problems(other)):
                 rep.out(f"|  ! {pr} |")
         rep.out("")
         for k in kinds:
@@ -475,7 +482,7 @@ def parse_args(argv=None):
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="single: skip bench/floor.py, the do-nothing uvloop server whose "
                     "rate and CPU per request are the shell's floor")
-    ap.add_argument("--against", metavar="SRC", help="single, cluster and streams: also "
+    ap.add_argument("--against", metavar="SRC", help="single, cluster, aof and streams: also "
                     "run our node(s) from SRC (another built tree's src/, e.g. a worktree of "
                     "main) as the side 'against', in the same alternating rounds")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="bound of each loadgen run")

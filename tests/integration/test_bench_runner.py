@@ -88,8 +88,9 @@ def test_against_runs_another_built_tree_as_a_side_of_the_same_turns(tmp_path, m
     old = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "run.json"
     try:
-        rc = bench_run.main(["--only", "single,cluster", "--rounds", "1", "--requests", "300",
-                             "--cluster-requests", "300", "--fed-seconds", "1.5",
+        rc = bench_run.main(["--only", "single,cluster,aof", "--rounds", "1",
+                             "--requests", "300", "--cluster-requests", "300",
+                             "--fed-seconds", "1.5", "--aof-jobs", "2000",
                              "--no-redis", "--no-floor", "--against", str(BENCH.parent / "src"),
                              "--json", str(out)])
     finally:
@@ -101,6 +102,8 @@ def test_against_runs_another_built_tree_as_a_side_of_the_same_turns(tmp_path, m
             assert set(r["runs"]) == {"ours", "against"}
             assert all(x["ops"] >= 300 and not x["problem"] for x in r["runs"]["against"])
     assert res["data"]["federation against"]
+    aof = [ln for ln in res["report"] if ln.startswith(("| off |", "| everysec |", "| always |"))]
+    assert len(aof) == 3 and all(ln.count("|") == 10 for ln in aof), aof  # against's 2 cells
     assert any(line.startswith("| workload") and "against/s" in line for line in res["report"])
 
 
