@@ -140,6 +140,39 @@ def test_a_batch_writes_its_aof_records_then_its_replies(tmp_path):
     assert not driver.aof.holding and not driver.aof.held
     arrive(c, b"ADDJOB q third 0\r\n")
     assert len(tc.written) == 2 and sizes[1] > sizes[0]
+    # a bus frame earlier in the iteration put off the delivery of the node's outputs
+    # to its end: the batch's records are written before its replies all the same
+    driver.after_event_soon()
+    arrive(c, b"ADDJOB q fourth 0\r\n")
+    assert len(tc.written) == 3 and sizes[2] > sizes[1]
+    assert b"fourth" in Path(driver.aof_path).read_bytes()
+    driver.stop_aof()
+    loop.close()
+
+
+def test_a_client_killed_in_the_batch_of_its_commands_gets_replies_after_their_records(
+        tmp_path):
+    """CLIENT KILL closes a connection whose ADDJOB ran earlier in the same batch: what
+    the connection is sent before it closes follows the AOF record of that ADDJOB."""
+    loop, node, driver = make(dir=str(tmp_path))
+    driver.start_aof(False)
+    a, ta = connect(driver)
+    k, tk = connect(driver)
+    sizes = []
+    write = ta.write
+
+    def sized_write(data: bytes) -> None:
+        sizes.append(os.path.getsize(driver.aof_path))
+        write(data)
+
+    ta.write = sized_write
+    assert a.client is not None
+    a.data_received(b"ADDJOB q killed 0\r\n")
+    k.data_received(b"CLIENT KILL ID %d\r\n" % a.client.id)
+    driver.batch.run()  # both in one batch: A's ADDJOB, then the kill
+    assert a.closing and tk.written == [b":1\r\n"]
+    assert ta.written and ta.written[0].startswith(b"+D-") and sizes[0] > 0
+    assert b"killed" in Path(driver.aof_path).read_bytes()
     driver.stop_aof()
     loop.close()
 

@@ -400,6 +400,8 @@ class Driver(Shell):
         scheduled after_event_soon already: that one delivers everything, once."""
         if not self._after_scheduled:
             self.after_event()
+        elif self.node.aof.out:  # the bus frame's delivery comes later: the batch's
+            self.flush_aof()  # replies must not leave before their records
         aof = self.aof
         if aof is not None:  # the records of the batch written before its replies go
             aof.flush_now()

@@ -73,7 +73,8 @@ class ClientBatch:
     """
 
     __slots__ = ("loop", "after_commands", "reads", "commands", "sends", "flushes",
-                 "scheduled", "net_in", "net_out", "paused_until", "_call_soon", "_run")
+                 "scheduled", "in_commands", "net_in", "net_out", "paused_until",
+                 "_call_soon", "_run")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, after_commands: Callable[[], None]
                  ) -> None:
@@ -89,6 +90,9 @@ class ClientBatch:
         self.sends: list[ClientProtocol] = []  # replies to write
         self.flushes: list[TlsServerProtocol] = []  # records to hand to the socket
         self.scheduled = False
+        # running the commands phase: the replies written meanwhile leave in this
+        # batch's send phase, after after_commands wrote the AOF records they depend on
+        self.in_commands = False
         # (made once: a bound method and a method lookup per loop iteration otherwise)
         self._call_soon: Callable[[Callable[[], None]], object] = loop.call_soon
         self._run: Callable[[], None] = self.run
@@ -145,6 +149,7 @@ class ClientBatch:
             if self.commands:
                 commands, self.commands = self.commands, []
                 paused = self.paused_until
+                self.in_commands = True
                 for c in commands:
                     c.queued = False
                     if c.closing or c.waiting or paused and c.held_by_pause():
@@ -155,6 +160,7 @@ class ClientBatch:
                     except Exception as e:
                         c.closing = True
                         self._crashed(e, c.transport, c)
+                self.in_commands = False
                 self.after_commands()
             if self.sends:
                 sends, self.sends = self.sends, []
@@ -171,6 +177,7 @@ class ClientBatch:
                         p._flush()
         finally:
             self.scheduled = False
+            self.in_commands = False
             if self.reads or self.commands or self.sends or self.flushes:
                 self._want()  # queued by a later phase (a TLS connection resumed reading)
 
@@ -388,9 +395,12 @@ class ClientProtocol:
 
     def send_replies(self, data: bytes) -> None:
         """Write a batch of replies, after the AOF records they depend on (with
-        appendfsync always the AOF holds them until its group fsync)."""
+        appendfsync always the AOF holds them until its group fsync). In a batch's
+        commands phase the records are written once for all its connections, before
+        its send phase (Driver.after_commands); outside it (a pipeline resumed by a
+        reply), here."""
         driver = self.driver
-        if self.node.aof.out:
+        if self.node.aof.out and not self.batch.in_commands:
             driver.flush_aof()
         if self.closing:
             return
@@ -464,6 +474,14 @@ class ClientProtocol:
 
     def close(self) -> None:
         if not self.closing:
+            # what is sent now goes after the AOF records it depends on (a client killed
+            # or refused in the batch that ran its commands)
+            driver = self.driver
+            if self.node.aof.out:
+                driver.flush_aof()
+            aof = driver.aof
+            if aof is not None:
+                aof.flush_now()
             self.batch.net_out += self.send()
             self.closing = True
             assert self.transport is not None  # (not closing)
