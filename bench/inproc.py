@@ -19,7 +19,7 @@ optimisation of the shell or the core changes.
   ADDJOB, with no MONITOR attached, then with one (the feed built, and taken once per 50
   commands as the driver takes outputs): what MONITOR costs, off and on.
 - ``replicate``: three pure nodes wired by tests/unit/clusterharness.py; each loop turn
-  every node takes 16 ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
+  every node takes 16 (``--burst``) ``ADDJOB ... REPLICATE 3`` and the bus messages are grouped per
   peer into frames, encoded, decoded and handled as the driver does. Microseconds of
   Python per replicated job, summed over the three nodes.
 - ``batch``: the pipelined consume row: ``GETJOB NOHANG COUNT 100`` and the ACKJOB of
@@ -30,7 +30,8 @@ optimisation of the shell or the core changes.
   leased, through ``data_received``: one ``QACK q g id1 ... id100`` (skipped on a tree
   whose QACK takes one ID), then 100 pipelined ``QACK q g id``; per event, the
   QGET's and the acks' shares; then both with the AOF's records made (appendonly's
-  CPU, the file write aside).
+  CPU, the file write aside); then QADD as the streams section's 16-deep row (50
+  connections, 16 QADDs each per loop iteration), without and with the AOF's records.
 
 Each figure is the best of ``--rounds`` rounds. A/B of the compiled core (setup.py) and
 the same code interpreted: run once with ``DISQUEPY_INTERPRETED=1`` and once without,
@@ -53,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ADDJOB = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$16\r\n0123456789abcdef\r\n$1\r\n0\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
 clock = time.perf_counter  # --cpu: time.process_time
+BURST = 16  # --burst
 
 
 def best(fn, n: int, rounds: int) -> float:
@@ -311,6 +313,26 @@ def bench_groups(n: int, rounds: int) -> None:
         g, a = got
         print(f"groups    QGET COUNT 100 + {name:22s} {g + a:6.2f} us per event "
               f"(QGET {g:.2f}, acks {a:.2f})")
+    # QADD as the 16-deep row of the streams section: 50 connections, 16 each per
+    # data_received, then the iteration's batch; without and with the AOF's records
+    for aof in (False, True):
+        node, loop, protos = node_with_clients(50)
+        node.aof.on = aof
+        drs = [p.data_received for p in protos]
+        batch = protos[0].batch.run
+        burst = qadd * 16
+
+        def adds(k: int, drs=drs, batch=batch, burst=burst) -> int:
+            turns = max(1, k // (16 * len(drs)))
+            for _ in range(turns):
+                for dr in drs:
+                    dr(burst)
+                batch()
+            return turns * 16 * len(drs)
+
+        print(f"groups    QADD, 50 conns x 16-deep{', AOF records' if aof else '':14s} "
+              f"{best(adds, n, rounds):6.2f} us per event")
+        loop.close()
 
 
 def bench_execute(n: int, rounds: int) -> None:
@@ -348,7 +370,7 @@ def bench_replicate(n: int, rounds: int) -> None:
 
     from disquepy.codec.bus import FrameReader, encode_frame
 
-    burst = 16
+    burst = BURST
     c = Cluster(3)
     c.meet_all()
     nodes = c.nodes
@@ -394,13 +416,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="reader,protocol,execute,replicate,batch")
     ap.add_argument("--requests", type=int, default=100_000, help="calls per round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--burst", type=int, default=16, help="replicate: ADDJOBs per node and "
+                    "loop turn (what a loop iteration of a loaded node serves)")
     ap.add_argument("--src", help="measure the package in this source tree (A/B)")
     ap.add_argument("--cpu", action="store_true", help="time this process's CPU, not the "
                     "wall clock: steadier when other processes share the cores")
     args = ap.parse_args(argv)
-    global clock
+    global clock, BURST
     if args.cpu:
         clock = time.process_time
+    BURST = args.burst
     sys.path.insert(0, os.path.abspath(args.src or str(ROOT / "src")))
     gc.set_threshold(10_000, 50, 100)  # the server's policy (driver.start_gc_policy)
     import disquepy
