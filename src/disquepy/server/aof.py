@@ -127,7 +127,8 @@ class AofFile:
     def flush_now(self) -> None:
         """Write the queued records now, not at the end of the iteration: a client
         batch calls it once its commands ran, so that the replies the AOF holds are
-        released into that same batch's writes (no loop round of their own)."""
+        released into that same batch's writes (no loop round of their own); so does
+        a connection closing, before what it is sent last."""
         if self._flush_scheduled:
             self._flush()
 

@@ -59,8 +59,9 @@ class ClientBatch:
     (2) runs every connection's commands and has the driver deliver the node's outputs
     (bus messages, AOF records, replies to other clients), (3) writes each connection's
     replies, all of them in one write (a TLS connection's are encrypted then), (4) hands
-    the TLS records to their sockets. Replies written outside a batch (a blocked GETJOB served, the AOF
-    releasing what it held) wait for the next one, so they keep their order.
+    the TLS records to their sockets. Replies written outside a batch (a blocked GETJOB
+    served by a bus frame, the AOF releasing what it held) wait for the next one, so
+    they keep their order.
 
     Done connection by connection, the kernel, the interpreter, the core and OpenSSL
     took turns and each ran cold, and a client was woken for every reply. In phases

@@ -26,6 +26,8 @@ def _run_one(cfg: SimConfig) -> RunResult:
 
 
 def _init(fn: Callable[..., object] | None, args: tuple[object, ...]) -> None:
+    """The workers' initializer (ProcessPoolExecutor types its own by its arguments:
+    this one takes any)."""
     if fn is not None:
         fn(*args)
 
