@@ -165,7 +165,9 @@ def test_failing_job_retries_then_lands_in_dead_letters_as_failed(http, dq):
     st = http.get(f"/jobs/{jid}").json()
     assert st["status"] == "failed" and "boom: disk full" in st["error"]
     assert st["queue"] == "imports" and st["priority"] == "high"
-    q = http.get("/queues/imports").json()
+    # /queues is a snapshot up to --cache-ttl (0.2 s) old: it may predate the dead letter
+    q = wait_for(lambda: (v := http.get("/queues/imports").json())["dead"] and v, 5,
+                 what="the queue's snapshot to count the dead letter")
     assert q["dead"] == 1 and q["depth"] == 0
     # requeue by the original job's ID: back in its priority level
     r = http.post(f"/queues/imports/dead-letters/{jid}/requeue", headers=JSON)
