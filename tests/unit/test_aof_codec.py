@@ -631,7 +631,7 @@ TAILS_THAT_ARE_NOT_TORN_RECORDS = [
     ("count 1 cut", b"*1\r\n$6"),
     ("bad name prefix", b"*3\r\n$7\r\nLOADJOX"),
     ("lowercase name prefix", b"*2\r\n$6\r\ndel"),
-    ("name length for the other command", b"*3\r\n$6\r\n"),
+    ("name length no command has", b"*3\r\n$4\r\n"),
     ("DELJOB arity prefix", b"*3\r\n$6\r\nDELJOB\r\n$40\r\n"),
     ("DELJOB id length prefix", b"*2\r\n$6\r\nDELJOB\r\n$41"),
     ("DELJOB id prefix", b"*2\r\n$6\r\nDELJOB\r\n$40\r\nX-"),
@@ -880,3 +880,31 @@ def test_evclaims_records_long_lists_and_bad_items():
     res = scan(wrong)
     assert res.status == "corrupt" and "invalid EVCLAIMS record" in res.reason
     assert scan(aof.encode_event_record(aof.EVCLAIMS, [])).status == "corrupt"
+
+
+def test_events_records_of_a_batch():
+    """EVENTS (the events one batch of commands held): scans back as their fields in
+    order, past msgpack's fixarray too; torn anywhere it reads as a torn tail; a bad
+    event, an empty list or one past MAX_EVENTS is corruption, named."""
+    from disquepy.core.eventcodec import MAX_EVENTS
+
+    def ev(n: int) -> list[object]:
+        return [b"18ec3471e00ecb40-%08x" % n, *EVENT_FIELDS[1:]]
+
+    for n in (2, 20):  # fixarray, array16
+        data = aof.encode_event_record(aof.EVENTS, [ev(i) for i in range(n)])
+        res = scan(data)
+        assert res.status == "ok" and res.events == 1 and res.records[0][1] == aof.EVENTS
+        got = res.records[0][2]
+        assert [f.id for f in got] == [ev(i)[0] for i in range(n)]
+        assert got[1].holders == (NODE_A, NODE_B) and got[1].claims == ((b"g", 7),)
+        with memoryview(data) as mv:  # the careful parser agrees with the fast path
+            assert aof._parse_record(data, mv, 0, len(data))[1:] == (aof.EVENTS, got)
+        for cut in range(1, len(data), 29):
+            assert scan(data[:cut]).status == "truncated", (n, cut)
+    wrong = aof.encode_event_record(aof.EVENTS, [ev(0), [b"not-an-id", *EVENT_FIELDS[1:]]])
+    res = scan(wrong)
+    assert res.status == "corrupt" and "invalid EVENTS record" in res.reason
+    for bad in ([], [ev(0)] * (MAX_EVENTS + 1)):
+        res = scan(aof.encode_event_record(aof.EVENTS, bad))
+        assert res.status == "corrupt" and "invalid EVENTS record" in res.reason

@@ -11,7 +11,7 @@ expires (ms), ``holders`` the node IDs holding a copy (the creator first) and
 ``key`` (an 8th field, only when there is one) the producer's ``QADD ... IDEMPOTENT``
 key.
 EVADD carries events this way (a new copy, a read repair); so does the AOF's EVENT
-record. The smaller records of an event's life share their checks too: a group's claim
+record, and its EVENTS record a list of them (the events one batch of commands held). The smaller records of an event's life share their checks too: a group's claim
 changed (the bus's EVSTATE item, the AOF's EVCLAIM; several, EVSTATE's and
 EVCLAIMS's list), an event dropped (EVDEL) and a
 queue flushed (EVFLUSH). :func:`event_fields` writes an event and :func:`parse_event` reads one back as
@@ -40,6 +40,7 @@ MAX_NODES = 4096  # holders of one event
 MAX_NAME = 1 << 16  # queue and group name bytes
 MAX_CLAIMS = 1000  # groups with a claim on one event, in one list
 MAX_CLAIM_CHANGES = 10_000  # claim changes in one list (QGET ... COUNT's most)
+MAX_EVENTS = 1000  # events in one list (the AOF's EVENTS record)
 
 
 class BadEvent(ValueError):
@@ -106,6 +107,14 @@ def parse_event(f: object) -> EventFields:
             assert type(eid) is bytes
             return _new(EventFields, (eid, queue, body, ctime, etime, nodes, cl, key))
     raise BadEvent(_explain(f))
+
+
+def parse_events(f: object) -> tuple[EventFields, ...]:
+    """``[fields, ...]``, 1 to MAX_EVENTS events (the AOF's EVENTS record), each
+    checked by :func:`parse_event`."""
+    if type(f) is not list or not 0 < len(f) <= MAX_EVENTS:
+        raise BadEvent(f"events: expected a list of 1 to {MAX_EVENTS}")
+    return tuple([parse_event(it) for it in f])
 
 
 def parse_claim_change(f: object) -> tuple[bytes, bytes, int]:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from . import aofrecords as records
+from .eventcodec import MAX_EVENTS
 from .job import (
     ACKED,
     ACTIVE,
@@ -37,6 +38,8 @@ from .outcomes import EXPIRED, Outcome
 if TYPE_CHECKING:
     from .node import Node
 
+_EVENTS_BYTES = 1 << 20  # an EVENTS record's bodies, about: sealed past this
+
 
 class Persistence:
     """The node's AOF records: ``on`` once the shell has the file open."""
@@ -45,10 +48,44 @@ class Persistence:
         self.node = node
         self.on = False
         self.out: list[bytes] = []  # records for the shell to append
+        self._events: list[list[object]] | None = None  # gathered: see gather_event()
+        self._events_at = 0  # their record's place in ``out``
+        self._events_size = 0  # their bodies' bytes
 
     def take(self) -> list[bytes]:
+        if self._events is not None:
+            self.seal_events()
         out, self.out = self.out, []
         return out
+
+    def gather_event(self, fields: list[object], size: int) -> None:
+        """An event held (its fields: eventcodec's layout; ``size``: its body's bytes).
+        The events held until the records are taken go in one EVENTS record (one
+        encoding and CRC: 0.3 us an event in a batch of 16, where one EVENT record each
+        costs 0.8), at the place the first one's EVENT record would have had: before
+        every record about them (their claims, a drop). At most MAX_EVENTS events, or
+        about 1 MiB of bodies, per record."""
+        ev = self._events
+        if ev is None:
+            self._events = [fields]
+            self._events_at = len(self.out)
+            self._events_size = size
+            self.out.append(b"")  # the record's place (and ``out`` is not empty)
+            return
+        ev.append(fields)
+        self._events_size += size
+        if len(ev) >= MAX_EVENTS or self._events_size >= _EVENTS_BYTES:
+            self.seal_events()
+
+    def seal_events(self) -> None:
+        """Write the events gathered so far in their record's place. Before a record
+        that must follow them and does not merge with them (an event dropped, a
+        queue flushed), and when the records are taken."""
+        ev, self._events = self._events, None
+        if ev is not None:
+            self.out[self._events_at] = (
+                records.encode_event_record(records.EVENT, ev[0]) if len(ev) == 1
+                else records.encode_event_record(records.EVENTS, ev))
 
     # --- the running log ------------------------------------------------------------
     def created(self, job: Job) -> None:

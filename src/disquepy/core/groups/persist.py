@@ -1,5 +1,5 @@
 """Events in the node's AOF, with the jobs (as core/persistence.py is for jobs): the
-records of an event's life (aofrecords.py: EVENT, EVCLAIM, EVCLAIMS, EVDEL, EVFLUSH),
+records of an event's life (aofrecords.py: EVENT(S), EVCLAIM(S), EVDEL, EVFLUSH),
 what a rewrite writes for the events held, and the replay at start.
 
 Records go to ``node.aof.out`` with the jobs' records, so they share the AOF's fsync
@@ -34,10 +34,11 @@ class EventLog:
 
     # --- the running log ------------------------------------------------------------
     def held(self, e: Event) -> None:
-        """``e`` is held here (new, or its copy arrived), with its claims."""
-        if self.node.aof.on:
-            self.node.aof.out.append(records.encode_event_record(records.EVENT,
-                                                                 event_fields(e)))
+        """``e`` is held here (new, or its copy arrived), with its claims: its record
+        goes with the others of the batch (Persistence.gather_event)."""
+        aof = self.node.aof
+        if aof.on:
+            aof.gather_event(event_fields(e), len(e.body))
 
     def claim(self, eid: bytes, group: bytes, claim: int) -> None:
         """``group``'s claim on the event ``eid`` changed here to ``claim``."""
@@ -73,11 +74,13 @@ class EventLog:
     def dropped(self, eid: bytes) -> None:
         """An event dropped before its expiry (its QADD gave up)."""
         if self.node.aof.on:
+            self.node.aof.seal_events()  # its EVENT goes before (an EVENTS does not merge)
             self.node.aof.out.append(records.encode_event_record(records.EVDEL, [eid]))
 
     def flushed(self, qname: bytes, ctime: int) -> None:
         """QFLUSH: the events of ``qname`` created up to ``ctime`` (ns) are gone."""
         if self.node.aof.on:
+            self.node.aof.seal_events()  # the events held before it go before it
             self.node.aof.out.append(records.encode_event_record(records.EVFLUSH,
                                                                  [qname, ctime]))
 
@@ -113,13 +116,16 @@ class EventLog:
         events: dict[bytes, tuple[EventFields, dict[bytes, int]]] = {}
         tombs: dict[bytes, int] = {}
         for kind, p in recs:
-            if kind == records.EVENT:
-                assert isinstance(p, EventFields)
-                old = events.get(p.id)
-                claims = old[1] if old is not None else {}
-                for gr, c in p.claims:
-                    claims[gr] = merge(claims.get(gr), c)
-                events[p.id] = (p, claims)
+            if kind == records.EVENT or kind == records.EVENTS:
+                held = (p,) if kind == records.EVENT else p
+                assert isinstance(held, tuple)
+                for f in held:
+                    assert isinstance(f, EventFields)
+                    old = events.get(f.id)
+                    claims = old[1] if old is not None else {}
+                    for gr, c in f.claims:
+                        claims[gr] = merge(claims.get(gr), c)
+                    events[f.id] = (f, claims)
             elif kind == records.EVCLAIM or kind == records.EVCLAIMS:
                 changes = (p,) if kind == records.EVCLAIM else p
                 assert isinstance(changes, tuple)
