@@ -214,3 +214,29 @@ def test_acks_in_lease_order_skip_the_index_and_find_only_their_own_queue():
     assert h("QACK", "qa", "g", *reversed(a[10:])) == 10  # out of order: the index does
     assert h("QACK", "qb", "g", *b) == 20
     assert h("QACK", "qa", "g", *a) == 0  # all done already
+
+
+def test_index_entries_gathered_in_a_batch_are_found_and_dropped():
+    """A batch of QADDs gathers its index entries (store._index_add) and puts them in
+    the table in one loop (_settle) before any lookup, drop or compaction: 1,000 events
+    in one batch (past the gathering's 64 and several table growths), half of them
+    expiring first; every ID held is found, none of those gone, and the table holds
+    one entry per event held."""
+    h = Harness()
+    s = store(h)
+    replies = [h.node.execute(h.client, [b"QADD", b"q", b"1" if i % 2 else b"3600", b"e%d" % i],
+                              h.now) for i in range(1000)]
+    ids = [r[5:30] for r in replies]
+    assert all(r[:5] == b"$25\r\n" for r in replies)
+
+    def indexed() -> int:
+        return sum(1 for ent in s._table if ent)
+
+    assert len(s._pend) > 0 and indexed() + len(s._pend) // 2 == s.count == 1000
+    h.advance(2000)  # the odd ones expire, entries still gathered: dropped from the index
+    assert not s._pend and s.count == 500 and indexed() == 500
+    assert [s.has(i) for i in ids] == [i % 2 == 0 for i in range(1000)]
+    more = [h.node.execute(h.client, [b"QADD", b"q", b"3600", b"m"], h.now)[5:30]
+            for _ in range(100)]
+    assert s._pend and all(s.has(i) for i in more) and not s._pend and indexed() == 600
+    assert [e[0] for e in h("QGET", "q", "g", "COUNT", 1000)] == ids[::2] + more

@@ -66,11 +66,18 @@ _new = tuple.__new__  # EventFields(...) without its Python-level __new__
 
 def event_fields(e: Event) -> list[object]:
     """``e`` as a field list (the bus's EVADD, the AOF's EVENT record)."""
-    f: list[object] = [e.id, e.queue, e.body, e.ctime, e.etime, list(e.delivered),
-                       [[g, c] for g, c in e.claims.items()]]
+    f = fields_of(e.id, e.queue, e.body, e.ctime, e.etime, e.delivered,
+                  [[g, c] for g, c in e.claims.items()])
     if e.key is not None:
         f.append(e.key)
     return f
+
+
+def fields_of(eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
+              holders: tuple[str, ...], claims: list[list[object]]) -> list[object]:
+    """An event's field list from its parts (:func:`event_fields` without the object;
+    no key)."""
+    return [eid, queue, body, ctime, etime, list(holders), claims]
 
 
 def parse_claims(v: object) -> tuple[tuple[bytes, int], ...] | None:

@@ -99,8 +99,11 @@ class Notify:
 
     def arrived(self, e: Event, now: int) -> None:
         q = self.g.store.queues.get(e.queue)
-        if q is None:
-            return
+        if q is not None:
+            self.arrived_in(q, now)
+
+    def arrived_in(self, q: EQueue, now: int) -> None:
+        """An event arrived in ``q``: its waiting consumers and watching peers told."""
         if q.waiters:
             self.wake(q, None, now)
         self.tell_watchers(q, None)

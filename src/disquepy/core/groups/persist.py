@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .. import aofrecords as records
-from ..eventcodec import EventFields, event_fields
+from ..eventcodec import EventFields, event_fields, fields_of
 from .model import LEASED, STATE_MASK, Event, claim_deadline, merge
 from .store import TOMBSTONE_MS, IdList
 
@@ -39,6 +39,14 @@ class EventLog:
         aof = self.node.aof
         if aof.on:
             aof.gather_event(event_fields(e), len(e.body))
+
+    def held_new(self, eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
+                 holders: tuple[str, ...]) -> None:
+        """:meth:`held`, for a new event held with no object (EventStore.put_new)."""
+        aof = self.node.aof
+        if aof.on:
+            aof.gather_event(fields_of(eid, queue, body, ctime, etime, holders, []),
+                             len(body))
 
     def claim(self, eid: bytes, group: bytes, claim: int) -> None:
         """``group``'s claim on the event ``eid`` changed here to ``claim``."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import i64
+
 from ...codec import resp
 from .. import errors
 from .. import messages as M
@@ -37,6 +39,8 @@ class EventReplication:
         self.adding: dict[bytes, Event] = {}  # QADDs waiting for their copies, by event ID
         self.added = 0
         self.repairs = 0
+        self._suffix = b""  # node.event_suffix, and the creator number it says
+        self._creator: i64 = -1
 
     # --------------------------------------------------------------------- QADD
     def qadd(self, client: Client, qname: bytes, expire_ms: int, body: bytes, noblock: bool,
@@ -56,7 +60,16 @@ class EventReplication:
             raise ReplyError(errors.NOREPL)
         targets = node.repl.choose(need)
         ctime = node.next_ctime(now)
-        eid = event_id(ctime, node.event_suffix)
+        sx = node.event_suffix
+        eid = event_id(ctime, sx)
+        if not targets and key is None:  # no copies to wait for: no Event object
+            if sx is not self._suffix:
+                self._suffix, self._creator = sx, int(sx[1:], 16)
+            q = store.put_new(qname, eid, body, ctime, now + expire_ms, self._creator, now)
+            if q is not None:
+                self.added += 1
+                self.g.notify.arrived_in(q, now)
+                return resp.OK if noblock else resp.bulk(eid)
         e = Event(eid, qname, body, ctime, now + expire_ms,
                   store.holders((node.myid, *targets)))
         e.repl = repl
