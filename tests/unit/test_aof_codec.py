@@ -908,3 +908,28 @@ def test_events_records_of_a_batch():
     for bad in ([], [ev(0)] * (MAX_EVENTS + 1)):
         res = scan(aof.encode_event_record(aof.EVENTS, bad))
         assert res.status == "corrupt" and "invalid EVENTS record" in res.reason
+
+
+def test_loadjobs_records_of_a_batch():
+    """LOADJOBS (the jobs one batch of commands created or changed): scans back as
+    their fields in order, counted with the LOADJOBs; torn anywhere it reads as a torn
+    tail; a bad job, an empty list or one past MAX_JOBS is corruption, named."""
+    for n in (2, 20):  # fixarray, array16
+        data = aof.encode_loadjobs([fields(i) for i in range(n)]) + encode_deljob(jid(0))
+        res = scan(data)
+        assert res.status == "ok" and (res.loadjobs, res.deljobs) == (1, 1)
+        assert [k for _, k, _ in res.records] == [aof.LOADJOBS, DELJOB]
+        got = res.records[0][2]
+        assert [f.id for f in got] == [jid(i) for i in range(n)]
+        with memoryview(data) as mv:  # the careful parser agrees with the fast path
+            assert aof._parse_record(data, mv, 0, len(data))[1:] == (aof.LOADJOBS, got)
+        rec = aof.encode_loadjobs([fields(i) for i in range(n)])
+        for cut in range(1, len(rec), 31):
+            assert scan(rec[:cut]).status == "truncated", (n, cut)
+    bad = fields(1)
+    bad[0] = b"not-a-job-id"
+    res = scan(aof.encode_loadjobs([fields(0), bad]))
+    assert res.status == "corrupt" and "invalid LOADJOBS record" in res.reason
+    for wrong in ([], [fields(0)] * (aof.MAX_JOBS + 1)):
+        res = scan(aof.encode_loadjobs(wrong))
+        assert res.status == "corrupt" and "invalid LOADJOBS record" in res.reason

@@ -24,6 +24,12 @@ checked by ``jobcodec.parse_job``, the one validation the bus shares (types,
 ranges, job and node IDs); a LOADJOB record's payload is the resulting
 ``JobFields``.
 
+A ``LOADJOBS`` record is several LOADJOB records in one (the jobs one batch of
+commands created or changed: one encoding and one CRC where one each cost 0.5 us a
+job), framed the same, its blob a list of 1 to MAX_JOBS job field lists; its payload
+the tuple of their ``JobFields``, in order (a later one of the same job wins, as a
+later LOADJOB does).
+
 An OUTCOME record is how a job ended (``core.outcomes``, kept for JOBSTATUS after
 the job is gone), framed as LOADJOB with a 7-item blob::
 
@@ -106,6 +112,8 @@ __all__ = [
     "EVFLUSH",
     "HEADS",
     "LOADJOB",
+    "LOADJOBS",
+    "MAX_JOBS",
     "NFIELDS",
     "OUTCOME",
     "AofFormatError",
@@ -120,6 +128,8 @@ __all__ = [
 ]
 
 LOADJOB = "LOADJOB"
+LOADJOBS = "LOADJOBS"
+MAX_JOBS = 1000  # jobs in one LOADJOBS record
 DELJOB = "DELJOB"
 OUTCOME = "OUTCOME"
 NFIELDS = NDISK
@@ -157,22 +167,33 @@ _FIXARRAY_OUT = 0x90 | _OUT_NFIELDS  # first byte of a valid OUTCOME blob
 _U32 = 0xFFFFFFFF
 _I64 = 1 << 63
 
+def _head(kind: str) -> bytes:
+    """A blob record's head: ``*3``, then the kind as a bulk string."""
+    return b"*3\r\n$%d\r\n%s\r\n" % (len(kind), kind.encode())
+
+
 # the events' records: kind -> (head, the blob's checker, its possible first bytes:
 # msgpack's fixarray of the field count; EVENTS's and EVCLAIMS's lists may be longer
 # than 15)
 _FIXARRAY = 0x90
 _LISTS = (*range(_FIXARRAY + 1, _FIXARRAY + 16), 0xDC, 0xDD)
 _EV_CHECK: dict[str, tuple[bytes, Any, tuple[int, ...]]] = {
-    k: (b"*3\r\n$%d\r\n%s\r\n" % (len(k), k.encode()), check, firsts)
+    k: (_head(k), check, firsts)
     for k, check, firsts in (
         (EVENT, parse_event, (_FIXARRAY | 7, _FIXARRAY | 8)),
         (EVENTS, parse_events, _LISTS),
         (EVCLAIM, parse_claim_change, (_FIXARRAY | 3,)),
         (EVCLAIMS, parse_claim_changes, _LISTS),
         (EVDEL, parse_event_ref, (_FIXARRAY | 1,)), (EVFLUSH, parse_flush, (_FIXARRAY | 2,)))}
-_EV_HEADS = {head: kind for kind, (head, _, _) in _EV_CHECK.items()}
+_LOADJOBS_HEAD = _head(LOADJOBS)
+# the records framed as LOADJOB whose blob is a list: head -> kind (the events',
+# LOADJOBS), and each kind's possible first blob bytes
+_LIST_HEADS = {head: kind for kind, (head, _, _) in _EV_CHECK.items()}
+_LIST_HEADS[_LOADJOBS_HEAD] = LOADJOBS
+_FIRSTS = {kind: firsts for kind, (_, _, firsts) in _EV_CHECK.items()}
+_FIRSTS[LOADJOBS] = _LISTS
 # how every kind of record starts (disque-check-aof looks for them past a bad one)
-HEADS = (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD, *_EV_HEADS)
+HEADS = (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD, *_LIST_HEADS)
 
 _unpackb = msgpack.unpackb
 # One Packer for the write path: packb() builds a new one per call, which costs
@@ -231,6 +252,12 @@ def encode_loadjob(fields: list[object]) -> bytes:
     """The LOADJOB record for a job's fields (not validated: see ``validate_fields``)."""
     blob = _pack(fields)
     return _LOAD_FMT % (len(blob), blob, crc32(blob))
+
+
+def encode_loadjobs(jobs: list[list[object]]) -> bytes:
+    """The LOADJOBS record for several jobs' fields (1 to MAX_JOBS, in order)."""
+    blob = _pack(jobs)
+    return _LOADJOBS_HEAD + b"$%d\r\n%b\r\n$8\r\n%08x\r\n" % (len(blob), blob, crc32(blob))
 
 
 def encode_outcome(jid: bytes, state: int, queue: bytes, attempts: int, created: int,
@@ -319,7 +346,23 @@ def _event_decoder(kind: str) -> Any:
     return decode
 
 
-_EV_DECODE = {k: _event_decoder(k) for k in EVENT_KINDS}
+def decode_loadjobs_blob(blob: bytes | memoryview) -> tuple[JobFields, ...]:
+    """Unpack and validate a LOADJOBS blob; raise AofFormatError if it is invalid."""
+    try:
+        f = _unpackb(blob, raw=False)
+    except Exception as e:  # msgpack raises several types (and UnicodeDecodeError)
+        raise AofFormatError(f"undecodable blob ({type(e).__name__}: {e})") from None
+    if type(f) is not list or not 0 < len(f) <= MAX_JOBS:
+        raise AofFormatError(f"invalid LOADJOBS record: expected a list of 1 to {MAX_JOBS} jobs")
+    try:
+        return tuple([validate_fields(j) for j in f])
+    except AofFormatError as e:
+        raise AofFormatError(f"invalid LOADJOBS record: {e.reason}") from None
+
+
+# the decoder of each kind framed as LOADJOB with a list blob
+_LIST_DECODE = {k: _event_decoder(k) for k in EVENT_KINDS}
+_LIST_DECODE[LOADJOBS] = decode_loadjobs_blob
 
 
 def decode_loadjob_blob(blob: bytes | memoryview) -> JobFields:
@@ -436,7 +479,7 @@ def _scan(data: bytes, start: int, end: int, collect: bool) -> ScanResult:
             # right should they ever be stricter than the parser.
             if collect:
                 append((pos, kind, payload))
-            if kind == LOADJOB:
+            if kind in (LOADJOB, LOADJOBS):
                 nload += 1
             elif kind == OUTCOME:
                 nout += 1
@@ -467,7 +510,7 @@ def _parse_record(data: bytes, mv: memoryview, pos: int, end: int) -> tuple[int,
     (with the reason) otherwise.
     """
     avail = end - pos
-    for head in (_LOAD_HEAD, _DEL_HEAD, _OUT_HEAD, *_EV_HEADS):
+    for head in HEADS:
         if avail < len(head):
             if head.startswith(data[pos:end]):
                 raise _INCOMPLETE
@@ -480,9 +523,9 @@ def _parse_record(data: bytes, mv: memoryview, pos: int, end: int) -> tuple[int,
     if head is _OUT_HEAD:
         return _parse_blob_record(data, mv, pos + len(_OUT_HEAD), end, OUTCOME,
                                   decode_outcome_blob)
-    ev = _EV_HEADS.get(head)
-    if ev is not None:
-        return _parse_blob_record(data, mv, pos + len(head), end, ev, _EV_DECODE[ev])
+    kind = _LIST_HEADS.get(head)
+    if kind is not None:
+        return _parse_blob_record(data, mv, pos + len(head), end, kind, _LIST_DECODE[kind])
     return _parse_blob_record(data, mv, pos + len(_LOAD_HEAD), end, LOADJOB,
                               decode_loadjob_blob)
 
@@ -571,9 +614,9 @@ def _blob_prefix_ok(part: memoryview, kind: str = LOADJOB) -> bool:
     OUTCOME's: a 7-item list)."""
     if not len(part):
         return True
-    ev = _EV_CHECK.get(kind)
-    if ev is not None:
-        if part[0] not in ev[2]:
+    firsts = _FIRSTS.get(kind)
+    if firsts is not None:
+        if part[0] not in firsts:
             return False
     elif kind == OUTCOME:
         if part[0] != _FIXARRAY_OUT:

@@ -38,7 +38,18 @@ from .outcomes import EXPIRED, Outcome
 if TYPE_CHECKING:
     from .node import Node
 
-_EVENTS_BYTES = 1 << 20  # an EVENTS record's bodies, about: sealed past this
+_GATHERED_BYTES = 1 << 20  # a LOADJOBS or EVENTS record's bodies, about: sealed past this
+
+
+class _Gathered:
+    """The fields of records gathered into one (Persistence.created, gather_event):
+    ``items`` (None: none), their record's place in ``out``, their bodies' bytes."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most  # items in one record
+        self.items: list[list[object]] | None = None
+        self.at = 0
+        self.size = 0
 
 
 class Persistence:
@@ -48,15 +59,29 @@ class Persistence:
         self.node = node
         self.on = False
         self.out: list[bytes] = []  # records for the shell to append
-        self._events: list[list[object]] | None = None  # gathered: see gather_event()
-        self._events_at = 0  # their record's place in ``out``
-        self._events_size = 0  # their bodies' bytes
+        self._jobs = _Gathered(records.MAX_JOBS)  # LOADJOB(S): see created()
+        self._events = _Gathered(MAX_EVENTS)  # EVENT(S): see gather_event()
 
     def take(self) -> list[bytes]:
-        if self._events is not None:
+        if self._jobs.items is not None:
+            self.seal_jobs()
+        if self._events.items is not None:
             self.seal_events()
         out, self.out = self.out, []
         return out
+
+    def _gather(self, g: _Gathered, fields: list[object], size: int) -> bool:
+        """Gather a record's fields in ``g``; True when ``g`` is full (seal it)."""
+        items = g.items
+        if items is None:
+            g.items = [fields]
+            g.at = len(self.out)
+            g.size = size
+            self.out.append(b"")  # the record's place (and ``out`` is not empty)
+            return False
+        items.append(fields)
+        g.size += size
+        return len(items) >= g.most or g.size >= _GATHERED_BYTES
 
     def gather_event(self, fields: list[object], size: int) -> None:
         """An event held (its fields: eventcodec's layout; ``size``: its body's bytes).
@@ -65,36 +90,43 @@ class Persistence:
         costs 0.8), at the place the first one's EVENT record would have had: before
         every record about them (their claims, a drop). At most MAX_EVENTS events, or
         about 1 MiB of bodies, per record."""
-        ev = self._events
-        if ev is None:
-            self._events = [fields]
-            self._events_at = len(self.out)
-            self._events_size = size
-            self.out.append(b"")  # the record's place (and ``out`` is not empty)
-            return
-        ev.append(fields)
-        self._events_size += size
-        if len(ev) >= MAX_EVENTS or self._events_size >= _EVENTS_BYTES:
+        if self._gather(self._events, fields, size):
             self.seal_events()
 
     def seal_events(self) -> None:
         """Write the events gathered so far in their record's place. Before a record
         that must follow them and does not merge with them (an event dropped, a
         queue flushed), and when the records are taken."""
-        ev, self._events = self._events, None
+        g = self._events
+        ev, g.items = g.items, None
         if ev is not None:
-            self.out[self._events_at] = (
+            self.out[g.at] = (
                 records.encode_event_record(records.EVENT, ev[0]) if len(ev) == 1
                 else records.encode_event_record(records.EVENTS, ev))
 
+    def seal_jobs(self) -> None:
+        """Write the jobs' records gathered so far (created()) in their place: one
+        LOADJOB, or one LOADJOBS for several. Before a DELJOB (a reload must not see
+        a job deleted and then created again), and when the records are taken."""
+        g = self._jobs
+        jobs, g.items = g.items, None
+        if jobs is not None:
+            self.out[g.at] = (records.encode_loadjob(jobs[0]) if len(jobs) == 1
+                              else records.encode_loadjobs(jobs))
+
     # --- the running log ------------------------------------------------------------
     def created(self, job: Job) -> None:
-        """(Re)write a job's record: new, or its counters or queue time moved."""
-        self.out.append(self._record(job, ACTIVE))
+        """(Re)write a job's record: new, or its counters or queue time moved. Gathered
+        with the others until the records are taken, as the events are (gather_event):
+        one LOADJOBS record at the first one's place."""
+        if self._gather(self._jobs, self._fields(job, ACTIVE), len(job.body)):
+            self.seal_jobs()
 
     def deleted(self, job: Job) -> None:
         """A job left the node (acked, expired, evicted, moved away)."""
         if job.state != WAIT_REPL and not job.flags & F_DUMMY:
+            if self._jobs.items is not None:
+                self.seal_jobs()
             self.out.append(records.encode_deljob(job.id))
 
     def outcome(self, jid: bytes, state: int, queue: bytes, attempts: int, created: int,
@@ -104,9 +136,12 @@ class Persistence:
         self.out.append(records.encode_outcome(jid, state, queue, attempts, created,
                                                finished, detail))
 
+    def _fields(self, job: Job, state: int) -> list[object]:
+        return job_fields(job, DISK, self.node.keys.of.get(job.id), state,
+                          job.flags & F_DELIVERED)
+
     def _record(self, job: Job, state: int) -> bytes:
-        return records.encode_loadjob(job_fields(job, DISK, self.node.keys.of.get(job.id),
-                                                 state, job.flags & F_DELIVERED))
+        return records.encode_loadjob(self._fields(job, state))
 
     # --- a rewrite ------------------------------------------------------------------
     def snapshot(self, job: Job) -> bytes | None:
@@ -165,6 +200,11 @@ class Persistence:
             elif kind == records.LOADJOB:
                 assert isinstance(payload, JobFields)
                 loaded[payload.id] = payload
+            elif kind == records.LOADJOBS:
+                assert isinstance(payload, tuple)
+                for jf in payload:
+                    assert isinstance(jf, JobFields)
+                    loaded[jf.id] = jf
             elif kind == records.OUTCOME:
                 assert isinstance(payload, Outcome)
                 if keep and payload.finished_ms > cutoff:

@@ -106,6 +106,9 @@ class Disk:
         for _, kind, payload in res.records:
             if kind == aof.LOADJOB:
                 live[payload.id] = True
+            elif kind == aof.LOADJOBS:
+                for f in payload:
+                    live[f.id] = True
             elif kind == aof.DELJOB:
                 live.pop(payload, None)
         return set(live)

@@ -1,7 +1,7 @@
-"""The events one batch of commands holds go to the AOF as one EVENTS record
-(core/persistence.py's gather_event), in the place the first one's EVENT record would
-have had: before the records about them, sealed before a drop or a flush, and a reload
-brings every event back with its claims."""
+"""The jobs and the events one batch of commands creates go to the AOF as one LOADJOBS
+and one EVENTS record (core/persistence.py: created, gather_event), each in the place
+its first one's record would have had: before the records about them, sealed before
+a DELJOB (jobs), a drop or a flush (events); a reload brings every one back."""
 
 from __future__ import annotations
 
@@ -67,3 +67,33 @@ def test_a_big_batch_is_cut_into_records():
     batch(h, *[("QADD", "q", 3600, big) for _ in range(5)])
     recs = aof.scan(b"".join(h.shell.records[n:])).records
     assert [(k, len(p)) for _, k, p in recs] == [(aof.EVENTS, 4), (aof.EVENT, 8)]
+
+
+def test_a_batchs_jobs_are_one_record_and_a_deljob_seals_them():
+    h = Harness()
+    h.node.aof.on = True
+    a, b, c = batch(h, ("ADDJOB", "q", "a", 0), ("ADDJOB", "q", "b", 0),
+                    ("ADDJOB", "q", "c", 0))
+    ids = [r[1:41] for r in (a, b, c)]  # (+<id>\r\n: a status reply, as Disque)
+    assert kinds(h) == [aof.LOADJOBS]
+    jobs = aof.scan(b"".join(h.shell.records)).records[0][2]
+    assert [f.id for f in jobs] == ids and [f.body for f in jobs] == [b"a", b"b", b"c"]
+    n = len(h.shell.records)
+    # created, deleted, created: the DELJOB between them seals the first
+    batch(h, ("ADDJOB", "q", "e", 0), ("ACKJOB", ids[0].decode()), ("ADDJOB", "q", "f", 0))
+    got = kinds(h, n)
+    assert got[0] == aof.LOADJOB and got[-1] == aof.LOADJOB and aof.DELJOB in got
+    assert aof.LOADJOBS not in got
+    fresh = Harness(now=h.now)
+    assert fresh.node.aof.load(aof.scan(b"".join(h.shell.records)).records, h.now,
+                               enqueue=False) == 4
+    assert fresh.node.jobs.get(ids[0]) is None and fresh.node.jobs.get(ids[1]) is not None
+
+
+def test_a_batchs_jobs_past_the_record_limit_are_cut():
+    h = Harness()
+    h.node.aof.on = True
+    batch(h, *[("ADDJOB", "q", f"j{i}", 0) for i in range(aof.MAX_JOBS + 3)])
+    recs = aof.scan(b"".join(h.shell.records)).records
+    assert [(k, len(p)) for _, k, p in recs] == [(aof.LOADJOBS, aof.MAX_JOBS),
+                                                 (aof.LOADJOBS, 3)]
