@@ -81,10 +81,13 @@ def job_fields(job: Job, disk: bool, idem: bytes | None = None, state: int = 0,
     """``job`` as a field list: for the bus (``disk`` False), or for an AOF record with
     the ``state`` and ``flags`` to store (a running log stores ACTIVE: see
     persistence.py). ``idem``: its idempotency key, if any."""
-    f: list[object] = [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay,
-                       job.retry, job.repl, job.nacks, job.adeliv, list(job.delivered)]
-    if disk:
-        f += (state, job.qtime, flags)
+    f: list[object]
+    if disk:  # (packed at once: the holders' tuple is written as msgpack's array)
+        f = [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry,
+             job.repl, job.nacks, job.adeliv, job.delivered, state, job.qtime, flags]
+    else:
+        f = [job.id, job.queue, job.body, job.ctime, job.ttl, job.delay, job.retry,
+             job.repl, job.nacks, job.adeliv, list(job.delivered)]
     if idem is not None:
         f.append(idem)
     return f
