@@ -11,6 +11,8 @@ import time
 
 from support import hello_ok, wait_for
 
+from disquepy.core.aofrecords import scan
+
 AOF = ("--appendonly", "yes")
 
 
@@ -116,6 +118,9 @@ def test_rewrite_keeps_events_and_claims(server_factory):
     assert r.execute_command("BGREWRITEAOF")
     wait_for(lambda: r.info("persistence")["aof_rewrite_in_progress"] == 0,
              what="the rewrite")
+    # one EVENT an event, claims inside: no EVENTS or EVCLAIMS, which older builds refuse
+    kinds = {k for _, k, _ in scan((s.workdir / "disque.aof").read_bytes()).records}
+    assert "EVENT" in kinds and not kinds & {"EVENTS", "EVCLAIMS"}, kinds
     r.execute_command("QADD", "q", 600, "after")  # in the new file after the snapshot
     s.kill(signal.SIGKILL)
     s.start()
