@@ -75,8 +75,10 @@ MYPYC_MODULES = [
     "src/disquepy/core/groups/dead.py",
     "src/disquepy/core/groups/persist.py",
     "src/disquepy/core/groups/sync.py",
-    # the shell's per-request loop
+    # the shell's per-request loop, and what it does with the node's outputs each batch
     "src/disquepy/server/protocol.py",
+    "src/disquepy/core/outputs.py",
+    "src/disquepy/server/driver.py",
 ]
 
 

@@ -41,6 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from ..codec import resp
 
 if TYPE_CHECKING:
@@ -179,6 +181,7 @@ class Outputs:
                     or self.logs or self.pause is not None or self.kills or self.monitor)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (the simulator's, the test harnesses')
 class Shell:
     """The one path from a node's outputs to the world, shared by the server's driver,
     the simulator and the test harnesses: ``deliver`` carries out an Outputs in the

@@ -29,6 +29,7 @@ from ..core.node import Node
 from ..core.outputs import Event, Outputs, Shell
 from .log import VERBOSE, log, set_level
 from .protocol import ClientBatch, ClientProtocol
+from .watchdog import stuck
 
 if TYPE_CHECKING:
     from .aof import AofFile
@@ -356,8 +357,13 @@ class Driver(Shell):
                     path)
         return False
 
-    # (also the Shell method: the shell ignores whether it saved, CLUSTER SAVECONFIG not)
-    def save_nodes_conf(self, text: str | None = None) -> bool:  # type: ignore[override]
+    def save_nodes_conf(self, text: str) -> None:
+        """The Shell's method: the node's membership changed (whether it saved is
+        logged; CLUSTER SAVECONFIG and the start ask write_nodes_conf)."""
+        self.write_nodes_conf(text)
+
+    def write_nodes_conf(self, text: str | None = None) -> bool:
+        """Write nodes.conf (the node's current text by default); False if it failed."""
         if text is None:
             text = self.node.members.nodes_conf_text()
         try:
@@ -415,7 +421,7 @@ class Driver(Shell):
         if t is not None and t < self._timer_at:
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer_at = t
+            self._timer_at = float(t)
             delay = max(0.0, (t - self.now()) / 1000.0)
             self._timer = self.loop.call_later(delay, self._on_timer)
 
@@ -469,7 +475,7 @@ class Driver(Shell):
             client.conn.close()
         now = self.now()
         if now - self._security_logged > 60_000:  # once a minute at most
-            self._security_logged = now
+            self._security_logged = float(now)
             log.warning("Possible SECURITY ATTACK detected. It looks like somebody is "
                         "sending POST or Host: commands to Disque. This is likely due to "
                         "an attacker attempting to use Cross Protocol Scripting to "
@@ -494,7 +500,7 @@ class Driver(Shell):
         self.shutdown(how)
 
     def debug_sleep(self, seconds: float) -> bytes:
-        time.sleep(seconds)
+        stuck(seconds)
         return resp.OK
 
     def bgrewriteaof(self) -> bytes:
@@ -508,7 +514,7 @@ class Driver(Shell):
         return resp.simple("Background append only file rewriting started")
 
     def cluster_saveconfig(self) -> bytes:
-        if self.save_nodes_conf():
+        if self.write_nodes_conf():
             return resp.OK
         return resp.error("ERR error saving the cluster node config")
 
@@ -602,7 +608,7 @@ class Driver(Shell):
             srv.close()
         if self.bus is not None:
             self.bus.close()
-        self.save_nodes_conf()
+        self.write_nodes_conf()
         if how == "rewrite-aof":
             from .aof import write_snapshot
 

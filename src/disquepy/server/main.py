@@ -439,7 +439,7 @@ async def _serve(cfg: Config, path: str | None, client_tls: ssl.SSLContext | Non
     except OSError as e:
         log.warning("Can't read the cluster config %s: %s", driver.nodes_conf_path, e.strerror)
         return 1
-    if not driver.save_nodes_conf():
+    if not driver.write_nodes_conf():
         return 1
     if not _load_aof(cfg, node, driver):
         return 1

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 import traceback
 from types import FrameType
 
 from ..core.config import Config
 from .log import log
+
+
+def stuck(seconds: float) -> None:
+    """DEBUG SLEEP: the loop held on purpose. Here, in a module that stays interpreted,
+    so the watchdog's stack ends on this line (the driver is compiled: its frames do
+    not show)."""
+    time.sleep(seconds)
 
 
 class Watchdog:
