@@ -167,6 +167,7 @@ _FIXARRAY_OUT = 0x90 | _OUT_NFIELDS  # first byte of a valid OUTCOME blob
 _U32 = 0xFFFFFFFF
 _I64 = 1 << 63
 
+
 def _head(kind: str) -> bytes:
     """A blob record's head: ``*3``, then the kind as a bulk string."""
     return b"*3\r\n$%d\r\n%s\r\n" % (len(kind), kind.encode())

@@ -11,7 +11,8 @@ expires (ms), ``holders`` the node IDs holding a copy (the creator first) and
 ``key`` (an 8th field, only when there is one) the producer's ``QADD ... IDEMPOTENT``
 key.
 EVADD carries events this way (a new copy, a read repair); so does the AOF's EVENT
-record, and its EVENTS record a list of them (the events one batch of commands held). The smaller records of an event's life share their checks too: a group's claim
+record, and its EVENTS record a list of them (the events one batch of commands held).
+The smaller records of an event's life share their checks too: a group's claim
 changed (the bus's EVSTATE item, the AOF's EVCLAIM; several, EVSTATE's and
 EVCLAIMS's list), an event dropped (EVDEL) and a
 queue flushed (EVFLUSH). :func:`event_fields` writes an event and :func:`parse_event` reads one back as
