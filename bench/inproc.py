@@ -12,7 +12,8 @@ optimisation of the shell or the core changes.
 - ``protocol``: ``ClientProtocol.data_received`` of one PING and of one ADDJOB, then the
   loop iteration's ``ClientBatch`` run, with a fake transport (parse, execute, reply;
   the core's ADDJOB included), on one connection and on 50 whose requests arrive in the
-  same iteration (the job store grows over the rounds, as under load); then the
+  same iteration (the job store grows over the rounds, as under load), and ADDJOB on 50
+  with the AOF's records made (appendonly's CPU, the file write aside); then the
   consume pair, GETJOB NOHANG and the ACKJOB of the job it returned (each its own call),
   then each of the two alone (a run of GETJOBs, then their ACKJOBs).
 - ``execute``: ``Node.execute`` alone (the core: no reader, no shell) of PING and of
@@ -129,9 +130,11 @@ def node_with_clients(conns: int, transport: type = Transport) -> tuple:
 
 
 def bench_protocol(n: int, rounds: int) -> None:
-    for name, cmd in (("PING", PING), ("ADDJOB", ADDJOB)):
-        for conns in (1, 50):
-            _, loop, protos = node_with_clients(conns)
+    for name, cmd, aof in (("PING", PING, False), ("ADDJOB", ADDJOB, False),
+                           ("ADDJOB", ADDJOB, True)):
+        for conns in ((50,) if aof else (1, 50)):
+            node, loop, protos = node_with_clients(conns)
+            node.aof.on = aof  # the AOF's records made (no file: none written)
             drs = [p.data_received for p in protos]
             batch = protos[0].batch.run
 
@@ -145,7 +148,7 @@ def bench_protocol(n: int, rounds: int) -> None:
                 return turns * len(drs)
 
             print(f"protocol  data_received {name:8s} {conns:2d} conns "
-                  f"{best(run, n, rounds):6.2f} us")
+                  f"{best(run, n, rounds):6.2f} us{', AOF records' if aof else ''}")
             loop.close()
     bench_consume(n, rounds)
 
