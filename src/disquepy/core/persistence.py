@@ -14,7 +14,7 @@ Pure: time comes in as ``now`` (ms).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from . import aofrecords as records
@@ -38,15 +38,27 @@ from .outcomes import EXPIRED, Outcome
 if TYPE_CHECKING:
     from .node import Node
 
+def _encode_event(fields: list[object]) -> bytes:
+    return records.encode_event_record(records.EVENT, fields)
+
+
+def _encode_events(events: list[list[object]]) -> bytes:
+    return records.encode_event_record(records.EVENTS, events)
+
+
 _GATHERED_BYTES = 1 << 20  # a LOADJOBS or EVENTS record's bodies, about: sealed past this
 
 
 class _Gathered:
     """The fields of records gathered into one (Persistence.created, gather_event):
-    ``items`` (None: none), their record's place in ``out``, their bodies' bytes."""
+    ``items`` (None: none), their record's place in ``out``, their bodies' bytes; one
+    item is encoded by ``one``, several by ``many``."""
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, one: Callable[[list[object]], bytes],
+                 many: Callable[[list[list[object]]], bytes]) -> None:
         self.most = most  # items in one record
+        self.one = one
+        self.many = many
         self.items: list[list[object]] | None = None
         self.at = 0
         self.size = 0
@@ -59,16 +71,22 @@ class Persistence:
         self.node = node
         self.on = False
         self.out: list[bytes] = []  # records for the shell to append
-        self._jobs = _Gathered(records.MAX_JOBS)  # LOADJOB(S): see created()
-        self._events = _Gathered(MAX_EVENTS)  # EVENT(S): see gather_event()
+        # LOADJOB(S): see created(); EVENT(S): see gather_event()
+        self._jobs = _Gathered(records.MAX_JOBS, records.encode_loadjob,
+                               records.encode_loadjobs)
+        self._events = _Gathered(MAX_EVENTS, _encode_event, _encode_events)
 
     def take(self) -> list[bytes]:
-        if self._jobs.items is not None:
-            self.seal_jobs()
-        if self._events.items is not None:
-            self.seal_events()
+        self._seal(self._jobs)
+        self._seal(self._events)
         out, self.out = self.out, []
         return out
+
+    def _seal(self, g: _Gathered) -> None:
+        """Write what ``g`` gathered (if anything) in its record's place."""
+        items, g.items = g.items, None
+        if items is not None:
+            self.out[g.at] = g.one(items[0]) if len(items) == 1 else g.many(items)
 
     def _gather(self, g: _Gathered, fields: list[object], size: int) -> bool:
         """Gather a record's fields in ``g``; True when ``g`` is full (seal it)."""
@@ -91,28 +109,13 @@ class Persistence:
         every record about them (their claims, a drop). At most MAX_EVENTS events, or
         about 1 MiB of bodies, per record."""
         if self._gather(self._events, fields, size):
-            self.seal_events()
+            self._seal(self._events)
 
     def seal_events(self) -> None:
         """Write the events gathered so far in their record's place. Before a record
         that must follow them and does not merge with them (an event dropped, a
         queue flushed), and when the records are taken."""
-        g = self._events
-        ev, g.items = g.items, None
-        if ev is not None:
-            self.out[g.at] = (
-                records.encode_event_record(records.EVENT, ev[0]) if len(ev) == 1
-                else records.encode_event_record(records.EVENTS, ev))
-
-    def seal_jobs(self) -> None:
-        """Write the jobs' records gathered so far (created()) in their place: one
-        LOADJOB, or one LOADJOBS for several. Before a DELJOB (a reload must not see
-        a job deleted and then created again), and when the records are taken."""
-        g = self._jobs
-        jobs, g.items = g.items, None
-        if jobs is not None:
-            self.out[g.at] = (records.encode_loadjob(jobs[0]) if len(jobs) == 1
-                              else records.encode_loadjobs(jobs))
+        self._seal(self._events)
 
     # --- the running log ------------------------------------------------------------
     def created(self, job: Job) -> None:
@@ -120,13 +123,14 @@ class Persistence:
         with the others until the records are taken, as the events are (gather_event):
         one LOADJOBS record at the first one's place."""
         if self._gather(self._jobs, self._fields(job, ACTIVE), len(job.body)):
-            self.seal_jobs()
+            self._seal(self._jobs)
 
     def deleted(self, job: Job) -> None:
-        """A job left the node (acked, expired, evicted, moved away)."""
+        """A job left the node (acked, expired, evicted, moved away). The jobs gathered
+        so far are written first: a reload must not see a job deleted and then created
+        again."""
         if job.state != WAIT_REPL and not job.flags & F_DUMMY:
-            if self._jobs.items is not None:
-                self.seal_jobs()
+            self._seal(self._jobs)
             self.out.append(records.encode_deljob(job.id))
 
     def outcome(self, jid: bytes, state: int, queue: bytes, attempts: int, created: int,
