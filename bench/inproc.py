@@ -324,14 +324,14 @@ def bench_groups(n: int, rounds: int) -> None:
               f"(QGET {g:.2f}, acks {a:.2f})")
     # QADD as the 16-deep row of the streams section: 50 connections, 16 each per
     # data_received, then the iteration's batch; without and with the AOF's records
-    for aof in (False, True):
+    def qadds(aof: bool):
         node, loop, protos = node_with_clients(50)
         node.aof.on = aof
         drs = [p.data_received for p in protos]
         batch = protos[0].batch.run
         burst = qadd * 16
 
-        def adds(k: int, drs=drs, batch=batch, burst=burst) -> int:
+        def adds(k: int) -> int:
             turns = max(1, k // (16 * len(drs)))
             for _ in range(turns):
                 for dr in drs:
@@ -339,29 +339,21 @@ def bench_groups(n: int, rounds: int) -> None:
                 batch()
             return turns * 16 * len(drs)
 
+        return adds, loop
+
+    for aof in (False, True):
+        adds, loop = qadds(aof)
         print(f"groups    QADD, 50 conns x 16-deep{', AOF records' if aof else '':14s} "
               f"{best(adds, n, rounds):6.2f} us per event")
         loop.close()
     # the same at the size the streams section's rounds reach: 2M events held (the
     # ID index and the columns far bigger than the cache); the last 400k timed
-    node, loop, protos = node_with_clients(50)
-    drs = [p.data_received for p in protos]
-    batch = protos[0].batch.run
-    burst = qadd * 16
-    done = 0
-    while done < 1_600_000:
-        for dr in drs:
-            dr(burst)
-        batch()
-        done += 800
+    adds, loop = qadds(False)
+    adds(1_600_000)
     t0 = clock()
-    while done < 2_000_000:
-        for dr in drs:
-            dr(burst)
-        batch()
-        done += 800
+    done = adds(400_000)
     print(f"groups    QADD, 50 conns x 16-deep, 2M held       "
-          f"{(clock() - t0) / 400_000 * 1e6:6.2f} us per event")
+          f"{(clock() - t0) / done * 1e6:6.2f} us per event")
     loop.close()
 
 
