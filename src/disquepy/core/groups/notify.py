@@ -128,7 +128,9 @@ class Notify:
             return
         q = store.queue_for(qname, now)
         q.watchers[p.id] = (g, now + ms)
-        if store.available(q, g, now):
+        # only an event this node decides for: another holder's view of a lease may lag
+        # (its EVSTATE on another link), and the peer could not lease it here anyway
+        if store.find(q, g, now, True) >= 0:
             self.node.send([p.id], M.EVAVAIL, qname, g)
 
     def on_evavail(self, p: Peer, fields: M.Fields, now: int) -> None:
