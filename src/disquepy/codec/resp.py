@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from mypy_extensions import mypyc_attr
 
@@ -109,34 +109,34 @@ __all__ = [
     "split_text",
 ]
 
-HAVE_HIREDIS = _hiredis is not None
+HAVE_HIREDIS: Final = _hiredis is not None
 
 # Default limits, as in Redis/Disque.
-MAX_BULK_LEN = 512 * 1024 * 1024  # proto-max-bulk-len
-MAX_INLINE = 64 * 1024  # PROTO_INLINE_MAX_SIZE
-MAX_MULTIBULK = 1024 * 1024
-QUERY_BUFFER_LIMIT = 1024**3  # client-query-buffer-limit
+MAX_BULK_LEN: Final = 512 * 1024 * 1024  # proto-max-bulk-len
+MAX_INLINE: Final = 64 * 1024  # PROTO_INLINE_MAX_SIZE
+MAX_MULTIBULK: Final = 1024 * 1024
+QUERY_BUFFER_LIMIT: Final = 1024**3  # client-query-buffer-limit
 
-_NEVER = float("inf")  # HiredisRequestReader._mark when hiredis is never used
+_NEVER: Final = float("inf")  # HiredisRequestReader._mark when hiredis is never used
 
 # Bulk payloads at least this big are copied out of the buffer through a
 # memoryview (one copy) rather than bytes(bytearray-slice) (two copies).
-_BIG_ARG = 32 * 1024
+_BIG_ARG: Final = 32 * 1024
 
-_LLONG_MAX = 2**63 - 1
-_LLONG_MIN = -(2**63)
+_LLONG_MAX: Final = 2**63 - 1
+_LLONG_MIN: Final = -(2**63)
 
-_E_MBULK_LEN = "Protocol error: invalid multibulk length"
-_E_BULK_LEN = "Protocol error: invalid bulk length"
-_E_QUOTES = "Protocol error: unbalanced quotes in request"
-_E_BIG_INLINE = "Protocol error: too big inline request"
-_E_BIG_MBULK = "Protocol error: too big mbulk count string"
-_E_BIG_BULK = "Protocol error: too big bulk count string"
-_E_UNAUTH_MBULK = "Protocol error: unauthenticated multibulk length"
-_E_UNAUTH_BULK = "Protocol error: unauthenticated bulk length"
+_E_MBULK_LEN: Final = "Protocol error: invalid multibulk length"
+_E_BULK_LEN: Final = "Protocol error: invalid bulk length"
+_E_QUOTES: Final = "Protocol error: unbalanced quotes in request"
+_E_BIG_INLINE: Final = "Protocol error: too big inline request"
+_E_BIG_MBULK: Final = "Protocol error: too big mbulk count string"
+_E_BIG_BULK: Final = "Protocol error: too big bulk count string"
+_E_UNAUTH_MBULK: Final = "Protocol error: unauthenticated multibulk length"
+_E_UNAUTH_BULK: Final = "Protocol error: unauthenticated bulk length"
 # Redis 7's limits on a request from a client that must AUTH first (set_unauthenticated)
-UNAUTH_MAX_MULTIBULK = 10
-UNAUTH_MAX_BULK = 16384
+UNAUTH_MAX_MULTIBULK: Final = 10
+UNAUTH_MAX_BULK: Final = 16384
 
 
 class ProtocolError(Exception):
@@ -195,19 +195,19 @@ def _str2ll(s: bytes | bytearray) -> int | None:
 
 # C isspace() in the "C" locale.  Note that an *unquoted* token only ends at
 # space, \t, \n, \r (and NUL); \v and \f merely get skipped between tokens.
-_ISSPACE = frozenset(b" \t\n\r\x0b\x0c")
-_TOKEN_END = frozenset(b" \t\n\r")
-_HEX = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}
-_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_ISSPACE: Final = frozenset(b" \t\n\r\x0b\x0c")
+_TOKEN_END: Final = frozenset(b" \t\n\r")
+_HEX: Final = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}
+_ESCAPES: Final = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
 
 
 # quoted(): each byte as Redis's sdscatrepr writes it (_REPR), and a value with none to
 # escape (_PLAIN: printable ASCII but '"' and '\\')
-_REPR = [bytes([c]) if 32 <= c < 127 else b"\\x%02x" % c for c in range(256)]
+_REPR: Final = [bytes([c]) if 32 <= c < 127 else b"\\x%02x" % c for c in range(256)]
 for _c, _esc in ((92, b"\\\\"), (34, b'\\"'), (10, b"\\n"), (13, b"\\r"), (9, b"\\t"),
                  (7, b"\\a"), (8, b"\\b")):
     _REPR[_c] = _esc
-_PLAIN = re.compile(rb"[ !#-\[\]-~]*")
+_PLAIN: Final = re.compile(rb"[ !#-\[\]-~]*")
 
 
 def quoted(value: bytes) -> bytes:
@@ -724,7 +724,7 @@ def _check_at(buf: Any, req: list[Any], pos: int, max_mbulk: int, max_bulk: int)
 
 
 # _BULK_SIZE[n]: encoded size of a bulk string of n bytes ("$n\r\n...\r\n").
-_BULK_SIZE = tuple(n + 5 + len(str(n)) for n in range(4096))
+_BULK_SIZE: Final = tuple(n + 5 + len(str(n)) for n in range(4096))
 
 
 try:  # the C reader, built with the package when a compiler was at hand
@@ -735,7 +735,7 @@ try:  # the C reader, built with the package when a compiler was at hand
 except ImportError:  # pragma: no cover - depends on the build
     CRequestReader = None
 
-HAVE_CREADER = CRequestReader is not None
+HAVE_CREADER: Final = CRequestReader is not None
 
 # the fastest reader available: C, else hiredis-backed, else pure Python
 RequestReader: Any = (
@@ -758,20 +758,20 @@ def make_reader(pure: bool = False, **limits: int) -> Any:  # any of the three r
 # Reply encoding
 # ---------------------------------------------------------------------------
 
-OK = b"+OK\r\n"
-PONG = b"+PONG\r\n"
-NULL_BULK2 = b"$-1\r\n"
-NULL_ARRAY2 = b"*-1\r\n"
-NULL3 = b"_\r\n"
-EMPTY_ARRAY = b"*0\r\n"
-ZERO = b":0\r\n"
-ONE = b":1\r\n"
-_CRLF = b"\r\n"
-_TRUE3 = b"#t\r\n"
-_FALSE3 = b"#f\r\n"
+OK: Final = b"+OK\r\n"
+PONG: Final = b"+PONG\r\n"
+NULL_BULK2: Final = b"$-1\r\n"
+NULL_ARRAY2: Final = b"*-1\r\n"
+NULL3: Final = b"_\r\n"
+EMPTY_ARRAY: Final = b"*0\r\n"
+ZERO: Final = b":0\r\n"
+ONE: Final = b":1\r\n"
+_CRLF: Final = b"\r\n"
+_TRUE3: Final = b"#t\r\n"
+_FALSE3: Final = b"#f\r\n"
 
-_SMALL_INTS = tuple(b":%d\r\n" % i for i in range(1024))
-LENS: tuple[bytes, ...] = tuple(b"%d" % n for n in range(1024))  # small lengths as text
+_SMALL_INTS: Final = tuple(b":%d\r\n" % i for i in range(1024))
+LENS: Final[tuple[bytes, ...]] = tuple(b"%d" % n for n in range(1024))  # small lengths as text
 
 
 def length_text(n: int) -> bytes:

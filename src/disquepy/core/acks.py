@@ -7,7 +7,7 @@ the confirmation round. Without peers, an ack frees the job at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from . import messages as M
 from .ids import id_is_at_most_once, id_ttl_minutes
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from .membership import Peer
     from .node import Node
 
-GC_MIN_MS = 1000  # first ack GC retry, doubling up to GC_MAX_MS
-GC_MAX_MS = 180_000
+GC_MIN_MS: Final = 1000  # first ack GC retry, doubling up to GC_MAX_MS
+GC_MAX_MS: Final = 180_000
 
 
 class Acks:

@@ -40,11 +40,12 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from fnmatch import fnmatchcase
+from typing import Final
 
 from .authlimit import AuthThrottle
 from .ids import is_valid_job_id
 
-READ = frozenset({
+READ: Final = frozenset({
     "show", "qlen", "qstat", "qpeek", "qscan", "jscan", "jobstatus", "info", "hello",
     "ping", "echo", "time", "command", "select", "quit", "auth",
     "qstatus", "qinfo",
@@ -53,8 +54,8 @@ READ = frozenset({
 })
 # a producer adds (jobs, group events); cancelling or deleting is not producing (a
 # user may be given ``+cancel`` on its own queues: ``+@producer +cancel ~orders:*``)
-PRODUCE = frozenset({"addjob", "qadd"})
-CONSUME = frozenset({"getjob", "ackjob", "fastack", "acktoken", "nack", "working", "failjob",
+PRODUCE: Final = frozenset({"addjob", "qadd"})
+CONSUME: Final = frozenset({"getjob", "ackjob", "fastack", "acktoken", "nack", "working", "failjob",
                      "qget", "qack", "qworking", "qnotify", "qdead"})
 
 # the arguments of each command that name queues or jobs: checked against the user's
@@ -62,7 +63,7 @@ CONSUME = frozenset({"getjob", "ackjob", "fastack", "acktoken", "nack", "working
 # "q1": the first argument is a queue; "ids": every argument shaped as a job ID;
 # "from": the queues after FROM (GETJOB); "q3+": the queues from the third (QNOTIFY);
 # "qs": the queues before GROUPS (QSTATUS, QINFO); "opt": the queue of a QUEUE option
-QUEUE_ARGS: dict[str, str] = {
+QUEUE_ARGS: Final[dict[str, str]] = {
     "addjob": "q1", "qlen": "q1", "qstat": "q1", "qpeek": "q1", "pause": "q1",
     "qadd": "q1", "qget": "q1", "qack": "q1", "qworking": "q1", "qdead": "q1",
     "qflush": "q1", "getjob": "from", "qnotify": "q3+", "qstatus": "qs", "qinfo": "qs",
@@ -74,26 +75,26 @@ QUEUE_ARGS: dict[str, str] = {
 # job commands that change the job: one this node does not know (so neither its
 # queue) is refused to a user with queue patterns (an ACKJOB of an unknown ID would
 # otherwise make a dummy ack that deletes the copies on the other nodes)
-JOB_CHANGES = frozenset({"ackjob", "fastack", "nack", "working", "failjob", "cancel",
+JOB_CHANGES: Final = frozenset({"ackjob", "fastack", "nack", "working", "failjob", "cancel",
                          "deljob", "enqueue", "dequeue"})
 
 # subcommands checked one by one: the command's name -> the subcommands it has
-SUBCOMMANDS: dict[str, frozenset[str]] = {
+SUBCOMMANDS: Final[dict[str, frozenset[str]]] = {
     "client": frozenset({"setname", "getname", "setinfo", "id", "list", "kill", "pause",
                          "unpause", "reply"}),
     "acl": frozenset({"whoami", "cat", "list", "users", "getuser"}),
 }
 
-CATEGORIES: dict[str, frozenset[str]] = {
+CATEGORIES: Final[dict[str, frozenset[str]]] = {
     "read": READ,
     "readonly": READ,
     "producer": READ | PRODUCE,
     "consumer": READ | CONSUME,
 }
-ALL_NAMES = ("all", "admin")
+ALL_NAMES: Final = ("all", "admin")
 
-AUTH_DELAY_MIN_MS = 100
-AUTH_DELAY_MAX_MS = 5000
+AUTH_DELAY_MIN_MS: Final = 100
+AUTH_DELAY_MAX_MS: Final = 5000
 
 
 class AclError(Exception):

@@ -28,10 +28,11 @@ entries.
 from __future__ import annotations
 
 import heapq
+from typing import Final
 
-GRANULARITY = 8  # ms
-_COMPACT_MIN = 16  # buckets smaller than this are never compacted
-_NEAR = 8  # how far past a bucket's first live entry a cancel looks for its job
+GRANULARITY: Final = 8  # ms
+_COMPACT_MIN: Final = 16  # buckets smaller than this are never compacted
+_NEAR: Final = 8  # how far past a bucket's first live entry a cancel looks for its job
 
 
 class Timer:
@@ -51,10 +52,10 @@ def _order(job: Timer) -> tuple[int, int, bytes]:
     return (job.awake, job.ctime, job.id)
 
 
-NEVER = float("inf")
+NEVER: Final = float("inf")
 
 
-_GONE = Timer(b"", 0)  # the placeholder of a stale entry (never scheduled: awake 0)
+_GONE: Final = Timer(b"", 0)  # the placeholder of a stale entry (never scheduled: awake 0)
 
 
 class _Bucket:

@@ -8,16 +8,16 @@ outbox, so the same code runs under the asyncio server and the simulator.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from .acl import QueueAccess
 
 # CLIENT REPLY: what happens to this client's replies
-REPLY_ON = 0
-REPLY_OFF = 1  # none is sent
-REPLY_SKIP = 2  # the reply of the command running now is not sent
-REPLY_SKIP_NEXT = 3  # the next command's reply is not sent (CLIENT REPLY SKIP ran)
+REPLY_ON: Final = 0
+REPLY_OFF: Final = 1  # none is sent
+REPLY_SKIP: Final = 2  # the reply of the command running now is not sent
+REPLY_SKIP_NEXT: Final = 3  # the next command's reply is not sent (CLIENT REPLY SKIP ran)
 
 
 class BlockedGet:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 
 class ReplyError(Exception):
     """Raised inside a command to abort it with an error reply (text without '-')."""
@@ -13,48 +15,48 @@ class ReplyError(Exception):
         self.msg = msg
 
 
-SYNTAX = "ERR syntax error"
-NACK_DELAY = "ERR Invalid DELAY: expected seconds >= 0"
-NOT_INTEGER = "ERR value is not an integer or out of range"
-TIMEOUT_INVALID = "ERR timeout is not an integer or out of range"
-TIMEOUT_NEGATIVE = "ERR timeout is negative"
-BADID = "BADID Invalid Job ID format."
-NOJOB = "NOJOB Job not known in the context of this node."
-PAUSED = "PAUSED Queue paused in input, try later"
-NOREPL = "NOREPL Not enough reachable nodes for the requested replication level"
-LEAVING = "LEAVING This node is leaving the cluster, please connect to a different one"
-MAXLEN = "MAXLEN Queue is already longer than the specified MAXLEN count"
-OOM = "OOM command not allowed when used memory > 'maxmemory'."
-NOAUTH = "NOAUTH Authentication required."
-INVALID_PASSWORD = "ERR invalid password"
-AUTH_NOT_SET = "ERR Client sent AUTH, but no password is set"
-WRONGPASS = "WRONGPASS invalid username-password pair or user is disabled."
-RETRY0_REPLICATE = (  # sic: two spaces, as Disque sends it
+SYNTAX: Final = "ERR syntax error"
+NACK_DELAY: Final = "ERR Invalid DELAY: expected seconds >= 0"
+NOT_INTEGER: Final = "ERR value is not an integer or out of range"
+TIMEOUT_INVALID: Final = "ERR timeout is not an integer or out of range"
+TIMEOUT_NEGATIVE: Final = "ERR timeout is negative"
+BADID: Final = "BADID Invalid Job ID format."
+NOJOB: Final = "NOJOB Job not known in the context of this node."
+PAUSED: Final = "PAUSED Queue paused in input, try later"
+NOREPL: Final = "NOREPL Not enough reachable nodes for the requested replication level"
+LEAVING: Final = "LEAVING This node is leaving the cluster, please connect to a different one"
+MAXLEN: Final = "MAXLEN Queue is already longer than the specified MAXLEN count"
+OOM: Final = "OOM command not allowed when used memory > 'maxmemory'."
+NOAUTH: Final = "NOAUTH Authentication required."
+INVALID_PASSWORD: Final = "ERR invalid password"
+AUTH_NOT_SET: Final = "ERR Client sent AUTH, but no password is set"
+WRONGPASS: Final = "WRONGPASS invalid username-password pair or user is disabled."
+RETRY0_REPLICATE: Final = (  # sic: two spaces, as Disque sends it
     "ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 (at-most-once delivery)"
 )
-DELAY_GE_TTL = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
-REPLICATE_RANGE = "ERR REPLICATE must be between 1 and 65535"
-TTL_RANGE = "ERR TTL must be a number > 0"
-RETRY_RANGE = "ERR RETRY time must be a non negative number"
-DELAY_RANGE = "ERR DELAY time must be a non negative number"
-MAXLEN_RANGE = "ERR MAXLEN must be a positive number"
-COUNT_RANGE = "ERR COUNT must be a number greater than zero"
-OUT_OF_RANGE = "ERR value is out of range"
-BAD_CURSOR = "ERR invalid cursor or option name"
-BAD_STATE = "ERR Invalid job state name"
-BAD_REPLY_TYPE = "ERR Invalid REPLY type, try ID or ALL"
+DELAY_GE_TTL: Final = "ERR The specified DELAY is greater than TTL. Job refused since would never be delivered"
+REPLICATE_RANGE: Final = "ERR REPLICATE must be between 1 and 65535"
+TTL_RANGE: Final = "ERR TTL must be a number > 0"
+RETRY_RANGE: Final = "ERR RETRY time must be a non negative number"
+DELAY_RANGE: Final = "ERR DELAY time must be a non negative number"
+MAXLEN_RANGE: Final = "ERR MAXLEN must be a positive number"
+COUNT_RANGE: Final = "ERR COUNT must be a number greater than zero"
+OUT_OF_RANGE: Final = "ERR value is out of range"
+BAD_CURSOR: Final = "ERR invalid cursor or option name"
+BAD_STATE: Final = "ERR Invalid job state name"
+BAD_REPLY_TYPE: Final = "ERR Invalid REPLY type, try ID or ALL"
 # disquepy extensions (ADDJOB IDEMPOTENT, GETJOB TOKEN)
-IDEM_RANGE = "ERR IDEMPOTENT key must be 1 to 256 bytes"
-IDEM_BUSY = (
+IDEM_RANGE: Final = "ERR IDEMPOTENT key must be 1 to 256 bytes"
+IDEM_BUSY: Final = (
     "TRYAGAIN The job added with this IDEMPOTENT key is still being replicated, try again later"
 )
-QGET_COUNT_RANGE = "ERR COUNT must be 1 to 10000"
-EV_IDEM_BUSY = (
+QGET_COUNT_RANGE: Final = "ERR COUNT must be 1 to 10000"
+EV_IDEM_BUSY: Final = (
     "TRYAGAIN The event added with this IDEMPOTENT key is still being replicated, try again "
     "later"
 )
-TOKEN_RANGE = "ERR TOKEN must be 1 to 256 bytes"
-TOOLATE = (
+TOKEN_RANGE: Final = "ERR TOKEN must be 1 to 256 bytes"
+TOOLATE: Final = (
     "TOOLATE Half of job TTL already elapsed, you are no longer allowed to postpone the "
     "next delivery."
 )
@@ -93,8 +95,8 @@ def too_large(option: str, limit: int) -> str:
 def wrong_arity(name: str) -> str:
     return f"ERR wrong number of arguments for '{name}' command"
 # consumer groups (bananaq's commands, core/groups.py)
-EXPIRE_RANGE = "ERR expireSeconds must be a number of seconds greater than zero"
-EX_RANGE = "ERR EX must be a non negative number of seconds"
-NOTIFY_TIMEOUT = "ERR timeout must be a non negative number of seconds"
-BAD_EVENT_ID = "BADID Invalid event ID format."
-MAXDELIVERIES_RANGE = "ERR MAXDELIVERIES must be between 1 and 65535"
+EXPIRE_RANGE: Final = "ERR expireSeconds must be a number of seconds greater than zero"
+EX_RANGE: Final = "ERR EX must be a non negative number of seconds"
+NOTIFY_TIMEOUT: Final = "ERR timeout must be a non negative number of seconds"
+BAD_EVENT_ID: Final = "BADID Invalid event ID format."
+MAXDELIVERIES_RANGE: Final = "ERR MAXDELIVERIES must be between 1 and 65535"

@@ -25,7 +25,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .ids import is_valid_event_id, node_ids_from_wire
 from .jobcodec import MAX_IDEM_KEY
@@ -33,15 +33,15 @@ from .jobcodec import MAX_IDEM_KEY
 if TYPE_CHECKING:
     from .groups.model import Event
 
-NFIELDS = 7  # (8 with an IDEMPOTENT key)
-MAX_KEY = MAX_IDEM_KEY  # an IDEMPOTENT key's bytes (as ADDJOB's)
-MAX_CLAIM = (1 << 62) - 1  # a packed claim (groups/model.py: state, deliveries, deadline)
-MAX_TIME = (1 << 63) - 1  # ctime (ns), etime (ms)
-MAX_NODES = 4096  # holders of one event
-MAX_NAME = 1 << 16  # queue and group name bytes
-MAX_CLAIMS = 1000  # groups with a claim on one event, in one list
-MAX_CLAIM_CHANGES = 10_000  # claim changes in one list (QGET ... COUNT's most)
-MAX_EVENTS = 1000  # events in one list (the AOF's EVENTS record)
+NFIELDS: Final = 7  # (8 with an IDEMPOTENT key)
+MAX_KEY: Final = MAX_IDEM_KEY  # an IDEMPOTENT key's bytes (as ADDJOB's)
+MAX_CLAIM: Final = (1 << 62) - 1  # a packed claim (groups/model.py: state, deliveries, deadline)
+MAX_TIME: Final = (1 << 63) - 1  # ctime (ns), etime (ms)
+MAX_NODES: Final = 4096  # holders of one event
+MAX_NAME: Final = 1 << 16  # queue and group name bytes
+MAX_CLAIMS: Final = 1000  # groups with a claim on one event, in one list
+MAX_CLAIM_CHANGES: Final = 10_000  # claim changes in one list (QGET ... COUNT's most)
+MAX_EVENTS: Final = 1000  # events in one list (the AOF's EVENTS record)
 
 
 class BadEvent(ValueError):

@@ -14,7 +14,7 @@ REPLICATE 1 elsewhere stays where it was added until the back-off allows a broad
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from . import messages as M
 from .job import ACKED, ACTIVE, F_BCAST_WILLQUEUE, F_DELIVERED, QUEUED, WAIT_REPL, move
@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from .membership import Peer
     from .node import Node
 
-NEEDJOBS_BCAST_MIN_MS = 2000  # discovery broadcast back-off (Disque: 2 s << attempts, to 30 s)
-NEEDJOBS_BCAST_MAX_MS = 30_000
-NEEDJOBS_ADHOC_MIN_MS = 25  # requests to recent sources (Disque: 25 ms .. 2 s)
-NEEDJOBS_ADHOC_MAX_MS = 2000
-SOURCE_MEMORY_MS = 5000  # a node that sent us jobs is a "recent source" this long
-ASKER_MEMORY_MS = 60_000  # we push new jobs to a node that asked, this long after
+NEEDJOBS_BCAST_MIN_MS: Final = 2000  # discovery broadcast back-off (Disque: 2 s << attempts, to 30 s)
+NEEDJOBS_BCAST_MAX_MS: Final = 30_000
+NEEDJOBS_ADHOC_MIN_MS: Final = 25  # requests to recent sources (Disque: 25 ms .. 2 s)
+NEEDJOBS_ADHOC_MAX_MS: Final = 2000
+SOURCE_MEMORY_MS: Final = 5000  # a node that sent us jobs is a "recent source" this long
+ASKER_MEMORY_MS: Final = 60_000  # we push new jobs to a node that asked, this long after
 
 
 class Federation:

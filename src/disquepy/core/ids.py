@@ -25,14 +25,14 @@ from typing import Final, Protocol, TypeGuard, TypeVar
 from librt.strings import BytesWriter
 from mypy_extensions import i64
 
-JOB_ID_LEN = 40
-_PREFIX = b"D-"
+JOB_ID_LEN: Final = 40
+_PREFIX: Final = b"D-"
 _shake = hashlib.shake_128
 _b64 = binascii.b2a_base64
-_RAND_BYTES = 18  # random bytes per ID: 24 base64 characters, no padding
-_RAND_CHARS = 24
-_BLOCK = 64  # IDs per hash call
-_MAX_TTL_MINUTES = 0xFFFF
+_RAND_BYTES: Final = 18  # random bytes per ID: 24 base64 characters, no padding
+_RAND_CHARS: Final = 24
+_BLOCK: Final = 64  # IDs per hash call
+_MAX_TTL_MINUTES: Final = 0xFFFF
 
 T = TypeVar("T")
 
@@ -119,16 +119,16 @@ def id_is_at_most_once(jid: bytes) -> bool:
     return id_ttl_minutes(jid) % 2 == 0
 
 
-_HEX = frozenset("0123456789abcdef")
+_HEX: Final = frozenset("0123456789abcdef")
 
 
 # Node IDs found valid so far; and lists of them, each kept as one tuple of shared str
 # objects (a cluster has a handful of nodes, so of lists too). Jobs keep the node IDs of
 # their copies: the strings a message decodes to are new objects (89 bytes each), so a
 # replica would otherwise hold three of them and a tuple for every job.
-_VALID_IDS: dict[str, str] = {}  # each valid ID seen, mapped to its shared object
-_NODE_LISTS: dict[tuple[object, ...], tuple[str, ...]] = {}  # looked up by wire tuples
-_CACHE_MAX = 4096
+_VALID_IDS: Final[dict[str, str]] = {}  # each valid ID seen, mapped to its shared object
+_NODE_LISTS: Final[dict[tuple[object, ...], tuple[str, ...]]] = {}  # looked up by wire tuples
+_CACHE_MAX: Final = 4096
 
 
 def valid_node_id(nid: object) -> TypeGuard[str]:
@@ -172,7 +172,7 @@ def node_ids_from_wire(ids: list[object]) -> tuple[str, ...] | None:
 # Event IDs (consumer groups, core/groups.py): 25 bytes, ``<16 hex: creation time in
 # ns>-<8 hex: the creating node>``. Unique across the cluster (a node's creation times
 # are strictly rising; the node part tells nodes apart) and ordered by time as a string.
-EVENT_ID_LEN = 25
+EVENT_ID_LEN: Final = 25
 
 
 def event_id_suffix(node_id: str) -> bytes:
@@ -213,7 +213,7 @@ def is_valid_event_id(eid: object) -> bool:
             and eid.translate(None, _HEX_DIGITS) == b"-")
 
 
-_HEX_DIGITS = b"0123456789abcdef"
+_HEX_DIGITS: Final = b"0123456789abcdef"
 
 
 def all_valid_event_ids(ids: list[bytes]) -> bool:

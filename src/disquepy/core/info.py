@@ -5,7 +5,7 @@ request, ``Node.info``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .. import __version__
 from ..codec import resp
@@ -134,10 +134,10 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
     }
 
 
-_TITLES = {"cpu": "CPU"}
+_TITLES: Final = {"cpu": "CPU"}
 # INFO with no section leaves these out, as Redis its optional sections: Disque's
 # default INFO has no Groups (disquepy's consumer groups: ``INFO groups``, ``all``)
-_NOT_DEFAULT = ("groups", "commandstats")
+_NOT_DEFAULT: Final = ("groups", "commandstats")
 
 
 def info_reply(node: Node, want: str, host: HostFacts, now: int) -> bytes:

@@ -10,21 +10,23 @@ tuples of node IDs (small and immutable: most jobs live on one to three nodes).
 
 from __future__ import annotations
 
+from typing import Final
+
 from mypy_extensions import mypyc_attr
 
 from .record import Record
 
-WAIT_REPL = 0
-ACTIVE = 1
-QUEUED = 2
-ACKED = 3
+WAIT_REPL: Final = 0
+ACTIVE: Final = 1
+QUEUED: Final = 2
+ACKED: Final = 3
 
-STATE_NAMES = (b"wait-repl", b"active", b"queued", b"acked")
-STATE_BY_NAME = {name: i for i, name in enumerate(STATE_NAMES)}
+STATE_NAMES: Final = (b"wait-repl", b"active", b"queued", b"acked")
+STATE_BY_NAME: Final = {name: i for i, name in enumerate(STATE_NAMES)}
 
 # Every change of a job's state, and what makes it (Disque's README, "Job states").
 # A Job is built in WAIT_REPL; nothing leaves ACKED (an acked job is only ever freed).
-TRANSITIONS: dict[tuple[int, int], str] = {
+TRANSITIONS: Final[dict[tuple[int, int], str]] = {
     (WAIT_REPL, ACTIVE): "enough copies confirmed, or a job built with none to wait for "
                          "(ADDJOB without sync copies, a copy from the bus, an AOF load)",
     (WAIT_REPL, QUEUED): "ADDJOB on a lone node: a new job queued at once",
@@ -34,7 +36,7 @@ TRANSITIONS: dict[tuple[int, int], str] = {
                       "another copy was queued (QUEUED/WORKING)",
     (ACTIVE, ACKED): "ACKJOB, or SETACK/GOTACK from a node that saw the ack",
 }
-_ALLOWED = frozenset(TRANSITIONS)
+_ALLOWED: Final = frozenset(TRANSITIONS)
 
 
 @mypyc_attr(native_class=False)  # mypyc compiles no AssertionError subclass
@@ -50,15 +52,15 @@ def move(job: Job, to: int) -> None:
     job.state = to
 
 # flags
-F_DELIVERED = 1  # handed to a client at least once (GETJOB / QPEEK do not count)
-F_ENQUEUED_ONCE = 2  # was queued at least once (RETRY 0 jobs are never queued again)
-F_DUMMY = 4  # a dummy ack: an acked job this node never had a copy of
-F_BCAST_WILLQUEUE = 8  # send WILLQUEUE before the coming re-queue
-F_OVERFLOW = 16  # queued out of creation order (in the queue's sorted overflow)
-F_DEFERRED = 32  # NACK ... DELAY: re-queued here at qtime; other copies hold off
-F_OUTCOME = 64  # its outcome is recorded (FAILJOB): the ack that follows keeps it
+F_DELIVERED: Final = 1  # handed to a client at least once (GETJOB / QPEEK do not count)
+F_ENQUEUED_ONCE: Final = 2  # was queued at least once (RETRY 0 jobs are never queued again)
+F_DUMMY: Final = 4  # a dummy ack: an acked job this node never had a copy of
+F_BCAST_WILLQUEUE: Final = 8  # send WILLQUEUE before the coming re-queue
+F_OVERFLOW: Final = 16  # queued out of creation order (in the queue's sorted overflow)
+F_DEFERRED: Final = 32  # NACK ... DELAY: re-queued here at qtime; other copies hold off
+F_OUTCOME: Final = 64  # its outcome is recorded (FAILJOB): the ack that follows keeps it
 
-_EMPTY: tuple[str, ...] = ()
+_EMPTY: Final[tuple[str, ...]] = ()
 
 
 class Job(Record):

@@ -20,7 +20,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .ids import is_valid_job_id, node_ids_from_wire
 from .job import ACKED, WAIT_REPL
@@ -28,23 +28,23 @@ from .job import ACKED, WAIT_REPL
 if TYPE_CHECKING:
     from .job import Job
 
-BUS = False  # mode: the 11 shared fields
-DISK = True  # mode: plus state, qtime, flags
+BUS: Final = False  # mode: the 11 shared fields
+DISK: Final = True  # mode: plus state, qtime, flags
 
-NBUS = 11
-NDISK = 14
+NBUS: Final = 11
+NDISK: Final = 14
 
 # what a peer or a file may give: past these a value is a forgery or corruption (and a
 # counter at 2**64-1 could not even be written to the AOF once incremented)
-MAX_COUNTER = 1 << 48  # nacks, additional deliveries
-COUNTER_TOP = MAX_COUNTER - 1  # where the node's counters stop (saturate)
-MAX_SECONDS = 1 << 32  # ttl, delay, retry (ADDJOB refuses more: one limit everywhere)
-MAX_CTIME = 1 << 62  # ns: the year 2116
-MAX_MS = 1 << 53  # qtime, absolute ms
-MAX_FLAGS = 1 << 16
-MAX_NODES = 4096  # node IDs in one list (a job's copies, a FASTACK's covered nodes)
-MAX_NAME = 1 << 16  # queue name bytes
-MAX_IDEM_KEY = 256  # longest ADDJOB IDEMPOTENT key
+MAX_COUNTER: Final = 1 << 48  # nacks, additional deliveries
+COUNTER_TOP: Final = MAX_COUNTER - 1  # where the node's counters stop (saturate)
+MAX_SECONDS: Final = 1 << 32  # ttl, delay, retry (ADDJOB refuses more: one limit everywhere)
+MAX_CTIME: Final = 1 << 62  # ns: the year 2116
+MAX_MS: Final = 1 << 53  # qtime, absolute ms
+MAX_FLAGS: Final = 1 << 16
+MAX_NODES: Final = 4096  # node IDs in one list (a job's copies, a FASTACK's covered nodes)
+MAX_NAME: Final = 1 << 16  # queue name bytes
+MAX_IDEM_KEY: Final = 256  # longest ADDJOB IDEMPOTENT key
 
 
 class BadJob(ValueError):
@@ -128,7 +128,7 @@ def parse_job(f: object, disk: bool) -> JobFields:
     raise BadJob(_explain(f, disk))
 
 
-_RULES: tuple[tuple[int, str, int, int], ...] = (
+_RULES: Final[tuple[tuple[int, str, int, int], ...]] = (
     (3, "ctime", 0, MAX_CTIME - 1),
     (4, "ttl", 1, MAX_SECONDS - 1),
     (5, "delay", 0, MAX_SECONDS - 1),
@@ -137,7 +137,7 @@ _RULES: tuple[tuple[int, str, int, int], ...] = (
     (8, "nacks", 0, MAX_COUNTER - 1),
     (9, "adeliv", 0, MAX_COUNTER - 1),
 )
-_DISK_RULES: tuple[tuple[int, str, int, int], ...] = (
+_DISK_RULES: Final[tuple[tuple[int, str, int, int], ...]] = (
     (11, "state", WAIT_REPL, ACKED),
     (12, "qtime", 0, MAX_MS - 1),
     (13, "flags", 0, MAX_FLAGS - 1),

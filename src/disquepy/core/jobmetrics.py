@@ -33,15 +33,22 @@ if TYPE_CHECKING:
 BOUNDS_MS: Final[tuple[int, ...]] = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
                                      10_000, 30_000, 60_000, 300_000, 1_800_000)
 _NBOUNDS: Final = len(BOUNDS_MS)
-NB = _NBOUNDS + 1  # the last bucket: above every bound (+Inf)
-COUNTERS: tuple[str, ...] = ("added", "delivered", "acked", "nacked", "retried",
+NB: Final = _NBOUNDS + 1  # the last bucket: above every bound (+Inf)
+COUNTERS: Final[tuple[str, ...]] = ("added", "delivered", "acked", "nacked", "retried",
                              "requeued", "expired", "cancelled")
-ADDED, DELIVERED, ACKED, NACKED, RETRIED, REQUEUED, EXPIRED, CANCELLED = range(8)
-MAX_QUEUES = 4096
-MAX_REASONS = 16
-MAX_REASON_LEN = 32
-OTHER = b"(other)"
-DEFAULT_REASON = b"failed"
+ADDED: Final = 0  # the counters' indexes, in COUNTERS' order
+DELIVERED: Final = 1
+ACKED: Final = 2
+NACKED: Final = 3
+RETRIED: Final = 4
+REQUEUED: Final = 5
+EXPIRED: Final = 6
+CANCELLED: Final = 7
+MAX_QUEUES: Final = 4096
+MAX_REASONS: Final = 16
+MAX_REASON_LEN: Final = 32
+OTHER: Final = b"(other)"
+DEFAULT_REASON: Final = b"failed"
 
 
 class Histogram:

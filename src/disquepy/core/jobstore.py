@@ -9,7 +9,7 @@ and reads the node's parts through ``self.node``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..codec import resp
 from . import errors
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .client import Client
     from .node import Node
 
-AMO_DONE_MAX = 50_000  # at-most-once job IDs remembered after they are gone
+AMO_DONE_MAX: Final = 50_000  # at-most-once job IDs remembered after they are gone
 
 
 class JobStore:

@@ -12,7 +12,7 @@ Pure: time comes in as ``now`` (ms).
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from . import errors
 from .errors import ReplyError
@@ -21,8 +21,8 @@ from .job import WAIT_REPL, Job
 if TYPE_CHECKING:
     from .node import Node
 
-IDEM_OVERHEAD = 200  # an ADDJOB IDEMPOTENT key entry (plus the key's length)
-TOKEN_OVERHEAD = 200  # a GETJOB TOKEN entry (plus the token and 8 bytes per job)
+IDEM_OVERHEAD: Final = 200  # an ADDJOB IDEMPOTENT key entry (plus the key's length)
+TOKEN_OVERHEAD: Final = 200  # a GETJOB TOKEN entry (plus the token and 8 bytes per job)
 
 
 class Keys:

@@ -6,7 +6,9 @@ threshold is 0. Durations come from the shell through ``Node.command_took``."""
 
 from __future__ import annotations
 
-HISTORY_LEN = 160
+from typing import Final
+
+HISTORY_LEN: Final = 160
 
 
 class LatencyEvent:
@@ -55,26 +57,26 @@ class LatencyMonitor:
 
 
 # ------------------------------------------------------- LATENCY DOCTOR / GRAPH
-_DISABLED = (
+_DISABLED: Final = (
     "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Disque "
     'instance. You may use "CONFIG SET latency-monitor-threshold <milliseconds>." in order '
     "to enable it. If we weren't in a deep space mission I'd suggest to take a look at "
     "http://disque.io/topics/latency-monitor.\n")
-_NO_SPIKES = (
+_NO_SPIKES: Final = (
     "Dave, no latency spike was observed during the lifetime of this Disque instance, not "
     "in the slightest bit. I honestly think you ought to sit down calmly, take a stress "
     "pill, and think things over.\n")
-_SPIKES = ("Dave, I have observed latency spikes in this Disque instance. You don't mind "
+_SPIKES: Final = ("Dave, I have observed latency spikes in this Disque instance. You don't mind "
            "talking about it, do you Dave?\n\n")
-_ADVICE_SLOWLOG_TUNING = (
+_ADVICE_SLOWLOG_TUNING: Final = (
     "- Your current Slow Log configuration only logs events that are slower than your "
     "configured latency monitor threshold. Please use 'CONFIG SET slowlog-log-slower-than "
     "{}'.\n")
-_ADVICE_SLOWLOG_INSPECT = (
+_ADVICE_SLOWLOG_INSPECT: Final = (
     "- Check your Slow Log to understand what are the commands you are running which are "
     "too slow to execute. Please check http://disque.io/commands/slowlog for more "
     "information.\n")
-_ADVICE_LARGE_OBJECTS = (
+_ADVICE_LARGE_OBJECTS: Final = (
     "- Deleting, expiring or evicting (because of maxmemory policy) large objects is a "
     "blocking operation. If you have very large objects that are often deleted, expired, "
     "or evicted, try to fragment those objects into multiple smaller objects.\n")
@@ -106,8 +108,8 @@ def doctor(mon: LatencyMonitor, threshold_ms: int, slowlog_us: int, now_ms: int)
     return "".join(out)
 
 
-GRAPH_ROWS = 4  # the bars' height in lines (each line three steps: '_', 'o' and '#')
-GRAPH_COLUMNS = 80  # samples per band; more samples continue below
+GRAPH_ROWS: Final = 4  # the bars' height in lines (each line three steps: '_', 'o' and '#')
+GRAPH_COLUMNS: Final = 80  # samples per band; more samples continue below
 
 
 def _age(seconds: int) -> str:

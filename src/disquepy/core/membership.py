@@ -15,7 +15,7 @@ broadcast, and cleared when the node answers again). The node's view of the clus
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..codec.nodes import parse_address
 from . import messages as M
@@ -25,18 +25,18 @@ if TYPE_CHECKING:
     from .node import Node
 
 # peer flags
-P_HANDSHAKE = 1
-P_PFAIL = 2
-P_FAIL = 4
-P_LEAVING = 8
+P_HANDSHAKE: Final = 1
+P_PFAIL: Final = 2
+P_FAIL: Final = 4
+P_LEAVING: Final = 8
 
-GOSSIP_ENTRIES = 3
+GOSSIP_ENTRIES: Final = 3
 # bounds on what gossip makes a node do (see process_gossip): a forged or corrupt
 # message naming thousands of unknown nodes meets a few, not all of them at once
-MEETS_PER_MESSAGE = 8
-MAX_HANDSHAKES = 64
-HANDSHAKES_PER_SECOND = 16  # refill of a bucket of MAX_HANDSHAKES
-MAX_PEERS = 4096  # jobcodec.MAX_NODES: a job's copies are listed within it
+MEETS_PER_MESSAGE: Final = 8
+MAX_HANDSHAKES: Final = 64
+HANDSHAKES_PER_SECOND: Final = 16  # refill of a bucket of MAX_HANDSHAKES
+MAX_PEERS: Final = 4096  # jobcodec.MAX_NODES: a job's copies are listed within it
 PRIORITY_OK, PRIORITY_NOLINK, PRIORITY_PFAIL, PRIORITY_BAD = 1, 5, 10, 100
 
 

@@ -13,7 +13,7 @@ Pure: no clock, no OS figures (the shell adds RSS to INFO).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..codec import resp
 from . import errors
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 # what one job or client costs this process, measured for CPython 3.11 with
 # tracemalloc (see docs/PERFORMANCE.md); a job's body is added as is
-JOB_OVERHEAD = 400  # bytes counted per job (plus its body)
-CLIENT_OVERHEAD = 2000  # per connected client (plus its buffered request bytes)
+JOB_OVERHEAD: Final = 400  # bytes counted per job (plus its body)
+CLIENT_OVERHEAD: Final = 2000  # per connected client (plus its buffered request bytes)
 
 # memory levels: what the node does (see level())
 NORMAL, HIGH, CRITICAL, FULL = 0, 1, 2, 3

@@ -59,7 +59,7 @@ what they get; an exception inside one is a bug, never swallowed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .eventcodec import (
     MAX_TIME,
@@ -84,64 +84,64 @@ Fields = list[Any]
 # what goes to one peer at once: a message, or BATCHes to send in order (Node._batches)
 Outgoing = Message | tuple[Message, ...]
 
-BATCH = 0  # [BATCH, sender, port, flags, [message, ...]]: several messages, one frame
-PING = 1
-PONG = 2
-MEET = 3
-FAIL = 4
-REPLJOB = 10
-GOTJOB = 11
-ENQUEUE = 12
-WILLQUEUE = 13
-QUEUED = 14
-SETACK = 15
-GOTACK = 16
-DELJOB = 17
-WORKING = 18
-NEEDJOBS = 19
-YOURJOBS = 20
-PAUSE = 21
-OUTCOME = 22
-EVADD = 30
+BATCH: Final = 0  # [BATCH, sender, port, flags, [message, ...]]: several messages, one frame
+PING: Final = 1
+PONG: Final = 2
+MEET: Final = 3
+FAIL: Final = 4
+REPLJOB: Final = 10
+GOTJOB: Final = 11
+ENQUEUE: Final = 12
+WILLQUEUE: Final = 13
+QUEUED: Final = 14
+SETACK: Final = 15
+GOTACK: Final = 16
+DELJOB: Final = 17
+WORKING: Final = 18
+NEEDJOBS: Final = 19
+YOURJOBS: Final = 20
+PAUSE: Final = 21
+OUTCOME: Final = 22
+EVADD: Final = 30
 # 31: EVGOT, retired (GOTJOB confirms events' copies too)
-EVSTATE = 32
-EVPULL = 33
-EVGRANT = 34
-EVACK = 35
-EVACKED = 36
-EVFLUSH = 37
-EVWATCH = 38
-EVAVAIL = 39
-EVDEL = 40
-EVSYNC = 41
-EVSYNCED = 42
-EVNEED = 43
-EVACKS = 44  # (a node from before it refuses it as unknown: counted, logged, dropped)
-EVACKEDS = 45
+EVSTATE: Final = 32
+EVPULL: Final = 33
+EVGRANT: Final = 34
+EVACK: Final = 35
+EVACKED: Final = 36
+EVFLUSH: Final = 37
+EVWATCH: Final = 38
+EVAVAIL: Final = 39
+EVDEL: Final = 40
+EVSYNC: Final = 41
+EVSYNCED: Final = 42
+EVNEED: Final = 43
+EVACKS: Final = 44  # (a node from before it refuses it as unknown: counted, logged, dropped)
+EVACKEDS: Final = 45
 
-NAMES = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
+NAMES: Final = {v: k for k, v in dict(globals()).items() if isinstance(v, int) and k.isupper()}
 
 # most items (REPLJOB jobs, GOTJOB IDs) one message carries (see Node.send_item)
-MAX_ITEMS = 1000
+MAX_ITEMS: Final = 1000
 # job body bytes past which a REPLJOB / YOURJOBS message takes no more jobs (one job
 # alone may be bigger): frames stay far below cluster-bus-max-frame
-SOFT_BYTES = 4 << 20
+SOFT_BYTES: Final = 4 << 20
 
 # sender flags
-SF_LEAVING = 1
+SF_LEAVING: Final = 1
 
 # node flags in gossip
-NF_PFAIL = 1
-NF_FAIL = 2
-NF_LEAVING = 4
+NF_PFAIL: Final = 1
+NF_FAIL: Final = 2
+NF_LEAVING: Final = 4
 
-QUEUED_INCR_DELIV = 1
-QUEUED_INCR_NACKS = 2
+QUEUED_INCR_DELIV: Final = 1
+QUEUED_INCR_NACKS: Final = 2
 
 
 # ranges of what a peer may send: past these a value is a forgery or corruption
-MAX_GOSSIP = 512  # gossip entries in one PING/PONG/MEET
-MAX_NAME = 1 << 16  # queue name bytes; an IP address string
+MAX_GOSSIP: Final = 512  # gossip entries in one PING/PONG/MEET
+MAX_NAME: Final = 1 << 16  # queue name bytes; an IP address string
 
 
 class Malformed(ValueError):
@@ -281,8 +281,8 @@ def _outcome(f: Fields) -> Fields:
 
 
 # ------------------------------------------------------------ consumer groups
-MAX_LEASE_MS = 1 << 40
-MAX_REQ = (1 << 62) - 1
+MAX_LEASE_MS: Final = 1 << 40
+MAX_REQ: Final = (1 << 62) - 1
 
 
 def _event_id(v: object) -> bytes:
@@ -390,7 +390,7 @@ _evavail = _fields(_name, _name)
 
 
 # the fields of each message type: checked, and decoded where they carry jobs
-_FIELDS: dict[int, Callable[[Fields], Fields]] = {
+_FIELDS: Final[dict[int, Callable[[Fields], Fields]]] = {
     PING: _gossip, PONG: _gossip, MEET: _gossip, FAIL: _fail,
     REPLJOB: _jobs, GOTJOB: _record_ids, ENQUEUE: _one_id, WILLQUEUE: _one_id,
     QUEUED: _queued, SETACK: _setack, GOTACK: _gotack, DELJOB: _deljob,

@@ -12,7 +12,7 @@ other clients in :attr:`Node.outbox` (e.g. a blocked GETJOB served by a new job)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from mypy_extensions import i64
 
@@ -57,9 +57,9 @@ BusHandler = Callable[["Peer", M.Fields, int], None]
 
 # empty, unblocked, unpaused queues are dropped after this idle time; sooner when
 # memory is short (over 75% / over 95% of maxmemory)
-QUEUE_MAX_IDLE_MS = (300_000, 10_000, 2_000)
-RETRY_JITTER_MS = 250  # re-queue times are spread by +-250 ms, as in Disque
-EVICT_CRON_MS = 100  # how often the housekeeping cron runs
+QUEUE_MAX_IDLE_MS: Final = (300_000, 10_000, 2_000)
+RETRY_JITTER_MS: Final = 250  # re-queue times are spread by +-250 ms, as in Disque
+EVICT_CRON_MS: Final = 100  # how often the housekeeping cron runs
 
 
 class Stats:

@@ -52,22 +52,22 @@ from mypy_extensions import i16, i64, u8
 from .ids import JOB_ID_LEN, is_valid_job_id
 from .probing import delete, rehash, zeros
 
-COMPLETED = 1
-FAILED = 2
-CANCELLED = 3
-EXPIRED = 4
-STATE_NAMES: dict[int, str] = {
+COMPLETED: Final = 1
+FAILED: Final = 2
+CANCELLED: Final = 3
+EXPIRED: Final = 4
+STATE_NAMES: Final[dict[int, str]] = {
     COMPLETED: "completed",
     FAILED: "failed",
     CANCELLED: "cancelled",
     EXPIRED: "expired",
 }
 
-DEFAULT_RETENTION_MS = 3_600_000
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-DEFAULT_MAX_DETAIL = 1024
-MAX_DETAIL_LIMIT = 0xFFFF  # a detail's length: 16 bits of the record's detail column
-MAX_ATTEMPTS = 0xFFFF_FFFF  # attempts: 32 bits of the record's meta column
+DEFAULT_RETENTION_MS: Final = 3_600_000
+DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
+DEFAULT_MAX_DETAIL: Final = 1024
+MAX_DETAIL_LIMIT: Final = 0xFFFF  # a detail's length: 16 bits of the record's detail column
+MAX_ATTEMPTS: Final = 0xFFFF_FFFF  # attempts: 32 bits of the record's meta column
 
 
 class Outcome(NamedTuple):
@@ -113,8 +113,8 @@ _SHARD_OVERHEAD: Final = 80
 _SHARD_LIST_BYTES: Final = 8 * _NSHARDS + 64
 _QUEUE_ENTRY_OVERHEAD: Final = 8 + 100  # list slot plus the open chunk's dict entry
 
-_NO_TAB: vec[i64] = vec[i64]()  # an empty shard (a vec, not None: no boxing when compiled)
-_NO_ORDER: vec[i16] = vec[i16]()
+_NO_TAB: Final[vec[i64]] = vec[i64]()  # an empty shard (a vec, not None: no boxing when compiled)
+_NO_ORDER: Final[vec[i16]] = vec[i16]()
 
 
 class _Chunk:

@@ -15,7 +15,7 @@ Pure: time comes in as ``now`` (ms).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from . import aofrecords as records
 from .eventcodec import MAX_EVENTS
@@ -46,7 +46,7 @@ def _encode_events(events: list[list[object]]) -> bytes:
     return records.encode_event_record(records.EVENTS, events)
 
 
-_GATHERED_BYTES = 1 << 20  # a LOADJOBS or EVENTS record's bodies, about: sealed past this
+_GATHERED_BYTES: Final = 1 << 20  # a LOADJOBS or EVENTS record's bodies, about: sealed past this
 
 
 class _Gathered:

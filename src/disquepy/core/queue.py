@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 from itertools import islice
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sortedcontainers import SortedKeyList
 
@@ -28,18 +28,18 @@ if TYPE_CHECKING:
     from .client import Client
     from .job import Job
 
-PAUSED_IN = 1  # Queue.flags: QPAUSE in (no new jobs)
-PAUSED_OUT = 2  # QPAUSE out (no deliveries)
-PAUSED_ALL = PAUSED_IN | PAUSED_OUT  # the pause bits, an index of PAUSE_NAMES
+PAUSED_IN: Final = 1  # Queue.flags: QPAUSE in (no new jobs)
+PAUSED_OUT: Final = 2  # QPAUSE out (no deliveries)
+PAUSED_ALL: Final = PAUSED_IN | PAUSED_OUT  # the pause bits, an index of PAUSE_NAMES
 
-PAUSE_NAMES = (b"none", b"in", b"out", b"all")
+PAUSE_NAMES: Final = (b"none", b"in", b"out", b"all")
 
 # import rate (QSTAT import-rate): jobs counted per window of at most IMPORT_WINDOW_MS,
 # over at least IMPORT_MIN_MS (a burst must not read as infinite), forgotten after
 # IMPORT_FORGET_MS without imports: 4 jobs at once read 80/s, fading to 0 over 5 s
-IMPORT_WINDOW_MS = 1000
-IMPORT_MIN_MS = 50
-IMPORT_FORGET_MS = 5000
+IMPORT_WINDOW_MS: Final = 1000
+IMPORT_MIN_MS: Final = 50
+IMPORT_FORGET_MS: Final = 5000
 
 _by_ctime = attrgetter("ctime")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 from zlib import crc32
 
 from librt.strings import BytesWriter
@@ -29,11 +29,11 @@ if TYPE_CHECKING:
     from .job import Job
     from .node import Node
 
-QUEUE_OVERHEAD = 1200  # bytes counted in used memory per queue (plus its name)
+QUEUE_OVERHEAD: Final = 1200  # bytes counted in used memory per queue (plus its name)
 
 
-_NACKS = b"$5\r\nnacks\r\n"
-_ADELIV = b"$21\r\nadditional-deliveries\r\n"
+_NACKS: Final = b"$5\r\nnacks\r\n"
+_ADELIV: Final = b"$21\r\nadditional-deliveries\r\n"
 
 
 def jobs_reply(jobs: list[Job], withcounters: bool) -> bytes:

@@ -7,9 +7,11 @@ told to drop theirs.
 
 from __future__ import annotations
 
+from typing import Final
+
 from .awake import Timer
 
-_NONE: tuple[str, ...] = ()
+_NONE: Final[tuple[str, ...]] = ()
 
 
 class Record(Timer):

@@ -13,7 +13,7 @@ what happens once replicated or failed).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..codec import resp
 from . import messages as M
@@ -29,12 +29,12 @@ if TYPE_CHECKING:
     from .node import Node
     from .record import Record
 
-REPL_RETRY_MS = 50  # add one more node this often while replication is short
-_NOT_WAITING: tuple[None, int, bool] = (None, 0, False)  # waiting's entry for a job nobody waits for
-WILLQUEUE_ADVANCE_MS = 500  # WILLQUEUE goes out this long before a re-queue
+REPL_RETRY_MS: Final = 50  # add one more node this often while replication is short
+_NOT_WAITING: Final[tuple[None, int, bool]] = (None, 0, False)  # waiting's entry for a job nobody waits for
+WILLQUEUE_ADVANCE_MS: Final = 500  # WILLQUEUE goes out this long before a re-queue
 # a node holds new copies for other nodes while they keep it within this % of
 # maxmemory (checked per job: one REPLJOB of many jobs cannot overshoot it)
-COPIES_UP_TO = 75
+COPIES_UP_TO: Final = 75
 
 
 def _xor_rank(node_id: str, jid: bytes) -> bytes:

@@ -8,9 +8,10 @@ measured by the shell (the core reads no clock) and comes in through
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
 
-MAX_ARGC = 32
-MAX_ARG_LEN = 128
+MAX_ARGC: Final = 32
+MAX_ARG_LEN: Final = 128
 
 Entry = tuple[int, int, int, list[bytes]]
 

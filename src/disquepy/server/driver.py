@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..codec import resp
 from ..codec.bus import BusMessage, encode_frame
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 # MONITOR's output limit: Redis's default for its pubsub clients (C Disque has no such
 # class): closed at 32 MB held, or at 8 MB held for 60 s
-MONITOR_LIMIT = OutputBufferLimit(32 << 20, 8 << 20, 60)
+MONITOR_LIMIT: Final = OutputBufferLimit(32 << 20, 8 << 20, 60)
 
 
 class Driver(Shell):

@@ -11,7 +11,7 @@ QUIT and the cross-protocol guards, which Disque handles before any command).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from . import acks, cluster, groups, jobs, queues, server, status, users
 
@@ -48,11 +48,11 @@ class Command:
         self.summary = summary
 
 
-_SHOWN = frozenset({"write", "readonly", "denyoom", "admin", "fast", "loading"})
-_FLAGS = _SHOWN | {"noauth", "nomonitor"}
+_SHOWN: Final = frozenset({"write", "readonly", "denyoom", "admin", "fast", "loading"})
+_FLAGS: Final = _SHOWN | {"noauth", "nomonitor"}
 
 
-_TABLE = [
+_TABLE: Final = [
     # jobs
     Command("addjob", -4, jobs.addjob, "write denyoom fast",
             args=('queue job ms-timeout [REPLICATE n] [DELAY s] [RETRY s] [TTL s] [MAXLEN n] '
@@ -241,7 +241,7 @@ _TABLE = [
 ]
 
 # keyed by the lower- and upper-case names, so the usual spellings skip a .lower()
-COMMANDS: dict[bytes, Command] = {c.name.encode(): c for c in _TABLE}
+COMMANDS: Final[dict[bytes, Command]] = {c.name.encode(): c for c in _TABLE}
 COMMANDS.update({c.name.upper().encode(): c for c in _TABLE})
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from .. import errors
 from ..errors import ReplyError
 from ..ids import is_valid_job_id
 
-_I64_MIN = -(1 << 63)
-_I64_MAX = (1 << 63) - 1
-_DIGITS = frozenset(b"0123456789")
+_I64_MIN: Final = -(1 << 63)
+_I64_MAX: Final = (1 << 63) - 1
+_DIGITS: Final = frozenset(b"0123456789")
 
 
 def to_int(b: bytes) -> int | None:

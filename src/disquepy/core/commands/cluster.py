@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...codec import resp
 from ..errors import ReplyError
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..client import Client
     from ..node import Node
 
-_WRONG = "ERR Wrong CLUSTER subcommand or number of arguments"
+_WRONG: Final = "ERR Wrong CLUSTER subcommand or number of arguments"
 
 
 def cluster(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:

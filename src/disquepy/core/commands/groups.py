@@ -4,7 +4,7 @@ topic)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...codec import resp
 from .. import errors
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..client import Client
     from ..node import Node
 
-_NUM = frozenset(b"0123456789.")
+_NUM: Final = frozenset(b"0123456789.")
 
 
 def parse_seconds(b: bytes, err: str, limit_ms: int = MAX_EXPIRE_MS) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...codec import resp
 from .. import errors
@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from ..client import Client
     from ..node import Node
 
-DEFAULT_TTL = 24 * 3600  # seconds
-DEFAULT_RETRY = 300  # seconds, unless TTL/10 is smaller
-MAX_REPLICATE = 65535
+DEFAULT_TTL: Final = 24 * 3600  # seconds
+DEFAULT_RETRY: Final = 300  # seconds, unless TTL/10 is smaller
+MAX_REPLICATE: Final = 65535
 
 
 def default_retry(ttl: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...codec import resp
 from .. import errors
@@ -171,8 +171,8 @@ def qscan(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     return resp.array([resp.bulk(b"%d" % cursor), resp.bulk_array([q.name for q in found])])
 
 
-_PAUSE_OPTS = {b"none": 0, b"in": PAUSED_IN, b"out": PAUSED_OUT, b"all": PAUSED_IN | PAUSED_OUT}
-_PAUSE_REPLIES = [resp.simple(name) for name in PAUSE_NAMES]
+_PAUSE_OPTS: Final = {b"none": 0, b"in": PAUSED_IN, b"out": PAUSED_OUT, b"all": PAUSED_IN | PAUSED_OUT}
+_PAUSE_REPLIES: Final = [resp.simple(name) for name in PAUSE_NAMES]
 
 
 def pause(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:

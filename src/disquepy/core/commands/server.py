@@ -3,7 +3,7 @@ and ACL: users.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...codec import resp
 from .. import errors
@@ -126,7 +126,7 @@ def info(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | She
 
 
 # ---------------------------------------------------------------------- CONFIG
-_CONFIG_ARGC = {b"get": 3, b"set": 4, b"resetstat": 2, b"rewrite": 2}
+_CONFIG_ARGC: Final = {b"get": 3, b"set": 4, b"resetstat": 2, b"rewrite": 2}
 
 
 def config(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | ShellRequest:
@@ -225,7 +225,7 @@ def loadjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
 
 
 # ---------------------------------------------------------------- CLIENT / COMMAND
-_CLIENT_SYNTAX = ("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME "
+_CLIENT_SYNTAX: Final = ("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME "
                   "connection-name)")
 
 

@@ -11,7 +11,7 @@ elsewhere; ask the other nodes), then ``completed``, ``failed``, ``cancelled``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...codec import resp
 from .. import errors
@@ -35,14 +35,20 @@ if TYPE_CHECKING:
     from ..client import Client
     from ..node import Node
 
-MAX_ERROR = 1024  # FAILJOB ERROR text kept (outcomes.py truncates details there too)
+MAX_ERROR: Final = 1024  # FAILJOB ERROR text kept (outcomes.py truncates details there too)
 
 # JOBSTATUS's field names, encoded once
-(_ID, _STATE, _QUEUE, _ATTEMPTS, _NACKS, _ADELIV, _CREATED, _FINISHED, _REQUEUE,
- _DETAIL) = (resp.bulk(k) for k in (
-    b"id", b"state", b"queue", b"attempts", b"nacks", b"additional-deliveries",
-    b"created", b"finished", b"next-requeue-within", b"detail"))
-_STATES = {k: resp.bulk(name.encode()) for k, name in STATE_NAMES.items()}
+_ID: Final = resp.bulk(b"id")
+_STATE: Final = resp.bulk(b"state")
+_QUEUE: Final = resp.bulk(b"queue")
+_ATTEMPTS: Final = resp.bulk(b"attempts")
+_NACKS: Final = resp.bulk(b"nacks")
+_ADELIV: Final = resp.bulk(b"additional-deliveries")
+_CREATED: Final = resp.bulk(b"created")
+_FINISHED: Final = resp.bulk(b"finished")
+_REQUEUE: Final = resp.bulk(b"next-requeue-within")
+_DETAIL: Final = resp.bulk(b"detail")
+_STATES: Final = {k: resp.bulk(name.encode()) for k, name in STATE_NAMES.items()}
 
 
 def live_state(job: Job) -> bytes:
@@ -102,10 +108,10 @@ def jobstatus(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
     ])
 
 
-OUTCOME_STATES = {name.encode(): k for k, name in STATE_NAMES.items()}
-BAD_OUTCOME_STATE = "ERR STATUS must be completed, failed, cancelled or expired"
-OUTCOMES_BUDGET = 20_000  # records looked at per call (SCAN-like), unless BUSYLOOP
-_CURSOR = resp.bulk(b"cursor")
+OUTCOME_STATES: Final = {name.encode(): k for k, name in STATE_NAMES.items()}
+BAD_OUTCOME_STATE: Final = "ERR STATUS must be completed, failed, cancelled or expired"
+OUTCOMES_BUDGET: Final = 20_000  # records looked at per call (SCAN-like), unless BUSYLOOP
+_CURSOR: Final = resp.bulk(b"cursor")
 
 
 def joboutcomes(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:

@@ -33,7 +33,7 @@ out through the node (bus messages, replies in its outbox).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .acks import EventAcks
 from .dead import DeadLetters
@@ -67,8 +67,8 @@ if TYPE_CHECKING:
     from ..client import Client
     from ..node import Node
 
-CRON_MS = 1000
-MAX_AHEAD_MS = 60_000  # a peer's event time further ahead of our clock raises nothing
+CRON_MS: Final = 1000
+MAX_AHEAD_MS: Final = 60_000  # a peer's event time further ahead of our clock raises nothing
 
 
 class Groups:

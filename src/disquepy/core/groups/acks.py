@@ -7,7 +7,7 @@ Pure: time comes in as ``now`` (ms).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ...codec import resp
 from .. import messages as M
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..membership import Peer
     from . import Groups
 
-ACK_TIMEOUT_MS = 1000  # peers asked to decide a QACK must answer within this
+ACK_TIMEOUT_MS: Final = 1000  # peers asked to decide a QACK must answer within this
 
 
 class EventAcks:

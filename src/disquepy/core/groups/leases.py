@@ -7,7 +7,7 @@ Pure: time comes in as ``now`` (ms).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from librt.strings import BytesWriter
 
@@ -33,12 +33,12 @@ if TYPE_CHECKING:
     from ..membership import Peer
     from . import Groups
 
-PULL_STEP_MS = 500  # a peer asked to lease an event must answer within this
-AUTOACK_LEASE_MS = 5000  # the lease of a QGET EX 0 served by a peer, until its ack comes
-GRANTED_MAX = 100_000  # remembered "which peer leased this event to us" entries
-SCAN_LIMIT = 10_000  # events one lease looks at, at most (dead letters skipped)
-MAX_COUNT = 10_000  # QGET ... COUNT n: events one QGET leases, at most
-LEASES_PER_TIMER = 1024  # leases that share one timer, at most (its firing's work)
+PULL_STEP_MS: Final = 500  # a peer asked to lease an event must answer within this
+AUTOACK_LEASE_MS: Final = 5000  # the lease of a QGET EX 0 served by a peer, until its ack comes
+GRANTED_MAX: Final = 100_000  # remembered "which peer leased this event to us" entries
+SCAN_LIMIT: Final = 10_000  # events one lease looks at, at most (dead letters skipped)
+MAX_COUNT: Final = 10_000  # QGET ... COUNT n: events one QGET leases, at most
+LEASES_PER_TIMER: Final = 1024  # leases that share one timer, at most (its firing's work)
 
 
 class Leases:

@@ -9,7 +9,7 @@ Pure: time comes in as ``now`` (ms).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from mypy_extensions import i64
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..record import Record
     from . import Groups
 
-QADD_TIMEOUT_MS = 5000  # a QADD waiting for its copies gives up (NOREPL) after this
+QADD_TIMEOUT_MS: Final = 5000  # a QADD waiting for its copies gives up (NOREPL) after this
 
 
 class EventReplication:

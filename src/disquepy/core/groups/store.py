@@ -77,10 +77,10 @@ from .model import (
 if TYPE_CHECKING:
     from . import Groups
 
-TAKEOVER_MS = 1000  # a holder whose link stayed down this long (at most half the node
+TAKEOVER_MS: Final = 1000  # a holder whose link stayed down this long (at most half the node
 #                    timeout) decides for nothing: a crashed node's events are served then
-SCAN_BUDGET = 10_000  # events one QGET looks at, at most, past its group's cursor
-TOMBSTONE_MS = 600_000  # a QFLUSH refuses copies of older events this long
+SCAN_BUDGET: Final = 10_000  # events one QGET looks at, at most, past its group's cursor
+TOMBSTONE_MS: Final = 600_000  # a QFLUSH refuses copies of older events this long
 
 F_GONE: Final = 1
 F_THAWED: Final = 2
@@ -100,7 +100,7 @@ _TABLE_MIN: Final = 16
 _PENDING: Final = 64  # index entries gathered before they go in the table (_settle)
 _NEAR: Final = 8  # positions locate_near looks at before the index
 
-_NO_COL: vec[u8] = vec[u8]()
+_NO_COL: Final[vec[u8]] = vec[u8]()
 
 
 def _zeros(n: int) -> vec[i64]:

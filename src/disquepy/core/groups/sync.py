@@ -19,7 +19,7 @@ Pure: time comes in as ``now`` (ms).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .. import messages as M
 from ..awake import Timer
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from ..membership import Peer
     from . import Groups
 
-SYNC_WAIT_MS = 10_000  # at least; 2 node timeouts if longer
-SYNC_CHUNK = 5000  # events looked at per step of an EVSYNC round (a step per awake tick)
+SYNC_WAIT_MS: Final = 10_000  # at least; 2 node timeouts if longer
+SYNC_CHUNK: Final = 5000  # events looked at per step of an EVSYNC round (a step per awake tick)
 
 
 class SyncOut(Timer):
