@@ -104,3 +104,45 @@ def test_compiled_and_interpreted_cores_run_the_simulator_to_the_same_trace(monk
     interpreted = run_many([cfg], 1)[0]
     assert compiled.ok and interpreted.ok, compiled.report() + interpreted.report()
     assert compiled.trace_hash == interpreted.trace_hash
+
+
+def compiled_sources() -> list[Path]:
+    """setup.py's MYPYC_MODULES, read from its source (importing it would run setup)."""
+    tree = ast.parse((SRC.parent / "setup.py").read_text())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "MYPYC_MODULES"):
+            return [SRC.parent / p for p in ast.literal_eval(node.value)]
+    raise AssertionError("setup.py has no MYPYC_MODULES list")
+
+
+def test_a_compiled_modules_constants_are_final():
+    """mypyc reads a plain module global through the module's dict at every use; a
+    Final one is inlined or a C static (docs/ARCHITECTURE.md). So an UPPER_CASE name
+    a compiled module assigns once, at its top level, is declared Final."""
+    plain = []
+    for path in compiled_sources():
+        tree = ast.parse(path.read_text())
+        assigned: dict[str, int] = {}
+        for node in tree.body:
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+            for t in targets:
+                for name in ast.walk(t):
+                    if isinstance(name, ast.Name):
+                        assigned[name.id] = assigned.get(name.id, 0) + 1
+        for node in tree.body:
+            if isinstance(node, ast.Assign):
+                names = [n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                final = False
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+                final = "Final" in ast.unparse(node.annotation)
+            else:
+                continue
+            value = ast.unparse(node.value) if node.value is not None else ""
+            for name in names:
+                if (name.lstrip("_").isupper() and assigned[name] == 1 and not final
+                        and not value.startswith("TypeVar(")):
+                    plain.append(f"{path.relative_to(SRC)}:{node.lineno} {name}")
+    assert compiled_sources() and not plain, plain

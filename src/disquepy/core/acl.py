@@ -56,7 +56,7 @@ READ: Final = frozenset({
 # user may be given ``+cancel`` on its own queues: ``+@producer +cancel ~orders:*``)
 PRODUCE: Final = frozenset({"addjob", "qadd"})
 CONSUME: Final = frozenset({"getjob", "ackjob", "fastack", "acktoken", "nack", "working", "failjob",
-                     "qget", "qack", "qworking", "qnotify", "qdead"})
+                            "qget", "qack", "qworking", "qnotify", "qdead"})
 
 # the arguments of each command that name queues or jobs: checked against the user's
 # queue patterns (``~pattern``); a job's queue is the one this node knows it by.
@@ -76,7 +76,7 @@ QUEUE_ARGS: Final[dict[str, str]] = {
 # queue) is refused to a user with queue patterns (an ACKJOB of an unknown ID would
 # otherwise make a dummy ack that deletes the copies on the other nodes)
 JOB_CHANGES: Final = frozenset({"ackjob", "fastack", "nack", "working", "failjob", "cancel",
-                         "deljob", "enqueue", "dequeue"})
+                                "deljob", "enqueue", "dequeue"})
 
 # subcommands checked one by one: the command's name -> the subcommands it has
 SUBCOMMANDS: Final[dict[str, frozenset[str]]] = {

@@ -35,7 +35,7 @@ BOUNDS_MS: Final[tuple[int, ...]] = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5
 _NBOUNDS: Final = len(BOUNDS_MS)
 NB: Final = _NBOUNDS + 1  # the last bucket: above every bound (+Inf)
 COUNTERS: Final[tuple[str, ...]] = ("added", "delivered", "acked", "nacked", "retried",
-                             "requeued", "expired", "cancelled")
+                                    "requeued", "expired", "cancelled")
 ADDED: Final = 0  # the counters' indexes, in COUNTERS' order
 DELIVERED: Final = 1
 ACKED: Final = 2

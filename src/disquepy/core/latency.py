@@ -67,7 +67,7 @@ _NO_SPIKES: Final = (
     "in the slightest bit. I honestly think you ought to sit down calmly, take a stress "
     "pill, and think things over.\n")
 _SPIKES: Final = ("Dave, I have observed latency spikes in this Disque instance. You don't mind "
-           "talking about it, do you Dave?\n\n")
+                  "talking about it, do you Dave?\n\n")
 _ADVICE_SLOWLOG_TUNING: Final = (
     "- Your current Slow Log configuration only logs events that are slower than your "
     "configured latency monitor threshold. Please use 'CONFIG SET slowlog-log-slower-than "

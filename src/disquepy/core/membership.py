@@ -37,7 +37,11 @@ MEETS_PER_MESSAGE: Final = 8
 MAX_HANDSHAKES: Final = 64
 HANDSHAKES_PER_SECOND: Final = 16  # refill of a bucket of MAX_HANDSHAKES
 MAX_PEERS: Final = 4096  # jobcodec.MAX_NODES: a job's copies are listed within it
-PRIORITY_OK, PRIORITY_NOLINK, PRIORITY_PFAIL, PRIORITY_BAD = 1, 5, 10, 100
+# HELLO's priority of each node, as Disque's (lower: a client should rather connect to it)
+PRIORITY_OK: Final = 1
+PRIORITY_NOLINK: Final = 5
+PRIORITY_PFAIL: Final = 10
+PRIORITY_BAD: Final = 100
 
 
 class Peer:

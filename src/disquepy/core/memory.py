@@ -28,7 +28,10 @@ JOB_OVERHEAD: Final = 400  # bytes counted per job (plus its body)
 CLIENT_OVERHEAD: Final = 2000  # per connected client (plus its buffered request bytes)
 
 # memory levels: what the node does (see level())
-NORMAL, HIGH, CRITICAL, FULL = 0, 1, 2, 3
+NORMAL: Final = 0
+HIGH: Final = 1
+CRITICAL: Final = 2
+FULL: Final = 3
 
 
 class Memory:

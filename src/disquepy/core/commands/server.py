@@ -226,7 +226,7 @@ def loadjob(node: Node, client: Client, argv: list[bytes], now: int) -> bytes:
 
 # ---------------------------------------------------------------- CLIENT / COMMAND
 _CLIENT_SYNTAX: Final = ("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | SETNAME "
-                  "connection-name)")
+                         "connection-name)")
 
 
 def client(node: Node, client: Client, argv: list[bytes], now: int) -> bytes | None:
