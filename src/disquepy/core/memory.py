@@ -73,9 +73,10 @@ class Memory:
 
     def fits_job(self, body_len: int, percent: int = 100) -> bool:
         """Whether a job with a body this long fits within ``percent`` % of maxmemory:
-        copies from other nodes are refused past it (the sender asks another node)."""
-        return (self.used + JOB_OVERHEAD + body_len
-                <= self.node.config.maxmemory * percent // 100)
+        copies from other nodes are refused past it (the sender asks another node).
+        (``limit``, not the configuration: a compiled read of the interpreted Config is
+        a dict lookup, and this runs for every copy received.)"""
+        return self.used + JOB_OVERHEAD + body_len <= self.limit * percent / 100
 
     def evict(self, target: int) -> None:
         """Free what does not break safety, oldest first: acked jobs, delivered
