@@ -49,6 +49,27 @@ def test_fleet_starts_a_c_disque_cluster_and_stops_it(tmp_path):
     assert all(port_is_free(n.port) for n in nodes)
 
 
+def test_fleet_meets_again_a_node_whose_meet_was_lost(tmp_path, monkeypatch):
+    """A handshake that times out on a loaded host is dropped, not retried (C Disque
+    as Redis Cluster): the fleet meets a node node 0 does not list again."""
+    real = servers.Server.call
+    lost: list = []
+
+    def call(self, *args):
+        if args[:2] == ("CLUSTER", "MEET") and not lost:
+            lost.append(args[3])  # the first MEET never happened
+            return b"OK"
+        return real(self, *args)
+
+    monkeypatch.setattr(servers.Server, "call", call)
+    with servers.Fleet(tmp_path) as fleet:
+        t0 = time.monotonic()
+        nodes = fleet.cluster("ours", 3, timeout=20)
+        assert lost == [nodes[1].port]
+        assert time.monotonic() - t0 >= servers.REMEET_S  # converged after the new MEET
+        assert all(len(n.call("HELLO")) == 5 for n in nodes)
+
+
 def tiny_run(tmp_path, monkeypatch, env_c: str | None) -> tuple[dict, str]:
     if env_c is not None:
         monkeypatch.setenv("DISQUE_C", env_c)
