@@ -242,7 +242,7 @@ class Fleet:
             time.sleep(0.1)
         seen = "; ".join(f"{s.name}: " + ", ".join(f"{_text(e[0])[:8]} prio {_text(e[3])}"
                                                    for e in h[2:])
-                         for s, h in zip(nodes, hellos, strict=True))
+                         for s, h in zip(nodes, hellos, strict=False))  # (none: no time)
         raise HarnessError(f"{kind} cluster did not converge in {timeout:.0f} s ({seen})")
 
 
