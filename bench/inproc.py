@@ -38,6 +38,10 @@ optimisation of the shell or the core changes.
 Each figure is the best of ``--rounds`` rounds. A/B of the compiled core (setup.py) and
 the same code interpreted: run once with ``DISQUEPY_INTERPRETED=1`` and once without,
 alternating, with ``--cpu`` on a busy machine.
+- ``bus``: the cluster bus's inbound handling (``server/bus.py``, interpreted):
+  ``_InProtocol.data_received`` of one REPLJOB frame of 1 and of 8 jobs, one frame a
+  read, the frame's handler a no-op; and the codec's feed and decode of the 8-job
+  frame alone (what compiling the handling could not remove).
 """
 
 from __future__ import annotations
@@ -433,6 +437,48 @@ def bench_replicate(n: int, rounds: int) -> None:
           f"(all three nodes; jobs held per node: {nodes[0].jobs.count})")
 
 
+def bench_bus(n: int, rounds: int) -> None:
+    from disquepy.codec.bus import FrameReader, encode_frame
+    from disquepy.core import messages as M
+    from disquepy.core.config import Config
+    from disquepy.core.node import Node
+    from disquepy.server import bus as busmod
+
+    class Bus:  # what _InProtocol.data_received uses of its Bus
+        max_frame = 1 << 30
+        _bytes_in = _frames_in = 0
+        _drop: set = set()
+
+        def on_frame(self, msg, ip) -> None:
+            pass
+
+    node = Node(Config(), "a" * 40, random.Random(1), 1_000)
+    client = node.new_client(None, "127.0.0.1:50000", 1_000)
+    node.execute(client, [b"ADDJOB", b"q", b"0123456789abcdef", b"0"], 1_000)
+    job = next(iter(node.jobs.values()))
+    wire = M.job_to_wire(job)
+    for k in (1, 8):
+        frame = encode_frame([M.REPLJOB, node.myid, node.port, 0, *[wire] * k])
+        proto = busmod._InProtocol(Bus())  # type: ignore[arg-type]
+        proto.first = False
+        received = proto.data_received
+
+        def reads(m: int, received=received, frame=frame) -> None:
+            for _ in range(m):
+                received(frame)
+
+        print(f"bus       data_received, a {k}-job REPLJOB frame   "
+              f"{best(reads, n, rounds):6.2f} us a read")
+    reader = FrameReader()
+
+    def decode(m: int) -> None:
+        for _ in range(m):
+            reader.feed(frame)
+            reader.gets()
+
+    print(f"bus       the codec alone: feed + decode, 8 jobs {best(decode, n, rounds):6.2f} us")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="reader,protocol,execute,replicate,batch")
@@ -454,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"disquepy from {Path(disquepy.__file__).parent}")
     todo = {"reader": bench_reader, "protocol": bench_protocol, "execute": bench_execute,
-            "replicate": bench_replicate, "batch": bench_batch, "groups": bench_groups}
+            "replicate": bench_replicate, "batch": bench_batch, "groups": bench_groups,
+            "bus": bench_bus}
     for name in args.only.split(","):
         if name not in todo:
             ap.error(f"--only: unknown measure {name!r} (one of {', '.join(todo)})")
