@@ -233,3 +233,20 @@ def test_overview_shows_consumer_groups(browser, web, http, dq, tmp_path):
     assert widths == ["30%", "20%", "50%"]  # done, in progress, waiting
     browser.find_element(By.ID, "groups-card").screenshot(str(tmp_path / "groups.png"))
     no_console_errors(browser)
+
+
+def test_no_login_shows_no_signed_in_user_and_no_log_out(browser, web, http):
+    """Without --auth nodes or --token-file (make run's disque-web) nobody signs in:
+    the header has no "signed in as" and no Log out button, and no element the page
+    keeps ``hidden`` is drawn (a CSS display rule used to beat the attribute)."""
+    assert http.get("/session").json() == {"user": None, "login": []}
+    open_view(browser, web, "overview")
+    wait(browser).until(lambda d: "cluster ok" in d.find_element(By.ID, "cluster-pill").text)
+    header = browser.find_element(By.TAG_NAME, "header").text
+    assert "signed in as" not in header and "Log out" not in header, header
+    assert not browser.find_element(By.ID, "logout").is_displayed()
+    drawn = browser.execute_script(
+        "return [...document.querySelectorAll('[hidden]')]"
+        ".filter(e => getComputedStyle(e).display !== 'none').map(e => e.id || e.className)")
+    assert drawn == [], drawn
+    no_console_errors(browser)
