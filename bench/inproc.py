@@ -59,6 +59,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ADDJOB = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$16\r\n0123456789abcdef\r\n$1\r\n0\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
+ECHO = b"*2\r\n$4\r\nECHO\r\n$25\r\n0123456789abcdef-01234567\r\n"
 clock = time.perf_counter  # --cpu: time.process_time
 BURST = 16  # --burst
 
@@ -154,6 +155,26 @@ def bench_protocol(n: int, rounds: int) -> None:
             print(f"protocol  data_received {name:8s} {conns:2d} conns "
                   f"{best(run, n, rounds):6.2f} us{', AOF records' if aof else ''}")
             loop.close()
+    # pipelines: 16 requests a read from each of 50 connections, then the batch (the
+    # shell's and the dispatch's cost per command, which a 16-deep row pays 16 times a
+    # read): PING as the floor, ECHO with an argument and a bulk reply
+    for name, cmd in (("PING", PING), ("ECHO", ECHO)):
+        node, loop, protos = node_with_clients(50)
+        drs = [p.data_received for p in protos]
+        batch = protos[0].batch.run
+        burst = cmd * 16
+
+        def deep(k: int, drs=drs, burst=burst, batch=batch) -> int:
+            turns = max(1, k // (16 * len(drs)))
+            for _ in range(turns):
+                for dr in drs:
+                    dr(burst)
+                batch()
+            return turns * 16 * len(drs)
+
+        print(f"protocol  data_received {name:8s} 50 conns x 16-deep {best(deep, n, rounds):6.3f} "
+              "us a command")
+        loop.close()
     bench_consume(n, rounds)
 
 

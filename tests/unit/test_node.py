@@ -606,3 +606,40 @@ def test_command_docs_from_the_table():
     assert fields[b"group"] == b"jobs"
     everything = h("COMMAND", "DOCS")
     assert len(everything) // 2 == h("COMMAND", "COUNT") - 2  # POST and Host: are not
+
+
+def test_commandstats_count_each_command_through_the_last_name_cache(h):
+    """_execute keeps the last command looked up (and its counters) for a run of the
+    same name: the counts stay exact across a reset, case changes, errors and renames."""
+    def calls() -> dict:
+        text = h("INFO", "commandstats").decode()
+        return {line.split(":")[0].removeprefix("cmdstat_"):
+                int(line.split("calls=")[1].split(",")[0])
+                for line in text.splitlines() if line.startswith("cmdstat_")}
+
+    for _ in range(3):
+        assert h("PING") == b"PONG"
+    assert h("ping") == b"PONG"  # another name object, another case: the same command
+    assert h("PING", "a", "b") == "ERR wrong number of arguments for 'ping' command"
+    assert h("NOSUCH") == "ERR unknown command 'NOSUCH'"
+    assert h("PING") == b"PONG"
+    assert h("SHOW") == "ERR wrong number of arguments for 'show' command"
+    assert h("SHOW", "D-00000000-000000000000000000000000-0000") is None
+    # PING a b ran and answered its error (a call, as Redis's failed calls); SHOW's
+    # arity error stopped before the command ran (no call, as Redis)
+    assert calls() == {"ping": 6, "show": 1, "info": 1}
+    assert h("CONFIG", "RESETSTAT") == b"OK"
+    assert h("CONFIG", "RESETSTAT") == b"OK"  # (each is counted, then clears the counts)
+    assert h("CONFIG", "GET", "maxmemory")[0] == b"maxmemory"  # counted anew
+    assert h("PING") == b"PONG"
+    assert calls() == {"config": 1, "ping": 1, "info": 1}
+    assert h("QLEN", "q") == 0
+    assert h("QLEN", "q") == 0
+    assert calls() == {"config": 1, "ping": 1, "info": 2, "qlen": 2}
+
+
+def test_a_renamed_command_is_not_found_by_its_old_name_after_the_new_one():
+    h = Harness(rename_command=[("QLEN", "QLEN2")])
+    assert h("QLEN2", "q") == 0
+    assert h("QLEN", "q") == "ERR unknown command 'QLEN'"
+    assert h("QLEN2", "q") == 0

@@ -127,9 +127,9 @@ def info_sections(node: Node, host: HostFacts, now: int) -> InfoSections:
         ],
         "groups": node.groups.info(),
         "commandstats": [
-            (f"cmdstat_{name}", f"calls={calls},usec={ns // 1000},"
-                                f"usec_per_call={ns / 1000 / calls:.2f}")
-            for name, (calls, ns) in sorted(node.cmdstats.items())
+            (f"cmdstat_{name}", f"calls={st.calls},usec={st.ns // 1000},"
+                                f"usec_per_call={int(st.ns) / 1000 / int(st.calls):.2f}")
+            for name, st in sorted(node.cmdstats.items())
         ],
     }
 

@@ -49,6 +49,7 @@ from .replication import Replication
 from .slowlog import SlowLog
 
 if TYPE_CHECKING:
+    from .commands import Command
     from .config import Config
     from .membership import Peer
 
@@ -89,6 +90,15 @@ class Stats:
         self.bus_malformed = 0
 
 
+class CmdStat:
+    """INFO commandstats' counters of one command: its calls and the ns they took
+    (native ints: a list's boxed ones cost an allocation an update)."""
+
+    def __init__(self) -> None:
+        self.calls: i64 = 0
+        self.ns: i64 = 0
+
+
 class Node:
     def __init__(self, config: Config, node_id: str, rng: Rng, now: int, ip: str = "",
                  port: int | None = None) -> None:
@@ -120,12 +130,12 @@ class Node:
         self.loading = False
         self.stats = Stats()
         self.ncommands = 0
-        # INFO commandstats: command name -> [calls, ns spent] (ns from command_took)
-        self.cmdstats: dict[str, list[int]] = {}
-        self.last_stat: list[int] | None = None
+        # INFO commandstats: command name -> its counters (ns from command_took)
+        self.cmdstats: dict[str, CmdStat] = {}
+        self.last_stat: CmdStat | None = None
         self.slowlog = SlowLog()  # SLOWLOG: fed by command_took with the command below
         self.latency = LatencyMonitor()  # LATENCY: fed by command_took too
-        self.last_argv: list[bytes] = []
+        self.last_argv: list[bytes] | None = None
         self.max_body = 0  # job-max-body-size (no limit: 2**62), kept here by config_changed
         self.slow_us = -1  # slowlog-log-slower-than and latency-monitor-threshold, kept
         self.latency_ms = 0  # here by config_changed: read on every command
@@ -149,6 +159,10 @@ class Node:
 
         try:
             self._cmds = renamed_table(config.rename_command)
+            # _execute's cache: the last name looked up, its command, their counters
+            self._last_name = b""
+            self._last_cmd: Command | None = None
+            self._last_st: CmdStat | None = None
             # users and what each may run (acl.py)
             self.acl = Acl(frozenset(c.name for c in COMMANDS.values()),
                            frozenset(c.name for c in COMMANDS.values() if c.noauth))
@@ -451,11 +465,18 @@ class Node:
         self.now = now
         self.ncommands += 1
         name = argv[0]
-        cmd = self._cmds.get(name)
-        if cmd is None:
-            cmd = self._cmds.get(name.lower())
+        # the last command's entry when the name is the same bytes (a pipeline of one
+        # command: a compare instead of hashing a new name object and a dict lookup)
+        cmd = self._last_cmd
+        if cmd is None or name != self._last_name:
+            cmd = self._cmds.get(name)
             if cmd is None:
-                return resp.error(errors.unknown_command(name))
+                cmd = self._cmds.get(name.lower())
+                if cmd is None:
+                    return resp.error(errors.unknown_command(name))
+            self._last_name = name
+            self._last_cmd = cmd
+            self._last_st = None
         n = len(argv)
         arity = cmd.arity
         if (n != arity) if arity > 0 else (n < -arity):
@@ -473,10 +494,13 @@ class Node:
             oom = self.mem.refuse_oom()
             if oom is not None:
                 return oom
-        st = self.cmdstats.get(cmd.name)
+        st = self._last_st
         if st is None:
-            st = self.cmdstats[cmd.name] = [0, 0]
-        st[0] += 1
+            st = self.cmdstats.get(cmd.name)
+            if st is None:
+                st = self.cmdstats[cmd.name] = CmdStat()
+            self._last_st = st
+        st.calls += 1
         self.last_stat = st
         self.last_argv = argv
         client.last_cmd = cmd.name
@@ -626,12 +650,12 @@ class Node:
         time comes in, as everything else; the core reads no clock."""
         st = self.last_stat
         if st is not None:
-            st[1] += ns
+            st.ns += ns
             self.last_stat = None
-            if 0 <= self.slow_us <= ns // 1000:
-                self.slowlog.record(self.last_argv, ns // 1000, self.now,
-                                    self.config.slowlog_max_len)
-            self.last_argv = []  # not kept alive until the next command (a big body)
+            argv = self.last_argv
+            if 0 <= self.slow_us <= ns // 1000 and argv is not None:
+                self.slowlog.record(argv, ns // 1000, self.now, self.config.slowlog_max_len)
+            self.last_argv = None  # not kept alive until the next command (a big body)
             ms = ns // 1_000_000
             if 0 < self.latency_ms <= ms:
                 self.latency.add("command", ms, self.now)
@@ -640,6 +664,7 @@ class Node:
         """CONFIG RESETSTAT: the counters INFO stats and commandstats show, as Disque."""
         self.stats = Stats()
         self.cmdstats.clear()
+        self._last_st = None  # (_execute's cached counters were the old ones)
         self.ncommands = self.net_in = self.net_out = 0
         self._ops_samples = [(self.now, 0, 0, 0)]
 

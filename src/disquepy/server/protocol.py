@@ -188,7 +188,7 @@ class ClientBatch:
 class ClientProtocol:
     __slots__ = ("driver", "node", "batch", "transport", "reader", "client", "paused",
                  "closing", "waiting", "soft_since", "queued", "out", "out_queued", "gate",
-                 "slot", "unauth", "ip")
+                 "slot", "unauth", "ip", "gets")
 
     def __init__(self, driver: Driver, gate: ClientGate | None = None) -> None:
         self.driver = driver
@@ -214,6 +214,9 @@ class ClientProtocol:
             max_multibulk=cfg.proto_max_multibulk_len,
             query_buffer_limit=cfg.client_query_buffer_limit,
         )
+        # the reader's gets, bound once: process() calls it per command (the reader
+        # has no static type here, and a call by name looks the method up each time)
+        self.gets: Callable[[], Any] = self.reader.gets
 
     # ----------------------------------------------------------- asyncio API
     def connection_made(self, transport: ClientTransport) -> None:
@@ -334,7 +337,7 @@ class ClientProtocol:
     def process(self) -> None:
         """Run every complete buffered command until done or the client blocks (or a
         CLIENT PAUSE holds them: checked by the batch, and by resume)."""
-        client, reader = self.client, self.reader
+        client, gets = self.client, self.gets
         assert client is not None  # (a connection with commands has its client)
         node = self.node  # (its methods called on it: native calls, compiled)
         now = int(_time() * 1000)
@@ -348,7 +351,7 @@ class ClientProtocol:
         t = _ns()  # one clock read a command: its end is the next one's start
         while True:
             try:
-                argv = reader.gets()
+                argv = gets()
             except QueryBufferLimitError:
                 self.close()
                 return
