@@ -891,3 +891,16 @@ def test_status_and_err_are_bytes():
     assert isinstance(Err("ERR x"), bytes)
     assert simple(Status("OK")) == OK
     assert error(Err("ERR x")) == b"-ERR x\r\n"
+
+
+@pytest.mark.parametrize("n", [0, 1, 9, 10, 99, 100, 255, 256, 1000, 70_000])
+def test_a_bulk_reply_says_its_length(n):
+    """Short replies take their header from a table, longer ones format it: the same
+    bytes either way."""
+    body = bytes(range(256)) * (n // 256) + bytes(range(n % 256))
+    assert resp.bulk(body) == b"$" + str(n).encode() + b"\r\n" + body + b"\r\n"
+
+
+def test_a_bulk_reply_of_text_is_its_utf8_and_none_is_the_null_bulk():
+    assert resp.bulk("é") == b"$2\r\n\xc3\xa9\r\n"
+    assert resp.bulk(None) == b"$-1\r\n"

@@ -829,13 +829,21 @@ def integer(n: int) -> bytes:
     return b":%d\r\n" % n
 
 
+# the headers of bulk replies up to 255 bytes (IDs, names, small bodies): a table's
+# entry instead of the length's digits formatted per reply
+_BULK_HEADS: Final = [b"$%d\r\n" % n for n in range(256)]
+
+
 def bulk(b: bytes | str | None) -> bytes:
     """Bulk string reply ``$len\\r\\nb\\r\\n``; None gives the RESP2 null bulk."""
     if b is None:
         return NULL_BULK2
     if isinstance(b, str):
         b = b.encode("utf-8", "surrogateescape")
-    return b"$%d\r\n%b\r\n" % (len(b), b)
+    n = len(b)
+    if n < 256:
+        return _BULK_HEADS[n] + b + b"\r\n"
+    return b"$%d\r\n%b\r\n" % (n, b)
 
 
 def null_bulk(proto: int) -> bytes:

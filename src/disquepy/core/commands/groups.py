@@ -24,14 +24,18 @@ _NUM: Final = frozenset(b"0123456789.")
 
 def parse_seconds(b: bytes, err: str, limit_ms: int = MAX_EXPIRE_MS) -> int:
     """Seconds as an integer or a decimal ("1", "0.25"), in ms; no sign, no exponent."""
-    if b.isdigit() and len(b) < 19:  # whole seconds (ASCII digits), QADD's usual form
+    if 0 < len(b) < 19:  # whole seconds (ASCII digits), QADD's usual form
         ms = 0
-        for c in b:  # (compiled: cheaper than int(), which goes through a type call)
+        for c in b:  # (compiled: cheaper than isdigit() and int(), two calls by name)
+            if c < 48 or c > 57:
+                ms = -1
+                break
             ms = ms * 10 + c - 48
-        ms *= 1000
-        if ms > limit_ms:
-            raise ReplyError(err)
-        return ms
+        if ms >= 0:
+            ms *= 1000
+            if ms > limit_ms:
+                raise ReplyError(err)
+            return ms
     if not b or set(b) - _NUM or b.count(b".") > 1 or b == b".":
         raise ReplyError(err)
     ms = round(float(b) * 1000)
