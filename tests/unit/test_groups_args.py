@@ -4,11 +4,14 @@ path and the decimal path agree, and every bound holds on both."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from disquepy.codec import resp
 from disquepy.core import errors
 from disquepy.core.commands.groups import parse_seconds
 from disquepy.core.errors import ReplyError
-from disquepy.core.ids import event_id, event_id_suffix, is_valid_event_id
+from disquepy.core.ids import event_id, event_id_reply, event_id_suffix, is_valid_event_id
 
 
 @pytest.mark.parametrize("text, ms", [
@@ -36,3 +39,19 @@ def test_an_event_id_is_ctime_in_hex_and_the_node() -> None:
     assert event_id(5, suffix) == b"0000000000000005-abcdef01"
     assert event_id(1 << 64 | 7, suffix) == b"0000000000000007-abcdef01"  # 64 bits kept
     assert is_valid_event_id(event_id(12345, suffix))
+
+
+@given(st.integers(min_value=-(1 << 70), max_value=1 << 70))
+def test_an_event_id_and_its_reply_are_the_time_in_hex(t: int) -> None:
+    """event_id spreads the time's nibbles into ASCII with integer arithmetic: the
+    same text as Python's own hex formatting, for any time, a peer's bad ones too;
+    QADD's reply is that ID as a bulk string."""
+    suffix = event_id_suffix("0123456789" * 4)
+    eid = event_id(t, suffix)
+    assert eid == b"%016x" % (t & (1 << 64) - 1) + suffix
+    assert event_id_reply(t, suffix) == resp.bulk(eid)
+    assert is_valid_event_id(eid)
+
+
+def test_an_event_id_reply_with_a_suffix_of_another_length_is_still_a_bulk() -> None:
+    assert event_id_reply(255, b"-ab") == b"$19\r\n00000000000000ff-ab\r\n"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .. import aofrecords as records
 from ..eventcodec import EventFields, event_fields, fields_of
+from ..ids import event_id
 from .model import LEASED, STATE_MASK, Event, claim_deadline, merge
 from .store import TOMBSTONE_MS, IdList
 
@@ -40,11 +41,13 @@ class EventLog:
         if aof.on:
             aof.gather_event(event_fields(e), len(e.body))
 
-    def held_new(self, eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
+    def held_new(self, queue: bytes, body: bytes, ctime: int, etime: int,
                  holders: tuple[str, ...]) -> None:
-        """:meth:`held`, for a new event held with no object (EventStore.put_new)."""
+        """:meth:`held`, for a new event of this node's held with no object
+        (EventStore.put_new): its ID made here, for the record only."""
         aof = self.node.aof
         if aof.on:
+            eid = event_id(ctime, self.node.event_suffix)
             aof.gather_event(fields_of(eid, queue, body, ctime, etime, holders, []),
                              len(body))
 

@@ -18,7 +18,7 @@ from .. import errors
 from .. import messages as M
 from ..errors import ReplyError
 from ..eventcodec import event_fields
-from ..ids import event_id
+from ..ids import event_id, event_id_reply
 from ..replication import COPIES_UP_TO
 from .model import ADDING, LEASED, STATE_MASK, EQueue, Event, claim_deadline, merge
 
@@ -61,15 +61,16 @@ class EventReplication:
         targets = node.repl.choose(need)
         ctime = node.next_ctime(now)
         sx = node.event_suffix
-        eid = event_id(ctime, sx)
         if not targets and key is None:  # no copies to wait for: no Event object
             if sx is not self._suffix:
                 self._suffix, self._creator = sx, int(sx[1:], 16)
-            q = store.put_new(qname, eid, body, ctime, now + expire_ms, self._creator, now)
+            q = store.put_new(qname, body, ctime, now + expire_ms, self._creator, now)
             if q is not None:
                 self.added += 1
                 self.g.notify.arrived_in(q, now)
-                return resp.OK if noblock else resp.bulk(eid)
+                # (the ID is made as the reply: no bytes of its own, unless the AOF's)
+                return resp.OK if noblock else event_id_reply(ctime, sx)
+        eid = event_id(ctime, sx)
         e = Event(eid, qname, body, ctime, now + expire_ms,
                   store.holders((node.myid, *targets)))
         e.repl = repl

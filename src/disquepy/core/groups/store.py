@@ -630,7 +630,7 @@ class EventStore:
             q.meta[pos - q.cbase] = q.meta[pos - q.cbase] | F_THAWED
             self.node.mem.used += CLAIM_PACKED * len(e.claims) + self._thawed_extra(e)
 
-    def put_new(self, qname: bytes, eid: bytes, body: bytes, ctime: i64, etime: i64,
+    def put_new(self, qname: bytes, body: bytes, ctime: i64, etime: i64,
                 cr: i64, now: int) -> EQueue | None:
         """Hold a new event of this node's that needs no copies (its QADD's reply is
         due now) and has no key: straight into the columns, as put() packs one, with
@@ -645,7 +645,7 @@ class EventStore:
             self._solo_index = self._holders_index(self._solo)
         q = self.queue_for(qname, now)
         self._append(q, ctime, cr, etime, body, self._solo_index)
-        self.g.log.held_new(eid, q.name, body, ctime, etime, self._solo)
+        self.g.log.held_new(q.name, body, ctime, etime, self._solo)
         return q
 
     def _append(self, q: EQueue, t: i64, cr: i64, etime: int, body: bytes,
