@@ -302,7 +302,7 @@ def test_a_protocol_that_raises_loses_only_its_connection():
     tb = FakeTransport()
     b.connection_made(tb)
     b.reader = ExplodingReader()
-    b.gets = b.reader.gets  # (the protocol keeps its reader's gets bound)
+    b.gets, b.feed = b.reader.gets, b.reader.feed  # (the protocol keeps them bound)
     c, tc = connect(driver)
     for p in (a, b, c):
         p.data_received(b"PING\r\n")

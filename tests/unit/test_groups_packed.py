@@ -240,3 +240,24 @@ def test_index_entries_gathered_in_a_batch_are_found_and_dropped():
             for _ in range(100)]
     assert s._pend and all(s.has(i) for i in more) and not s._pend and indexed() == 600
     assert [e[0] for e in h("QGET", "q", "g", "COUNT", 1000)] == ids[::2] + more
+
+
+def test_a_qadd_after_its_queue_was_dropped_lands_in_the_live_queue():
+    """queue_for answers the last queue again when the name is the same: a queue a
+    flush (or DEBUG FLUSHALL) dropped is never that answer."""
+    h = Harness()
+    a = h("QADD", "q", 3600, "a")
+    old = store(h).queues[b"q"]
+    assert h("QFLUSH", "q") == b"OK" and b"q" not in store(h).queues and old.qid == -1
+    b = h("QADD", "q", 3600, "b")
+    assert store(h).queues[b"q"] is not old
+    assert h("QGET", "q", "g")[0] == b and h("QGET", "q", "g") is None
+    for i in range(3):  # two queues in turns, then the same one again
+        h("QADD", "q1", 3600, f"x{i}")
+        h("QADD", "q2", 3600, f"y{i}")
+        h("QADD", "q2", 3600, f"z{i}")
+    assert [len(list(store(h).positions(store(h).queues[n]))) for n in (b"q1", b"q2")] == [3, 6]
+    assert h("DEBUG", "FLUSHALL") == b"OK"
+    c = h("QADD", "q2", 3600, "c")
+    assert h("QGET", "q2", "g")[0] == c and store(h).count == 1
+    assert a != b != c

@@ -77,7 +77,7 @@ class ClientBatch:
 
     __slots__ = ("loop", "after_commands", "reads", "commands", "sends", "flushes",
                  "scheduled", "in_commands", "net_in", "net_out", "paused_until",
-                 "_call_soon", "_run")
+                 "_call_soon", "_run", "t_ns", "base_ns", "base_ms")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, after_commands: Callable[[], None]
                  ) -> None:
@@ -96,6 +96,13 @@ class ClientBatch:
         # running the commands phase: the replies written meanwhile leave in this
         # batch's send phase, after after_commands wrote the AOF records they depend on
         self.in_commands = False
+        # the commands phase's clock: one read at its start (base_ns, base_ms: the
+        # monotonic and the wall clock), then the end of each command (t_ns), which is
+        # the next one's start, whichever connection it is from; process() derives its
+        # ``now`` from them instead of reading the clocks again for every connection
+        self.t_ns = 0
+        self.base_ns = 0
+        self.base_ms = 0
         # (made once: a bound method and a method lookup per loop iteration otherwise)
         self._call_soon: Callable[[Callable[[], None]], object] = loop.call_soon
         self._run: Callable[[], None] = self.run
@@ -152,6 +159,8 @@ class ClientBatch:
             if self.commands:
                 commands, self.commands = self.commands, []
                 paused = self.paused_until
+                self.t_ns = self.base_ns = _ns()
+                self.base_ms = int(_time() * 1000)
                 self.in_commands = True
                 for c in commands:
                     c.queued = False
@@ -188,7 +197,7 @@ class ClientBatch:
 class ClientProtocol:
     __slots__ = ("driver", "node", "batch", "transport", "reader", "client", "paused",
                  "closing", "waiting", "soft_since", "queued", "out", "out_queued", "gate",
-                 "slot", "unauth", "ip", "gets")
+                 "slot", "unauth", "ip", "gets", "feed")
 
     def __init__(self, driver: Driver, gate: ClientGate | None = None) -> None:
         self.driver = driver
@@ -217,6 +226,7 @@ class ClientProtocol:
         # the reader's gets, bound once: process() calls it per command (the reader
         # has no static type here, and a call by name looks the method up each time)
         self.gets: Callable[[], Any] = self.reader.gets
+        self.feed: Callable[[bytes], None] = self.reader.feed  # (likewise, per read)
 
     # ----------------------------------------------------------- asyncio API
     def connection_made(self, transport: ClientTransport) -> None:
@@ -297,7 +307,7 @@ class ClientProtocol:
         batch = self.batch
         batch.net_in += len(data)
         try:
-            self.reader.feed(data)
+            self.feed(data)
         except QueryBufferLimitError:
             log.warning("Closing client that reached max query buffer length: %s",
                         self.client.addr)
@@ -340,7 +350,14 @@ class ClientProtocol:
         client, gets = self.client, self.gets
         assert client is not None  # (a connection with commands has its client)
         node = self.node  # (its methods called on it: native calls, compiled)
-        now = int(_time() * 1000)
+        batch = self.batch
+        in_batch = batch.in_commands
+        if in_batch:  # the batch's clock (see ClientBatch): the last command's end
+            t = batch.t_ns
+            now = batch.base_ms + (t - batch.base_ns) // 1_000_000
+        else:
+            now = int(_time() * 1000)
+            t = _ns()
         client.last_cmd_time = now
         first = None  # the first reply; `more` holds them all once there are several
         more = None
@@ -348,7 +365,7 @@ class ClientProtocol:
         if unauth and client.authed:  # CONFIG SET requirepass "" meanwhile
             self.authenticated()
             unauth = False
-        t = _ns()  # one clock read a command: its end is the next one's start
+        # one clock read a command: its end is the next one's start
         while True:
             try:
                 argv = gets()
@@ -379,6 +396,8 @@ class ClientProtocol:
                 more = [first, reply]
             else:
                 more.append(reply)
+        if in_batch:
+            batch.t_ns = t
         if not unauth and not client.authed:  # logged out (a failed AUTH, issue #29)
             self.unauth = True
             self.reader.set_unauthenticated(True)
@@ -442,8 +461,8 @@ class ClientProtocol:
         out = self.out
         if not out or self.closing:
             return 0
-        self.out = []
         data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()  # (the same list again: write() appends to it)
         assert self.transport is not None  # (not closing)
         self.transport.write(data)
         if self.driver.obuf_limit is not None:

@@ -185,6 +185,7 @@ class EventStore:
         self._solo_id = ""  # put_new's holders (this node alone), for this node ID
         self._solo: tuple[str, ...] = ()
         self._solo_index = 0
+        self._last_q: EQueue | None = None  # queue_for's last answer
 
     # ------------------------------------------------------------------ names
     def intern(self, name: bytes) -> bytes:
@@ -205,6 +206,9 @@ class EventStore:
 
     # ------------------------------------------------------------------ queues
     def queue_for(self, name: bytes, now: int) -> EQueue:
+        q0 = self._last_q  # (producers add to one queue in a row: a compare, no hash)
+        if q0 is not None and q0.qid >= 0 and q0.name == name:
+            return q0
         q = self.queues.get(name)
         if q is None:
             q = self.queues[name] = EQueue(name, now)
@@ -214,6 +218,7 @@ class EventStore:
             else:
                 q.qid = len(self._qlist)
                 self._qlist.append(q)
+        self._last_q = q  # (a dropped queue's qid is -1: never answered again)
         return q
 
     def drop_queue(self, q: EQueue) -> None:
