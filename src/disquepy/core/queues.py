@@ -39,40 +39,43 @@ _ADELIV: Final = b"$21\r\nadditional-deliveries\r\n"
 def jobs_reply(jobs: list[Job], withcounters: bool) -> bytes:
     """GETJOB's reply for ``jobs`` (not empty): the array of job_reply's, written once
     for the batch into one buffer (no bytes object per job, one header per queue run)."""
-    if len(jobs) == 1:  # one job (GETJOB without COUNT): one format is cheaper
-        return b"*1\r\n" + job_reply(jobs[0], withcounters)
     w = BytesWriter()
-    w.write(b"*%d\r\n" % len(jobs))
+    w.write(b"*1\r\n" if len(jobs) == 1 else b"*%d\r\n" % len(jobs))
     last_q = b""
     head = b""
     for job in jobs:
         q = job.queue
         if q is not last_q:
-            head = (b"*7\r\n$%d\r\n%b\r\n$40\r\n" if withcounters else
-                    b"*3\r\n$%d\r\n%b\r\n$40\r\n") % (len(q), q)
+            head = _job_head(q, withcounters)
             last_q = q
-        w.write(head)
-        w.write(job.id)
-        body = job.body
-        n = len(body)
-        w.write(b"\r\n$")
-        w.write(resp.length_text(n))
-        w.write(b"\r\n")
-        w.write(body)
-        w.write(b"\r\n")
-        if withcounters:
-            w.write(b"%b:%d\r\n%b:%d\r\n" % (_NACKS, job.nacks, _ADELIV, job.adeliv))
+        _write_job(w, head, job, withcounters)
     return w.getvalue()
 
 
 def job_reply(job: Job, withcounters: bool) -> bytes:
     """One job as GETJOB / QPEEK return it: [queue, id, body(, counters)]."""
-    q, body = job.queue, job.body
+    w = BytesWriter()
+    _write_job(w, _job_head(job.queue, withcounters), job, withcounters)
+    return w.getvalue()
+
+
+def _job_head(q: bytes, withcounters: bool) -> bytes:
+    """What a job's entry starts with, up to its ID: the array's length, its queue and
+    the ID's length."""
+    return (b"*7\r\n" if withcounters else b"*3\r\n") + resp.bulk(q) + b"$40\r\n"
+
+
+def _write_job(w: BytesWriter, head: bytes, job: Job, withcounters: bool) -> None:
+    w.write(head)
+    w.write(job.id)
+    body = job.body
+    w.write(b"\r\n$")
+    w.write(resp.length_text(len(body)))
+    w.write(b"\r\n")
+    w.write(body)
+    w.write(b"\r\n")
     if withcounters:
-        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n%b:%d\r\n%b:%d\r\n" % (
-            len(q), q, job.id, len(body), body, _NACKS, job.nacks, _ADELIV, job.adeliv)
-    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (
-        len(q), q, job.id, len(body), body)
+        w.write(b"%b:%d\r\n%b:%d\r\n" % (_NACKS, job.nacks, _ADELIV, job.adeliv))
 
 
 class Queues:
@@ -198,7 +201,7 @@ class Queues:
                 job = node.store.fetch(q, now)
                 if b.token is not None:
                     node.keys.token_record(b.token, (job.id,), now)
-                node.outbox.append((c, b"*1\r\n" + job_reply(job, b.withcounters)))
+                node.outbox.append((c, jobs_reply([job], b.withcounters)))
 
     def reply_blocked(self, reply: bytes | None = None) -> None:
         """Unblock every blocked client with ``reply`` (e.g. -LEAVING), or with a
