@@ -25,6 +25,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .ids import is_valid_event_id, node_ids_from_wire
@@ -67,7 +68,7 @@ _new = tuple.__new__  # EventFields(...) without its Python-level __new__
 
 def event_fields(e: Event) -> list[object]:
     """``e`` as a field list (the bus's EVADD, the AOF's EVENT record)."""
-    f = fields_of(e.id, e.queue, e.body, e.ctime, e.etime, e.delivered,
+    f = fields_of(e.id, e.queue, e.body, e.ctime, e.etime, list(e.delivered),
                   [[g, c] for g, c in e.claims.items()])
     if e.key is not None:
         f.append(e.key)
@@ -75,10 +76,11 @@ def event_fields(e: Event) -> list[object]:
 
 
 def fields_of(eid: bytes, queue: bytes, body: bytes, ctime: int, etime: int,
-              holders: tuple[str, ...], claims: list[list[object]]) -> list[object]:
+              holders: Sequence[str], claims: Sequence[object]) -> list[object]:
     """An event's field list from its parts (:func:`event_fields` without the object;
-    no key)."""
-    return [eid, queue, body, ctime, etime, list(holders), claims]
+    no key). ``holders`` and ``claims`` as they are: a list, or for fields only ever
+    encoded (msgpack packs a tuple as an array) a shared tuple."""
+    return [eid, queue, body, ctime, etime, holders, claims]
 
 
 def parse_claims(v: object) -> tuple[tuple[bytes, int], ...] | None:

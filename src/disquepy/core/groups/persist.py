@@ -41,14 +41,17 @@ class EventLog:
         if aof.on:
             aof.gather_event(event_fields(e), len(e.body))
 
-    def held_new(self, queue: bytes, body: bytes, ctime: int, etime: int,
-                 holders: tuple[str, ...]) -> None:
+    def held_new(self, eid: bytes | None, queue: bytes, body: bytes, ctime: int,
+                 etime: int, holders: tuple[str, ...]) -> None:
         """:meth:`held`, for a new event of this node's held with no object
-        (EventStore.put_new): its ID made here, for the record only."""
+        (EventStore.put_new); its ID, or None (made here if the AOF needs it). The
+        record's fields share the holders' tuple and an empty tuple of claims: they are
+        only encoded."""
         aof = self.node.aof
         if aof.on:
-            eid = event_id(ctime, self.node.event_suffix)
-            aof.gather_event(fields_of(eid, queue, body, ctime, etime, holders, []),
+            if eid is None:
+                eid = event_id(ctime, self.node.event_suffix)
+            aof.gather_event(fields_of(eid, queue, body, ctime, etime, holders, ()),
                              len(body))
 
     def claim(self, eid: bytes, group: bytes, claim: int) -> None:

@@ -64,12 +64,16 @@ class EventReplication:
         if not targets and key is None:  # no copies to wait for: no Event object
             if sx is not self._suffix:
                 self._suffix, self._creator = sx, int(sx[1:], 16)
-            q = store.put_new(qname, body, ctime, now + expire_ms, self._creator, now)
+            # the ID is made as the reply (no bytes of its own) unless the AOF's record
+            # needs it too: then once, for both
+            eid0 = event_id(ctime, sx) if node.aof.on else None
+            q = store.put_new(qname, body, ctime, now + expire_ms, self._creator, now, eid0)
             if q is not None:
                 self.added += 1
                 self.g.notify.arrived_in(q, now)
-                # (the ID is made as the reply: no bytes of its own, unless the AOF's)
-                return resp.OK if noblock else event_id_reply(ctime, sx)
+                if noblock:
+                    return resp.OK
+                return event_id_reply(ctime, sx) if eid0 is None else resp.bulk(eid0)
         eid = event_id(ctime, sx)
         e = Event(eid, qname, body, ctime, now + expire_ms,
                   store.holders((node.myid, *targets)))

@@ -636,7 +636,7 @@ class EventStore:
             self.node.mem.used += CLAIM_PACKED * len(e.claims) + self._thawed_extra(e)
 
     def put_new(self, qname: bytes, body: bytes, ctime: i64, etime: i64,
-                cr: i64, now: int) -> EQueue | None:
+                cr: i64, now: int, eid: bytes | None = None) -> EQueue | None:
         """Hold a new event of this node's that needs no copies (its QADD's reply is
         due now) and has no key: straight into the columns, as put() packs one, with
         no Event object made (a third of a QADD's allocations). Returns its queue, or
@@ -650,7 +650,7 @@ class EventStore:
             self._solo_index = self._holders_index(self._solo)
         q = self.queue_for(qname, now)
         self._append(q, ctime, cr, etime, body, self._solo_index)
-        self.g.log.held_new(q.name, body, ctime, etime, self._solo)
+        self.g.log.held_new(eid, q.name, body, ctime, etime, self._solo)
         return q
 
     def _append(self, q: EQueue, t: i64, cr: i64, etime: int, body: bytes,
