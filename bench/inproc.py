@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ADDJOB = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$16\r\n0123456789abcdef\r\n$1\r\n0\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
 ECHO = b"*2\r\n$4\r\nECHO\r\n$25\r\n0123456789abcdef-01234567\r\n"
+GETJOB_NOHANG = b"*4\r\n$6\r\nGETJOB\r\n$6\r\nNOHANG\r\n$4\r\nFROM\r\n$1\r\nq\r\n"
 clock = time.perf_counter  # --cpu: time.process_time
 BURST = 16  # --burst
 
@@ -134,47 +135,48 @@ def node_with_clients(conns: int, transport: type = Transport) -> tuple:
     return node, loop, protos
 
 
+def turns(protos: list, data: bytes, per_read: int = 1):
+    """run(k): about k requests, ``data`` (``per_read`` requests) from each connection
+    in turn, then the loop iteration's batch, as the loop would; returns how many."""
+    drs = [p.data_received for p in protos]
+    batch = protos[0].batch.run
+
+    def run(k: int) -> int:
+        m = max(1, k // (per_read * len(drs)))
+        for _ in range(m):
+            for dr in drs:
+                dr(data)
+            batch()
+        return m * per_read * len(drs)
+
+    return run
+
+
 def bench_protocol(n: int, rounds: int) -> None:
     for name, cmd, aof in (("PING", PING, False), ("ADDJOB", ADDJOB, False),
                            ("ADDJOB", ADDJOB, True)):
         for conns in ((50,) if aof else (1, 50)):
             node, loop, protos = node_with_clients(conns)
             node.aof.on = aof  # the AOF's records made (no file: none written)
-            drs = [p.data_received for p in protos]
-            batch = protos[0].batch.run
-
-            def run(k: int, drs=drs, cmd=cmd, batch=batch) -> int:
-                # one request from each connection, then the iteration's batch
-                turns = max(1, k // len(drs))
-                for _ in range(turns):
-                    for dr in drs:
-                        dr(cmd)
-                    batch()
-                return turns * len(drs)
-
             print(f"protocol  data_received {name:8s} {conns:2d} conns "
-                  f"{best(run, n, rounds):6.2f} us{', AOF records' if aof else ''}")
+                  f"{best(turns(protos, cmd), n, rounds):6.2f} us"
+                  f"{', AOF records' if aof else ''}")
             loop.close()
     # pipelines: 16 requests a read from each of 50 connections, then the batch (the
     # shell's and the dispatch's cost per command, which a 16-deep row pays 16 times a
     # read): PING as the floor, ECHO with an argument and a bulk reply
     for name, cmd in (("PING", PING), ("ECHO", ECHO)):
         node, loop, protos = node_with_clients(50)
-        drs = [p.data_received for p in protos]
-        batch = protos[0].batch.run
-        burst = cmd * 16
-
-        def deep(k: int, drs=drs, burst=burst, batch=batch) -> int:
-            turns = max(1, k // (16 * len(drs)))
-            for _ in range(turns):
-                for dr in drs:
-                    dr(burst)
-                batch()
-            return turns * 16 * len(drs)
-
-        print(f"protocol  data_received {name:8s} 50 conns x 16-deep {best(deep, n, rounds):6.3f} "
-              "us a command")
+        deep = best(turns(protos, cmd * 16, 16), n, rounds)
+        print(f"protocol  data_received {name:8s} 50 conns x 16-deep {deep:6.3f} us a command")
         loop.close()
+    # GETJOB NOHANG, a request from each of 50 connections, then the batch, the queue
+    # filled beforehand (16-deep ADDJOBs) with enough for every round
+    node, loop, protos = node_with_clients(50)
+    turns(protos, ADDJOB * 16, 16)(n * (rounds + 1) + 1000)
+    nohang = best(turns(protos, GETJOB_NOHANG), n, rounds)
+    print(f"protocol  data_received GETJOB NOHANG 50 conns {nohang:6.2f} us")
+    loop.close()
     bench_consume(n, rounds)
 
 
@@ -352,19 +354,7 @@ def bench_groups(n: int, rounds: int) -> None:
     def qadds(aof: bool):
         node, loop, protos = node_with_clients(50)
         node.aof.on = aof
-        drs = [p.data_received for p in protos]
-        batch = protos[0].batch.run
-        burst = qadd * 16
-
-        def adds(k: int) -> int:
-            turns = max(1, k // (16 * len(drs)))
-            for _ in range(turns):
-                for dr in drs:
-                    dr(burst)
-                batch()
-            return turns * 16 * len(drs)
-
-        return adds, loop
+        return turns(protos, qadd * 16, 16), loop
 
     for aof in (False, True):
         adds, loop = qadds(aof)
@@ -412,6 +402,11 @@ def bench_execute(n: int, rounds: int) -> None:
 
 
 def bench_replicate(n: int, rounds: int) -> None:
+    for mode in ("", "ASYNC"):  # sync, then ASYNC: the core's share of their difference
+        _replicate(n, rounds, mode)
+
+
+def _replicate(n: int, rounds: int, mode: str) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "unit"))
     from clusterharness import Cluster
 
@@ -424,6 +419,8 @@ def bench_replicate(n: int, rounds: int) -> None:
     index = {node.myid: i for i, node in enumerate(nodes)}
     clients = [[node.new_client(now=c.now) for _ in range(burst)] for node in nodes]
     argv = [b"ADDJOB", b"q", b"0123456789abcdef", b"0", b"REPLICATE", b"3"]
+    if mode:
+        argv.append(mode.encode())
 
     def flush(inbox: list) -> None:  # what the driver does once per loop iteration
         for node in nodes:
@@ -454,7 +451,8 @@ def bench_replicate(n: int, rounds: int) -> None:
         return turns * 3 * burst
 
     us = best(run, n, rounds)
-    print(f"replicate REPLICATE 3, 3 nodes, bursts of {burst} {us:6.2f} us per job "
+    print(f"replicate REPLICATE 3{' ' + mode if mode else ''}, 3 nodes, bursts of {burst} "
+          f"{us:6.2f} us per job "
           f"(all three nodes; jobs held per node: {nodes[0].jobs.count})")
 
 
