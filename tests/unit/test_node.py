@@ -610,7 +610,8 @@ def test_command_docs_from_the_table():
 
 def test_commandstats_count_each_command_through_the_last_name_cache(h):
     """_execute keeps the last command looked up (and its counters) for a run of the
-    same name: the counts stay exact across a reset, case changes, errors and renames."""
+    same name: the counts stay exact across case changes, errors, unknown names and
+    CONFIG RESETSTAT."""
     def calls() -> dict:
         text = h("INFO", "commandstats").decode()
         return {line.split(":")[0].removeprefix("cmdstat_"):

@@ -25,6 +25,8 @@ from typing import Final, Protocol, TypeGuard, TypeVar
 from librt.strings import BytesWriter, write_i64_be
 from mypy_extensions import i64
 
+from ..codec import resp
+
 JOB_ID_LEN: Final = 40
 _PREFIX: Final = b"D-"
 _shake = hashlib.shake_128
@@ -173,7 +175,7 @@ def node_ids_from_wire(ids: list[object]) -> tuple[str, ...] | None:
 # ns>-<8 hex: the creating node>``. Unique across the cluster (a node's creation times
 # are strictly rising; the node part tells nodes apart) and ordered by time as a string.
 EVENT_ID_LEN: Final = 25
-_EVENT_ID_HEAD: Final = b"$25\r\n"  # (a bulk reply of one)
+_EVENT_ID_HEAD: Final = b"$%d\r\n" % EVENT_ID_LEN  # (a bulk reply of one)
 
 
 def event_id_suffix(node_id: str) -> bytes:
@@ -212,8 +214,7 @@ def event_id(ctime_ns: int, suffix: bytes) -> bytes:
 def event_id_reply(ctime_ns: int, suffix: bytes) -> bytes:
     """``event_id(ctime_ns, suffix)`` as a bulk reply (QADD's), written in one buffer."""
     if ctime_ns >> 63 or len(suffix) != EVENT_ID_LEN - 16:
-        eid = event_id(ctime_ns, suffix)
-        return b"$%d\r\n%b\r\n" % (len(eid), eid)
+        return resp.bulk(event_id(ctime_ns, suffix))
     t: i64 = ctime_ns
     w = BytesWriter()
     w.write(_EVENT_ID_HEAD)
