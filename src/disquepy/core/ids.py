@@ -187,8 +187,9 @@ def event_id_suffix(node_id: str) -> bytes:
 def _hex8(x: i64) -> i64:
     """The 8 hex digits of ``x``'s low 32 bits as 8 ASCII bytes in one integer, the
     first digit in the top byte: each nibble spread to a byte of its own, then '0'
-    added to every byte and 'a' - '0' - 10 more to those of 10 and over (compiled,
-    integer arithmetic: a third less than eight lookups of two-digit strings)."""
+    added to every byte and 'a' - '0' - 10 more to those of 10 and over (compiled:
+    a few integer operations in place of eight lookups of two-digit strings; QADD's
+    and QGET's share of it: bench/inproc.py --only groups)."""
     x &= 0xFFFFFFFF
     x = ((x & 0xFFFF0000) << 16) | (x & 0xFFFF)
     x = ((x & 0x0000FF000000FF00) << 8) | (x & 0x000000FF000000FF)
